@@ -1,0 +1,235 @@
+"""The alignment artifact: one safe file that the migrator, the wrapper and the checks load and apply.
+
+Format: a safetensors file (no pickle, no code execution on load) holding float64 tensors, with the metadata as
+one JSON document in the safetensors header under the key ``vecbridge``. The metadata carries a SHA-256 over the
+canonical metadata and every tensor's dtype, shape and bytes, so a truncated, edited or corrupted file is refused
+with a clear message instead of silently mapping vectors wrong.
+"""
+from __future__ import annotations
+
+import datetime as _dt
+import hashlib
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .._version import __version__
+from ..errors import ArtifactError, InputError
+from .base import LinearAlignment, apply_linear
+
+FORMAT = "vecbridge.alignment"
+SCHEMA_VERSION = 1
+KINDS = ("orthogonal", "linear", "identity")
+NORMALIZATIONS = ("none", "l2")
+METRICS = ("cosine", "dot", "l2")
+
+
+def _kind_of(estimator) -> str:
+    from .baselines import LinearMap, NoMap
+    from .procrustes import OrthogonalProcrustes
+
+    if isinstance(estimator, OrthogonalProcrustes):
+        return "orthogonal"
+    if isinstance(estimator, NoMap):
+        return "identity"
+    if isinstance(estimator, LinearMap):
+        return "linear"
+    raise InputError(f"cannot build an alignment from {type(estimator).__name__}")
+
+
+def _digest(meta: dict, tensors: dict[str, np.ndarray]) -> str:
+    h = hashlib.sha256()
+    h.update(json.dumps({k: v for k, v in meta.items() if k != "sha256"}, sort_keys=True).encode())
+    for name in sorted(tensors):
+        arr = np.ascontiguousarray(tensors[name])
+        h.update(f"{name}|{arr.dtype.str}|{arr.shape}|".encode())
+        h.update(arr.tobytes())
+    return h.hexdigest()
+
+
+def _l2(X: np.ndarray) -> np.ndarray:
+    norms = np.linalg.norm(X, axis=-1, keepdims=True)
+    return X / np.maximum(norms, np.finfo(X.dtype).tiny)
+
+
+class Alignment:
+    """A fitted map from a source embedding space to a target space, with everything needed to trust it.
+
+    ``transform(X)`` maps source-model vectors (e.g. the stored old vectors) into the target space;
+    ``inverse_transform(Q)`` maps target-model vectors (e.g. new-model queries) into the source space, which is
+    how an old index is searched without rewriting it. When ``normalization == "l2"`` the inputs of both are
+    L2-normalised first, exactly as the pairs were at fit time.
+    """
+
+    def __init__(self, tensors: dict[str, np.ndarray], metadata: dict[str, Any]):
+        self.tensors = {k: np.asarray(v, dtype=np.float64) for k, v in tensors.items()}
+        self.metadata = metadata
+        self._cast: dict = {}
+
+    # --- construction -------------------------------------------------------------------------------------------
+    @classmethod
+    def from_estimator(cls, estimator: LinearAlignment, *, source_model: str | None = None,
+                       target_model: str | None = None, metric: str = "cosine", normalization: str = "none",
+                       anchors: dict | None = None, **extra) -> "Alignment":
+        """Freeze a fitted estimator with its provenance (model names, metric, normalisation, anchors, fit stats)."""
+        if not hasattr(estimator, "matrix_"):
+            raise InputError(f"{type(estimator).__name__} is not fitted yet: call fit() first")
+        if metric not in METRICS:
+            raise InputError(f"metric must be one of {', '.join(METRICS)}, got {metric!r}")
+        if normalization not in NORMALIZATIONS:
+            raise InputError(f"normalization must be one of {', '.join(NORMALIZATIONS)}, got {normalization!r}")
+        kind = _kind_of(estimator)
+        tensors = {
+            "matrix": estimator.matrix_,
+            "source_mean": estimator.source_mean_,
+            "target_mean": estimator.target_mean_,
+            "inverse_matrix": estimator.inverse_matrix_,
+        }
+        fit = {"n_pairs": estimator.n_pairs_, "residual": getattr(estimator, "residual_", None),
+               "estimator": type(estimator).__name__}
+        for attr in ("relative_residual_", "delta_", "bound_", "rank_"):
+            if hasattr(estimator, attr):
+                fit[attr.rstrip("_")] = getattr(estimator, attr)
+        if hasattr(estimator, "singular_values_"):
+            tensors["singular_values"] = estimator.singular_values_
+        meta = {
+            "format": FORMAT,
+            "schema_version": SCHEMA_VERSION,
+            "kind": kind,
+            "source_model": source_model,
+            "target_model": target_model,
+            "source_dim": int(estimator.n_features_in_),
+            "target_dim": int(estimator.n_features_out_),
+            "metric": metric,
+            "normalization": normalization,
+            "centered": bool(np.any(estimator.source_mean_) or np.any(estimator.target_mean_)),
+            "scale": float(estimator.scale_),
+            "is_projection": bool(estimator.n_features_in_ > estimator.n_features_out_ and kind == "orthogonal"),
+            "fit": fit,
+            "anchors": anchors or {"method": "unspecified"},
+            "created_at": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+            "vecbridge_version": __version__,
+        }
+        meta.update(extra)
+        return cls(tensors, meta)
+
+    # --- properties ------------------------------------------------------------------------------------------------
+    @property
+    def source_dim(self) -> int:
+        return int(self.metadata["source_dim"])
+
+    @property
+    def target_dim(self) -> int:
+        return int(self.metadata["target_dim"])
+
+    @property
+    def kind(self) -> str:
+        return self.metadata["kind"]
+
+    @property
+    def fingerprint(self) -> str:
+        """A stable identity of the map itself (tensors and the settings that change what it computes)."""
+        core = {k: self.metadata[k] for k in ("kind", "source_dim", "target_dim", "normalization", "scale")}
+        return _digest(core, self.tensors)[:32]
+
+    # --- applying -------------------------------------------------------------------------------------------------
+    def _prepare(self, X, dim: int, name: str) -> np.ndarray:
+        X = np.asarray(X)
+        if X.ndim not in (1, 2) or X.shape[-1] != dim:
+            raise InputError(f"{name}: expected vectors of dimension {dim}, got shape {X.shape}")
+        if self.metadata["normalization"] == "l2":
+            X = _l2(X.astype(np.float64 if X.dtype == np.float64 else np.float32, copy=False))
+        return X
+
+    def _tensor(self, name: str, dtype) -> np.ndarray:
+        key = (name, np.dtype(dtype).str)
+        if key not in self._cast:
+            self._cast[key] = self.tensors[name].astype(dtype)
+        return self._cast[key]
+
+    def transform(self, X) -> np.ndarray:
+        """Source-model vectors -> target space (float32 in, float32 out; float64 in, float64 out)."""
+        X = self._prepare(X, self.source_dim, "source vectors")
+        dtype = np.float64 if X.dtype == np.float64 else np.float32
+        return apply_linear(X, self._tensor("matrix", dtype), self._tensor("source_mean", dtype),
+                            self._tensor("target_mean", dtype), self.metadata["scale"], "source vectors")
+
+    def inverse_transform(self, Q) -> np.ndarray:
+        """Target-model vectors (e.g. new-model queries) -> source space."""
+        Q = self._prepare(Q, self.target_dim, "target vectors")
+        dtype = np.float64 if Q.dtype == np.float64 else np.float32
+        return apply_linear(Q, self._tensor("inverse_matrix", dtype), self._tensor("target_mean", dtype),
+                            self._tensor("source_mean", dtype), 1.0 / self.metadata["scale"], "target vectors")
+
+    # --- persistence ------------------------------------------------------------------------------------------------
+    def save(self, path) -> Path:
+        """Write atomically (temporary file + rename): a crash never leaves a half-written artifact at ``path``."""
+        from safetensors.numpy import save_file
+
+        path = Path(path)
+        meta = dict(self.metadata)
+        meta["sha256"] = _digest(meta, self.tensors)
+        tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            save_file({k: np.ascontiguousarray(v) for k, v in self.tensors.items()}, str(tmp),
+                      metadata={"vecbridge": json.dumps(meta, sort_keys=True)})
+            os.replace(tmp, path)
+        finally:
+            if tmp.exists():
+                tmp.unlink()
+        self.metadata = meta
+        return path
+
+    @classmethod
+    def load(cls, path) -> "Alignment":
+        """Load and verify: format, schema version, checksum, shapes. Any problem is an :class:`ArtifactError`."""
+        from safetensors import safe_open
+
+        path = Path(path)
+        if not path.is_file():
+            raise ArtifactError(f"alignment file not found: {path}")
+        try:
+            with safe_open(str(path), framework="np") as fh:
+                header = fh.metadata() or {}
+                tensors = {name: fh.get_tensor(name) for name in fh.keys()}
+        except Exception as exc:  # safetensors raises several types for truncated/corrupt headers
+            reason = str(exc).splitlines()[0][:120] if str(exc) else type(exc).__name__
+            raise ArtifactError(f"{path} is not a readable vecbridge alignment (truncated or corrupt: {reason})") from None
+        try:
+            meta = json.loads(header["vecbridge"])
+        except (KeyError, ValueError):
+            raise ArtifactError(f"{path} is a safetensors file but not a vecbridge alignment (no vecbridge metadata)") from None
+        if meta.get("format") != FORMAT:
+            raise ArtifactError(f"{path}: unknown format {meta.get('format')!r}")
+        version = meta.get("schema_version")
+        if version != SCHEMA_VERSION:
+            raise ArtifactError(f"{path}: alignment schema version {version!r} is not supported by vecbridge "
+                                f"{__version__} (supports {SCHEMA_VERSION}); refit or upgrade vecbridge")
+        if meta.get("sha256") != _digest(meta, tensors):
+            raise ArtifactError(f"{path}: checksum mismatch, the file was modified or corrupted after it was written")
+        alignment = cls(tensors, meta)
+        alignment._validate(path)
+        return alignment
+
+    def _validate(self, path):
+        d_in, d_out = self.source_dim, self.target_dim
+        expected = {"matrix": (d_in, d_out), "inverse_matrix": (d_out, d_in), "source_mean": (d_in,),
+                    "target_mean": (d_out,)}
+        for name, shape in expected.items():
+            if name not in self.tensors or self.tensors[name].shape != shape:
+                raise ArtifactError(f"{path}: tensor {name!r} missing or of the wrong shape")
+        if self.kind not in KINDS:
+            raise ArtifactError(f"{path}: unknown alignment kind {self.kind!r}")
+
+    def summary(self) -> dict:
+        """The metadata a report shows (no tensors)."""
+        return {k: v for k, v in self.metadata.items() if k != "sha256"}
+
+    def __repr__(self) -> str:
+        m = self.metadata
+        return (f"Alignment({m['kind']}, {m.get('source_model') or '?'} ({m['source_dim']}d) -> "
+                f"{m.get('target_model') or '?'} ({m['target_dim']}d), pairs={m['fit'].get('n_pairs')})")

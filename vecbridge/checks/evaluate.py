@@ -1,0 +1,70 @@
+"""Measure a fitted alignment on pairs it has not seen, and (given queries) the retrieval quality a user keeps."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from .. import metrics
+from ..align.artifact import Alignment
+from ..align.workflow import _as_collection
+from ..connectors.base import Collection, VectorBatch
+from ..errors import InputError
+from ..linking import in_holdout, iter_pairs
+
+
+def collect_pairs(source: Collection, target: Collection, pairs: str = "ids", *, holdout: float = 0.0,
+                  max_pairs: int = 10000, seed: int = 1) -> tuple[VectorBatch, VectorBatch]:
+    """Up to ``max_pairs`` pairs, only from the held-out side of the fit's id-hash split when it had one."""
+    limit = None
+    info = source.info()
+    if info.count > max_pairs:
+        limit = min(info.count, int(math.ceil(max_pairs / holdout * 1.2)) if holdout > 0 else max_pairs)
+    src_parts, tgt_parts, n = [], [], 0
+    for s, t in iter_pairs(source, target, pairs, limit=limit, seed=seed):
+        if holdout > 0:
+            keep = in_holdout(s.ids, holdout)
+            s, t = s.take(keep), t.take(keep)
+        src_parts.append(s)
+        tgt_parts.append(t)
+        n += len(s)
+        if n >= max_pairs:
+            break
+    src_b, tgt_b = VectorBatch.concat(src_parts), VectorBatch.concat(tgt_parts)
+    if len(src_b) == 0:
+        raise InputError("no evaluation pairs found" + (" in the held-out split" if holdout > 0 else ""))
+    n = min(len(src_b), max_pairs)
+    return src_b.take(np.arange(n)), tgt_b.take(np.arange(n))
+
+
+def evaluate_alignment(alignment: Alignment, source, target, *, pairs: str = "ids", queries=None, k: int = 10,
+                       max_pairs: int = 10000, use_holdout: bool = True, seed: int = 1) -> dict:
+    """Quality of ``alignment`` on corresponding records of ``source`` (old model) and ``target`` (new model).
+
+    * pair quality: top-1 accuracy and mean rank of each mapped source vector's true partner among all evaluated
+      target vectors, and their mean cosine; the same for "no map" when the dimensions agree (the do-nothing baseline);
+    * with ``queries`` (a collection of new-model query vectors whose ids equal the id of their relevant document):
+      recall retention@k (Recall@k over mapped old vectors / over the native new vectors) and top-k overlap.
+    """
+    src, tgt = _as_collection(source), _as_collection(target)
+    holdout = float(alignment.metadata.get("anchors", {}).get("holdout") or 0.0) if use_holdout else 0.0
+    s, t = collect_pairs(src, tgt, pairs, holdout=holdout, max_pairs=max_pairs, seed=seed)
+    mapped = alignment.transform(s.vectors)
+    metric = alignment.metadata.get("metric", "cosine")
+    result = {"n_pairs": len(s), "held_out": holdout > 0, "metric": metric,
+              "pairs": metrics.pair_quality(mapped, t.vectors, metric=metric).as_dict()}
+    if s.dim == t.dim:
+        result["no_map"] = metrics.pair_quality(s.vectors, t.vectors, metric=metric).as_dict()
+    if queries is not None:
+        q_coll = _as_collection(queries)
+        qb = q_coll.get(list(t.ids))
+        if len(qb) == 0:
+            raise InputError(f"none of the evaluated ids has a query in {q_coll.display_url}")
+        pos = {i: j for j, i in enumerate(t.ids)}
+        relevant = np.array([pos[i] for i in qb.ids])
+        ret = metrics.recall_retention(qb.vectors, mapped, t.vectors, relevant, k=k, metric=metric)
+        ret["overlap"] = metrics.topk_overlap(qb.vectors, mapped, t.vectors, k=k, metric=metric)
+        ret["k"] = k
+        ret["n_queries"] = len(qb)
+        result["retrieval"] = ret
+    return result

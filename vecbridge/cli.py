@@ -1,0 +1,274 @@
+"""Command line: a thin layer over the Python API (click + rich).
+
+Exit codes: 0 success; 1 a check failed; 2 usage error (click); 3 bad input data; 4 store problem (unreachable,
+credentials, missing/empty collection, missing client library); 5 bad alignment artifact; 70 internal error;
+130 interrupted. Errors are one line on stderr; set ``VECBRIDGE_DEBUG=1`` to see the traceback of an internal error.
+"""
+from __future__ import annotations
+
+import functools
+import json
+import os
+import sys
+import warnings
+
+import click
+
+from ._version import __version__
+from .errors import VecbridgeError
+
+EXIT_INTERNAL = 70
+
+
+def _console(stderr: bool = False):
+    from rich.console import Console
+
+    return Console(stderr=stderr, highlight=False)
+
+
+def _emit_error(message: str, code: int):
+    _console(stderr=True).print(f"[bold red]error:[/] {message}", markup=True, soft_wrap=True)
+    sys.exit(code)
+
+
+def handle_errors(fn):
+    """Turn every expected failure into one line on stderr and a meaningful exit code."""
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("default")
+                warnings.showwarning = lambda msg, cat, *a, **k: _console(stderr=True).print(
+                    f"[yellow]warning:[/] {msg}", markup=True, soft_wrap=True)
+                return fn(*args, **kwargs)
+        except VecbridgeError as exc:
+            _emit_error(str(exc), exc.exit_code)
+        except KeyboardInterrupt:
+            _emit_error("interrupted", 130)
+        except click.exceptions.Exit:
+            raise
+        except click.ClickException:
+            raise
+        except Exception as exc:  # an unexpected bug: still one line unless debugging
+            if os.environ.get("VECBRIDGE_DEBUG"):
+                raise
+            _emit_error(f"internal error: {type(exc).__name__}: {exc} (set VECBRIDGE_DEBUG=1 for details)",
+                        EXIT_INTERNAL)
+
+    return wrapper
+
+
+def _print_json(obj):
+    click.echo(json.dumps(obj, indent=2, default=_json_default))
+
+
+def _json_default(o):
+    import numpy as np
+
+    if isinstance(o, np.generic):
+        return o.item()
+    if isinstance(o, np.ndarray):
+        return o.tolist()
+    return str(o)
+
+
+def _progress(enabled: bool, description: str, total: int | None):
+    """A rich progress bar on stderr (rate and ETA); a no-op context when disabled."""
+    from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn,
+                               TransferSpeedColumn)
+
+    progress = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                        TextColumn("{task.fields[rate]}"), TimeRemainingColumn(), console=_console(stderr=True),
+                        disable=not enabled, transient=True)
+    task = progress.add_task(description, total=total, rate="")
+    return progress, task
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="vecbridge")
+def main():
+    """Change embedding models without re-embedding your vector database."""
+
+
+_pairs_help = "How records correspond: 'ids' (same id), 'field:NAME' (same payload value), or a CSV/JSON file of id pairs."
+
+
+@main.command()
+@click.option("--source", "source_url", required=True, help="Collection in the OLD model's space (URL).")
+@click.option("--target", "target_url", required=True, help="Collection in the NEW model's space (URL).")
+@click.option("--pairs", default="ids", show_default=True, help=_pairs_help)
+@click.option("--method", type=click.Choice(["orthogonal", "linear", "ridge", "none"]), default="orthogonal",
+              show_default=True, help="Map family (orthogonal Procrustes; the others are baselines).")
+@click.option("--center/--no-center", default=False, show_default=True, help="Centre both sides before fitting.")
+@click.option("--scale/--no-scale", default=False, show_default=True, help="Also fit a global scale.")
+@click.option("--alpha", type=float, default=0.01, show_default=True, help="Ridge strength (relative), --method ridge.")
+@click.option("--normalize", type=click.Choice(["none", "l2"]), default="none", show_default=True,
+              help="L2-normalise vectors before fitting (and before applying).")
+@click.option("--holdout", type=float, default=0.0, show_default=True,
+              help="Fraction of pairs kept out of the fit (by id hash) for 'vecbridge evaluate'.")
+@click.option("--max-pairs", type=int, default=None, help="Fit on a uniform sample of at most N source records.")
+@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--batch-size", type=int, default=2000, show_default=True)
+@click.option("--source-model", default=None, help="Name of the old model (recorded in the artifact).")
+@click.option("--target-model", default=None, help="Name of the new model (recorded in the artifact).")
+@click.option("-o", "--output", required=True, type=click.Path(dir_okay=False), help="Where to write the alignment.")
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@handle_errors
+def fit(source_url, target_url, pairs, method, center, scale, alpha, normalize, holdout, max_pairs, seed,
+        batch_size, source_model, target_model, output, as_json):
+    """Fit an alignment from SOURCE's embedding space to TARGET's and save it."""
+    from .align.workflow import _as_collection, fit_alignment
+
+    src = _as_collection(source_url)
+    total = min(src.info().count, max_pairs) if max_pairs else src.info().count
+    progress, task = _progress(not as_json, "pairing and fitting", total)
+    with progress:
+        alignment = fit_alignment(src, target_url, pairs=pairs, method=method, center=center, scale=scale,
+                                  alpha=alpha, normalization=normalize, holdout=holdout, max_pairs=max_pairs,
+                                  seed=seed, batch_size=batch_size, source_model=source_model,
+                                  target_model=target_model, on_batch=lambda n: progress.advance(task, n))
+    path = alignment.save(output)
+    summary = {"alignment": str(path), **alignment.summary()}
+    if as_json:
+        _print_json(summary)
+        return
+    f = alignment.metadata["fit"]
+    con = _console()
+    con.print(f"[bold green]saved[/] {path}: {alignment.kind} map {alignment.source_dim}d -> "
+              f"{alignment.target_dim}d from {f['n_pairs']:,} pairs", markup=True)
+    if "bound" in f:
+        con.print(f"  in-sample mean squared residual {f['residual']:.4g} (Procrustes bound {f['bound']:.4g}, "
+                  f"dot-product discrepancy delta {f['delta']:.4g})")
+    if alignment.metadata.get("is_projection"):
+        con.print("  [yellow]note:[/] the source has more dimensions than the target: this map is a projection",
+                  markup=True)
+
+
+@main.command()
+@click.option("--alignment", "alignment_path", required=True, type=click.Path(dir_okay=False))
+@click.option("--source", "source_url", required=True, help="Collection in the OLD model's space.")
+@click.option("--target", "target_url", required=True, help="Collection in the NEW model's space.")
+@click.option("--pairs", default="ids", show_default=True, help=_pairs_help)
+@click.option("--queries", "queries_url", default=None,
+              help="New-model query vectors whose ids equal their relevant document's id (for recall retention).")
+@click.option("-k", "k", type=int, default=10, show_default=True)
+@click.option("--max-pairs", type=int, default=10000, show_default=True)
+@click.option("--all-pairs", is_flag=True, help="Also evaluate on pairs used in the fit (ignore the holdout split).")
+@click.option("--min-top1", type=float, default=None, help="Exit 1 if held-out top-1 falls below this.")
+@click.option("--min-retention", type=float, default=None, help="Exit 1 if recall retention@k falls below this.")
+@click.option("--json", "as_json", is_flag=True)
+@handle_errors
+def evaluate(alignment_path, source_url, target_url, pairs, queries_url, k, max_pairs, all_pairs, min_top1,
+             min_retention, as_json):
+    """Measure an alignment on corresponding records (held out from the fit when it had a holdout)."""
+    from .align.artifact import Alignment
+    from .checks.evaluate import evaluate_alignment
+    from .errors import CheckFailed, InputError
+
+    alignment = Alignment.load(alignment_path)
+    result = evaluate_alignment(alignment, source_url, target_url, pairs=pairs, queries=queries_url, k=k,
+                                max_pairs=max_pairs, use_holdout=not all_pairs)
+    failures = []
+    if min_top1 is not None and result["pairs"]["top1"] < min_top1:
+        failures.append(f"top-1 {result['pairs']['top1']:.3f} < {min_top1}")
+    if min_retention is not None:
+        if "retrieval" not in result:
+            raise InputError("--min-retention needs --queries")
+        if result["retrieval"]["retention"] < min_retention:
+            failures.append(f"retention@{k} {result['retrieval']['retention']:.3f} < {min_retention}")
+    result["passed"] = not failures
+    if as_json:
+        _print_json(result)
+    else:
+        _print_evaluation(result)
+    if failures:
+        raise CheckFailed("; ".join(failures))
+
+
+def _print_evaluation(result: dict):
+    from rich.table import Table
+
+    table = Table(title=f"{result['n_pairs']:,} {'held-out ' if result['held_out'] else ''}pairs")
+    for col in ("map", "top-1", "mean rank", "mean cosine"):
+        table.add_column(col, justify="right" if col != "map" else "left")
+    for name, key in (("alignment", "pairs"), ("no map", "no_map")):
+        if key in result:
+            r = result[key]
+            table.add_row(name, f"{r['top1']:.3f}", f"{r['mean_rank']:.2f}", f"{r['mean_cosine']:.3f}")
+    con = _console()
+    con.print(table)
+    if "retrieval" in result:
+        r = result["retrieval"]
+        con.print(f"recall@{r['k']}: mapped {r['recall_mapped']:.3f} vs native {r['recall_native']:.3f} -> "
+                  f"retention {r['retention']:.3f}; top-{r['k']} overlap {r['overlap']:.3f} "
+                  f"({r['n_queries']:,} queries)")
+
+
+@main.command()
+@click.argument("target")
+@click.option("--json", "as_json", is_flag=True)
+@handle_errors
+def info(target, as_json):
+    """Describe a collection (URL) or an alignment file."""
+    from pathlib import Path
+
+    if Path(target).is_file() and not target.endswith(".npy"):
+        from .align.artifact import Alignment
+
+        data = Alignment.load(target).summary()
+    else:
+        from .connectors import connect
+
+        data = connect(target, read_only=True).info().as_dict()
+    if as_json:
+        _print_json(data)
+    else:
+        _console().print_json(json.dumps(data, default=_json_default))
+
+
+@main.command()
+@click.option("--workdir", default="vecbridge-demo", show_default=True, type=click.Path(file_okay=False),
+              help="Where the demo's collections and alignment are written.")
+@click.option("--json", "as_json", is_flag=True)
+@handle_errors
+def demo(workdir, as_json):
+    """Upgrade a bundled real MiniLM collection to MPNet without re-embedding it, and measure what is kept."""
+    from .demo import run_demo
+
+    con = _console(stderr=True)
+    result = run_demo(workdir, step=(lambda s: None) if as_json else (lambda s: con.print(f"[dim]-[/] {s}")))
+    if as_json:
+        _print_json(result)
+        return
+    _print_demo(result)
+
+
+def _print_demo(r: dict):
+    from rich.table import Table
+
+    con = _console()
+    rec = r["recall_at_10"]
+    table = Table(title="Recall@10 of 500 held-out queries over all 1,500 documents")
+    table.add_column("setting")
+    table.add_column("recall@10", justify="right")
+    table.add_row("stay on the old model (MiniLM queries, MiniLM docs)", f"{rec['stay_on_old_model']:.3f}")
+    table.add_row("new queries over old vectors, no map", f"{rec['new_queries_no_map']:.3f}")
+    table.add_row("[bold]new queries over mapped old vectors (vecbridge)[/]", f"[bold]{rec['new_queries_mapped_old_vectors']:.3f}[/]")
+    table.add_row("full re-embed with the new model (reference)", f"{rec['full_re_embed']:.3f}")
+    con.print(table)
+    hp = r["held_out_pairs"]
+    con.print(f"alignment: {r['alignment']} (fitted on {r['items_re_embedded']:,} re-embedded items of "
+              f"{r['items_total']:,})")
+    con.print(f"held-out items find their own new-model vector: top-1 {hp['top1']:.3f}, mean rank {hp['mean_rank']:.2f}")
+    con.print(f"recall retention@10 vs a full re-embed: [bold]{r['recall_retention_at_10']:.3f}[/]; "
+              f"top-10 overlap {r['top10_overlap']:.3f}")
+    if rec["new_queries_mapped_old_vectors"] < rec["stay_on_old_model"]:
+        con.print("[yellow]verdict:[/] on this sample the mapped upgrade retrieves worse than staying on the old "
+                  "model; re-embed (or wait for better maps) before switching queries to the new model.")
+    else:
+        con.print("[green]verdict:[/] the mapped upgrade retrieves at least as well as staying on the old model.")
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main()

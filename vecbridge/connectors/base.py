@@ -1,0 +1,169 @@
+"""The protocol every store connector implements, and the record type that travels between them.
+
+One connector = one small module (``vecbridge/connectors/<store>.py``) with one :class:`Collection` subclass, all
+shaped alike. A collection is what a URL names (store + collection/table); it may not exist yet (``create`` makes it).
+
+Resumable scans: ``scan(batch_size, after=cursor)`` yields :class:`VectorBatch` objects whose ``cursor`` is an opaque
+JSON-serialisable value; passing the cursor of the last batch that was fully processed to a new ``scan`` continues
+with the next record, nothing skipped and nothing repeated (as long as the collection is not modified in between).
+"""
+from __future__ import annotations
+
+import abc
+from dataclasses import dataclass, field
+from typing import Any, Iterator, Sequence
+
+import numpy as np
+
+from ..errors import InputError, StoreError
+from ..validation import check_vectors
+
+METRICS = ("cosine", "dot", "l2")
+
+
+@dataclass
+class VectorBatch:
+    """Records in transit: ``ids[i]``, ``vectors[i]`` (float32) and ``payloads[i]`` (a dict, possibly empty)."""
+
+    ids: list
+    vectors: np.ndarray
+    payloads: list[dict] | None = None
+    cursor: Any = None
+
+    def __post_init__(self):
+        self.ids = list(self.ids)
+        self.vectors = np.asarray(self.vectors, dtype=np.float32)
+        if self.vectors.ndim == 1 and self.vectors.size == 0:
+            self.vectors = self.vectors.reshape(0, 0)
+        if self.vectors.ndim != 2 or self.vectors.shape[0] != len(self.ids):
+            raise InputError(f"batch has {len(self.ids)} ids but vectors of shape {self.vectors.shape}")
+        if self.payloads is None:
+            self.payloads = [{} for _ in self.ids]
+        elif len(self.payloads) != len(self.ids):
+            raise InputError(f"batch has {len(self.ids)} ids but {len(self.payloads)} payloads")
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    @property
+    def dim(self) -> int:
+        return int(self.vectors.shape[1])
+
+    def take(self, index) -> "VectorBatch":
+        """A sub-batch (rows selected by an index array or boolean mask)."""
+        index = np.flatnonzero(index) if np.asarray(index).dtype == bool else np.asarray(index, dtype=np.int64)
+        return VectorBatch([self.ids[i] for i in index], self.vectors[index], [self.payloads[i] for i in index])
+
+    def with_vectors(self, vectors: np.ndarray) -> "VectorBatch":
+        """The same records with new vectors (e.g. mapped into another space); the cursor is kept."""
+        return VectorBatch(self.ids, vectors, self.payloads, self.cursor)
+
+    @classmethod
+    def concat(cls, batches: Sequence["VectorBatch"]) -> "VectorBatch":
+        batches = [b for b in batches if len(b)]
+        if not batches:
+            return cls([], np.zeros((0, 0), dtype=np.float32), [])
+        return cls([i for b in batches for i in b.ids], np.concatenate([b.vectors for b in batches]),
+                   [p for b in batches for p in b.payloads], batches[-1].cursor)
+
+
+@dataclass
+class CollectionInfo:
+    """What a report or a migration plan needs to know about a collection."""
+
+    name: str
+    dim: int
+    metric: str
+    count: int
+    vector_fields: dict[str, tuple[int, str]] = field(default_factory=dict)
+
+    def as_dict(self) -> dict:
+        return {"name": self.name, "dim": self.dim, "metric": self.metric, "count": self.count,
+                "vector_fields": {k: {"dim": d, "metric": m} for k, (d, m) in self.vector_fields.items()}}
+
+
+def check_metric(metric: str) -> str:
+    metric = metric.lower()
+    aliases = {"ip": "dot", "inner_product": "dot", "euclid": "l2", "euclidean": "l2", "cos": "cosine"}
+    metric = aliases.get(metric, metric)
+    if metric not in METRICS:
+        raise InputError(f"metric must be one of cosine, dot, l2; got {metric!r}")
+    return metric
+
+
+class Collection(abc.ABC):
+    """One collection in one store. Connectors override the abstract methods; the rest has shared behaviour."""
+
+    #: URL scheme(s) this connector serves, for messages
+    scheme: str = ""
+
+    def __init__(self, url: str, *, read_only: bool = False):
+        self.url = url
+        self.read_only = read_only
+
+    # --- reading --------------------------------------------------------------------------------------------------
+    @abc.abstractmethod
+    def exists(self) -> bool:
+        """Whether the collection exists (a missing collection is not an error until it is read)."""
+
+    @abc.abstractmethod
+    def info(self) -> CollectionInfo:
+        """Dimension, metric, count; raises :class:`StoreError` if the collection does not exist."""
+
+    @abc.abstractmethod
+    def sample(self, n: int, seed: int = 0) -> VectorBatch:
+        """A uniform random sample of ``min(n, count)`` records, deterministic for a seed."""
+
+    @abc.abstractmethod
+    def scan(self, batch_size: int = 1000, after: Any = None) -> Iterator[VectorBatch]:
+        """Every record exactly once, in batches, each carrying the cursor to resume after it."""
+
+    @abc.abstractmethod
+    def get(self, ids: Sequence) -> VectorBatch:
+        """The records with these ids, in the order asked; ids that do not exist are left out."""
+
+    @abc.abstractmethod
+    def search(self, vectors, k: int = 10) -> tuple[list[list], np.ndarray]:
+        """Batched nearest neighbours: (ids per query, scores n_queries x k; higher is better)."""
+
+    # --- writing --------------------------------------------------------------------------------------------------
+    @abc.abstractmethod
+    def create(self, dim: int, metric: str = "cosine", *, exist_ok: bool = False) -> "Collection":
+        """Create the collection the URL names."""
+
+    @abc.abstractmethod
+    def upsert(self, batch: VectorBatch) -> int:
+        """Insert or replace records by id (idempotent: writing the same batch twice changes nothing)."""
+
+    def drop(self) -> None:
+        """Delete the whole collection (used by tests and by ``--overwrite``)."""
+        raise StoreError(f"{self.scheme}: dropping a collection is not supported by this store")
+
+    def add_vector_field(self, name: str, dim: int, metric: str = "cosine") -> None:
+        """Add a second vector field / column to an existing collection."""
+        raise StoreError(f"{self.scheme}: adding a vector field is not supported by this store")
+
+    # --- shared helpers ---------------------------------------------------------------------------------------------
+    def _writable(self):
+        if self.read_only:
+            raise StoreError(f"{self.display_url} is opened read-only")
+
+    def _check_batch(self, batch: VectorBatch, dim: int) -> np.ndarray:
+        """Refuse a wrong-dimension or non-finite batch before anything is written."""
+        if len(batch) == 0:
+            return batch.vectors
+        if len(set(batch.ids)) != len(batch.ids):
+            raise InputError("batch contains duplicate ids")
+        return check_vectors(batch.vectors, "vectors", dim=dim, allow_zero_rows=True, dtype=np.float32)
+
+    @property
+    def display_url(self) -> str:
+        from .url import redact
+
+        return redact(self.url)
+
+    def __len__(self) -> int:
+        return self.info().count
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.display_url!r})"

@@ -1,0 +1,331 @@
+"""``file://`` store: a directory of append-only numpy segments (no server needed).
+
+Layout of a vecbridge directory::
+
+    DIR/manifest.json              {"format": "vecbridge.file", "version": 1, "dim": ..., "metric": ...}
+    DIR/segments/000001.npy        float32 vectors of one upsert
+    DIR/segments/000001.meta.npz   ids and payloads of the same rows (loaded with allow_pickle=False)
+
+Each upsert writes one segment: vectors first, then the ``.meta.npz`` that commits it, both via temporary file +
+rename, so a crash leaves either a whole segment or none. Reading merges segments in order, later rows replacing
+earlier rows with the same id, which makes upserts idempotent. Vectors are memory-mapped, so scanning a large
+directory does not load it.
+
+Read-only plain layouts are accepted too, for vectors a user already has: a ``.npy`` file (ids are row numbers), or
+a directory with ``vectors.npy`` and optionally ``ids.json`` (a JSON list) and ``payloads.jsonl`` (one object per
+line); ``?payloads=PATH`` names a JSONL file for a bare ``.npy``. URL forms: ``file:///abs/dir``, ``file://./rel``,
+or a bare path.
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+from pathlib import Path
+from typing import Any, Iterator, Sequence
+
+import numpy as np
+
+from ..errors import InputError, StoreError
+from .base import Collection, CollectionInfo, VectorBatch, check_metric
+from .url import query_params
+
+FORMAT = "vecbridge.file"
+VERSION = 1
+_SEG = re.compile(r"^(\d{6,})\.meta\.npz$")
+
+
+def _encode_strings(values: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
+    data = [v.encode("utf-8") for v in values]
+    offsets = np.zeros(len(data) + 1, dtype=np.int64)
+    offsets[1:] = np.cumsum([len(b) for b in data])
+    return np.frombuffer(b"".join(data), dtype=np.uint8), offsets
+
+
+def _decode_strings(blob: np.ndarray, offsets: np.ndarray) -> list[str]:
+    raw = blob.tobytes()
+    return [raw[offsets[i]:offsets[i + 1]].decode("utf-8") for i in range(len(offsets) - 1)]
+
+
+def _atomic_write(path: Path, write) -> None:
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    try:
+        with open(tmp, "wb") as fh:
+            write(fh)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    finally:
+        if tmp.exists():
+            tmp.unlink()
+
+
+class _Segment:
+    """One committed segment: ids, memory-mapped vectors, payloads decoded on demand."""
+
+    def __init__(self, ids: list, vectors: np.ndarray, payload_blob=None, payload_off=None, payload_list=None):
+        self.ids = ids
+        self.vectors = vectors
+        self._blob, self._off, self._list = payload_blob, payload_off, payload_list
+
+    def payloads(self, rows: np.ndarray) -> list[dict]:
+        if self._list is not None:
+            return [self._list[r] for r in rows]
+        if self._blob is None:
+            return [{} for _ in rows]
+        raw = self._blob
+        return [json.loads(raw[self._off[r]:self._off[r + 1]].tobytes()) for r in rows]
+
+
+class FileCollection(Collection):
+    scheme = "file"
+
+    def __init__(self, url: str, *, read_only: bool = False):
+        super().__init__(url, read_only=read_only)
+        raw = url[len("file://"):] if url.lower().startswith("file://") else url
+        path, _, _ = raw.partition("?")
+        self.path = Path(path).expanduser()
+        self.params = query_params(url)
+        self._cache_key = None
+        self._plain = self.path.suffix == ".npy" or (self.path / "vectors.npy").is_file()
+        if self._plain:
+            self.read_only = True
+
+    # --- layout -----------------------------------------------------------------------------------------------------
+    @property
+    def _manifest_path(self) -> Path:
+        return self.path / "manifest.json"
+
+    def exists(self) -> bool:
+        return self._manifest_path.is_file() or (self._plain and (self.path.is_file() or self.path.is_dir()))
+
+    def _manifest(self) -> dict:
+        if self._plain:
+            seg = self._segments()[0] if self._segments() else None
+            dim = int(seg.vectors.shape[1]) if seg is not None else 0
+            return {"format": FORMAT, "version": VERSION, "dim": dim, "metric": self.params.get("metric", "cosine")}
+        if not self._manifest_path.is_file():
+            raise StoreError(f"collection not found: {self.display_url} (no {self._manifest_path.name}; "
+                             f"create it first, or check the path)")
+        try:
+            manifest = json.loads(self._manifest_path.read_text())
+        except (OSError, ValueError) as exc:
+            raise StoreError(f"{self.display_url}: unreadable manifest ({exc})") from None
+        if manifest.get("format") != FORMAT or manifest.get("version") != VERSION:
+            raise StoreError(f"{self.display_url}: not a vecbridge file collection of version {VERSION}")
+        return manifest
+
+    def _segment_names(self) -> list[str]:
+        seg_dir = self.path / "segments"
+        if not seg_dir.is_dir():
+            return []
+        return sorted(m.group(1) for m in map(_SEG.match, os.listdir(seg_dir)) if m)
+
+    def _load_plain(self) -> list[_Segment]:
+        vec_path = self.path if self.path.suffix == ".npy" else self.path / "vectors.npy"
+        if not vec_path.is_file():
+            raise StoreError(f"collection not found: {self.display_url}")
+        try:
+            vectors = np.load(vec_path, mmap_mode="r", allow_pickle=False)
+        except (OSError, ValueError) as exc:
+            raise StoreError(f"{self.display_url}: cannot read {vec_path.name} ({exc})") from None
+        if vectors.ndim != 2:
+            raise StoreError(f"{self.display_url}: {vec_path.name} is not a 2-D array of vectors")
+        ids_path = self.path / "ids.json"
+        ids = json.loads(ids_path.read_text()) if ids_path.is_file() else list(range(vectors.shape[0]))
+        payload_path = self.params.get("payloads") or (self.path / "payloads.jsonl" if self.path.is_dir() else None)
+        payloads = None
+        if payload_path and Path(payload_path).is_file():
+            with open(payload_path, encoding="utf-8") as fh:
+                payloads = [json.loads(line) for line in fh if line.strip()]
+        if len(ids) != vectors.shape[0] or (payloads is not None and len(payloads) != vectors.shape[0]):
+            raise StoreError(f"{self.display_url}: ids/payloads do not have one entry per vector row")
+        return [_Segment(ids, vectors, payload_list=payloads)]
+
+    def _segments(self) -> list[_Segment]:
+        if self._plain:
+            if self._cache_key != "plain":
+                self._segs, self._cache_key = self._load_plain(), "plain"
+            return self._segs
+        names = self._segment_names()
+        if self._cache_key != names:
+            self._segs = [self._load_segment(n) for n in names]
+            self._cache_key = names
+            self._build_index()
+        return self._segs
+
+    def _load_segment(self, name: str) -> _Segment:
+        seg_dir = self.path / "segments"
+        try:
+            with np.load(seg_dir / f"{name}.meta.npz", allow_pickle=False) as meta:
+                ids = (meta["ids_int"].tolist() if "ids_int" in meta
+                       else _decode_strings(meta["ids_utf8"], meta["ids_off"]))
+                blob, off = meta["payload_utf8"], meta["payload_off"]
+            vectors = np.load(seg_dir / f"{name}.npy", mmap_mode="r", allow_pickle=False)
+        except (OSError, ValueError, KeyError) as exc:
+            raise StoreError(f"{self.display_url}: segment {name} is unreadable ({exc})") from None
+        return _Segment(ids, vectors, blob, off)
+
+    def _build_index(self) -> None:
+        """id -> (segment, row) for the live record of every id; live rows sorted in (segment, row) order."""
+        where: dict[Any, tuple[int, int]] = {}
+        for s, seg in enumerate(self._segs):
+            for r, i in enumerate(seg.ids):
+                where[i] = (s, r)
+        self._where = where
+        order = sorted(where.values())
+        self._live_seg = np.array([s for s, _ in order], dtype=np.int64)
+        self._live_row = np.array([r for _, r in order], dtype=np.int64)
+
+    def _live(self) -> tuple[np.ndarray, np.ndarray]:
+        segs = self._segments()
+        if self._plain:
+            n = segs[0].vectors.shape[0]
+            return np.zeros(n, dtype=np.int64), np.arange(n, dtype=np.int64)
+        return self._live_seg, self._live_row
+
+    def _gather(self, seg_idx: np.ndarray, rows: np.ndarray) -> VectorBatch:
+        segs = self._segments()
+        dim = self._manifest()["dim"]
+        ids, payloads = [], []
+        vectors = np.empty((len(rows), dim), dtype=np.float32)
+        for s in np.unique(seg_idx):
+            mask = seg_idx == s
+            r = rows[mask]
+            vectors[mask] = segs[s].vectors[r]
+        for s, r in zip(seg_idx.tolist(), rows.tolist()):
+            ids.append(segs[s].ids[r])
+        # payloads per segment in one pass, then put back in order
+        out_pay: list = [None] * len(rows)
+        for s in np.unique(seg_idx):
+            pos = np.flatnonzero(seg_idx == s)
+            for p, pay in zip(pos, segs[s].payloads(rows[pos])):
+                out_pay[p] = pay
+        payloads = out_pay
+        return VectorBatch(ids, vectors, payloads)
+
+    # --- protocol: reading --------------------------------------------------------------------------------------------
+    def info(self) -> CollectionInfo:
+        manifest = self._manifest()
+        count = len(self._live()[0])
+        return CollectionInfo(name=self.path.name, dim=int(manifest["dim"]), metric=manifest["metric"], count=count,
+                              vector_fields={"": (int(manifest["dim"]), manifest["metric"])})
+
+    def sample(self, n: int, seed: int = 0) -> VectorBatch:
+        self._manifest()
+        seg_idx, rows = self._live()
+        count = len(rows)
+        if n <= 0:
+            raise InputError("sample size must be positive")
+        pick = np.sort(np.random.default_rng(seed).choice(count, size=min(n, count), replace=False))
+        return self._gather(seg_idx[pick], rows[pick])
+
+    def scan(self, batch_size: int = 1000, after: Any = None) -> Iterator[VectorBatch]:
+        self._manifest()
+        if batch_size <= 0:
+            raise InputError("batch_size must be positive")
+        seg_idx, rows = self._live()
+        key = seg_idx * (1 << 40) + rows
+        start = 0
+        if after is not None:
+            try:
+                s, r = int(after[0]), int(after[1])
+            except (TypeError, ValueError, IndexError):
+                raise InputError(f"invalid scan cursor {after!r} for a file collection") from None
+            start = int(np.searchsorted(key, s * (1 << 40) + r, side="right"))
+        for lo in range(start, len(rows), batch_size):
+            hi = min(lo + batch_size, len(rows))
+            batch = self._gather(seg_idx[lo:hi], rows[lo:hi])
+            batch.cursor = [int(seg_idx[hi - 1]), int(rows[hi - 1])]
+            yield batch
+
+    def get(self, ids: Sequence) -> VectorBatch:
+        self._manifest()
+        segs = self._segments()
+        if self._plain:
+            where = {i: (0, r) for r, i in enumerate(segs[0].ids)} if segs else {}
+        else:
+            where = self._where
+        found = [where[i] for i in ids if i in where]
+        seg_idx = np.array([s for s, _ in found], dtype=np.int64)
+        rows = np.array([r for _, r in found], dtype=np.int64)
+        if not found:
+            return VectorBatch([], np.zeros((0, self._manifest()["dim"]), dtype=np.float32), [])
+        return self._gather(seg_idx, rows)
+
+    def search(self, vectors, k: int = 10) -> tuple[list[list], np.ndarray]:
+        """Exact search (brute force, block by block) with the collection's metric."""
+        from ..metrics import top_k
+
+        info = self.info()
+        Q = np.asarray(vectors, dtype=np.float32)
+        if Q.ndim != 2 or Q.shape[1] != info.dim:
+            raise InputError(f"query vectors must have dimension {info.dim}, got shape {Q.shape}")
+        seg_idx, rows = self._live()
+        ids: list = []
+        best_s = np.zeros((len(Q), 0), dtype=np.float32)
+        best_i = np.zeros((len(Q), 0), dtype=np.int64)
+        block = 100_000
+        for lo in range(0, len(rows), block):
+            b = self._gather(seg_idx[lo:lo + block], rows[lo:lo + block])
+            idx, sc = top_k(Q, b.vectors, k, metric=info.metric, return_scores=True)
+            cat_s, cat_i = np.concatenate([best_s, sc], 1), np.concatenate([best_i, idx + len(ids)], 1)
+            order = np.argsort(-cat_s, axis=1, kind="stable")[:, :k]
+            best_s, best_i = np.take_along_axis(cat_s, order, 1), np.take_along_axis(cat_i, order, 1)
+            ids.extend(b.ids)
+        return [[ids[j] for j in row] for row in best_i], best_s
+
+    # --- protocol: writing --------------------------------------------------------------------------------------------
+    def create(self, dim: int, metric: str = "cosine", *, exist_ok: bool = False) -> "FileCollection":
+        self._writable()
+        metric = check_metric(metric)
+        if int(dim) <= 0:
+            raise InputError(f"dimension must be positive, got {dim}")
+        if self._manifest_path.is_file():
+            manifest = self._manifest()
+            if not exist_ok:
+                raise StoreError(f"collection already exists: {self.display_url}")
+            if manifest["dim"] != dim or manifest["metric"] != metric:
+                raise StoreError(f"{self.display_url} exists with dim {manifest['dim']} / {manifest['metric']}, "
+                                 f"not {dim} / {metric}")
+            return self
+        if self.path.exists() and (not self.path.is_dir() or any(self.path.iterdir())):
+            raise StoreError(f"{self.path} exists and is not an empty directory; refusing to write into it")
+        (self.path / "segments").mkdir(parents=True, exist_ok=True)
+        manifest = {"format": FORMAT, "version": VERSION, "dim": int(dim), "metric": metric}
+        _atomic_write(self._manifest_path, lambda fh: fh.write(json.dumps(manifest, indent=1).encode()))
+        return self
+
+    def upsert(self, batch: VectorBatch) -> int:
+        self._writable()
+        manifest = self._manifest()
+        vectors = self._check_batch(batch, manifest["dim"])
+        if len(batch) == 0:
+            return 0
+        try:
+            payload_blob, payload_off = _encode_strings([json.dumps(p, ensure_ascii=False) for p in batch.payloads])
+        except TypeError as exc:
+            raise InputError(f"payloads must be JSON-serialisable ({exc})") from None
+        if all(isinstance(i, (int, np.integer)) and not isinstance(i, bool) for i in batch.ids):
+            id_arrays = {"ids_int": np.asarray(batch.ids, dtype=np.int64)}
+        elif all(isinstance(i, str) for i in batch.ids):
+            blob, off = _encode_strings(batch.ids)
+            id_arrays = {"ids_utf8": blob, "ids_off": off}
+        else:
+            raise InputError("ids must be all integers or all strings within a batch")
+        names = self._segment_names()
+        name = f"{(int(names[-1]) + 1) if names else 1:06d}"
+        seg_dir = self.path / "segments"
+        _atomic_write(seg_dir / f"{name}.npy", lambda fh: np.save(fh, np.ascontiguousarray(vectors, np.float32)))
+        _atomic_write(seg_dir / f"{name}.meta.npz",
+                      lambda fh: np.savez(fh, payload_utf8=payload_blob, payload_off=payload_off, **id_arrays))
+        return len(batch)
+
+    def drop(self) -> None:
+        self._writable()
+        if not self._manifest_path.is_file():
+            raise StoreError(f"collection not found: {self.display_url}")
+        self._manifest()  # refuses to delete a directory that is not ours
+        shutil.rmtree(self.path)
+        self._cache_key = None

@@ -1,0 +1,42 @@
+"""One exception family, each with the process exit code the CLI maps it to.
+
+The CLI never shows a traceback for these: it prints ``error: <message>`` on one line and exits with ``exit_code``.
+Messages must never contain credentials; connectors build them from redacted URLs (see ``connectors.url``).
+"""
+from __future__ import annotations
+
+
+class VecbridgeError(Exception):
+    """Base class: something the user can fix; printed as one line."""
+
+    exit_code = 1
+
+
+class CheckFailed(VecbridgeError):
+    """A check ran and its answer is 'no' (verification mismatch, threshold breached)."""
+
+    exit_code = 1
+
+
+class InputError(VecbridgeError, ValueError):
+    """Bad vectors or arguments: wrong shape or dimension, NaN/inf, zero rows, empty input."""
+
+    exit_code = 3
+
+
+class StoreError(VecbridgeError):
+    """A store cannot be used: unreachable, wrong credentials, missing or empty collection, unsupported feature."""
+
+    exit_code = 4
+
+
+class MissingDependency(StoreError, ImportError):
+    """An optional client library is not installed; the message names the extra to install."""
+
+    exit_code = 4
+
+
+class ArtifactError(VecbridgeError):
+    """An alignment artifact is missing, truncated, tampered with, or of an unknown schema version."""
+
+    exit_code = 5

@@ -1,0 +1,163 @@
+"""Retrieval-quality metrics shared by reports, drift checks and benchmarks.
+
+All of them score queries against a document matrix block by block (``max_block_bytes`` of similarity scores at a
+time, 64 MB by default), so evaluating 10k x 10k or 100k x 100k never materialises the full score matrix.
+
+Conventions: scores are cosine by default (rows L2-normalised; a zero row scores 0 against everything and so ranks
+last), ``"dot"`` uses raw dot products and ``"l2"`` negative squared distances. Ties count against the true item
+(a query whose relevant document ties with another is ranked behind it), as in the data set's own README.
+"""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+import numpy as np
+
+from .errors import InputError
+
+DEFAULT_BLOCK_BYTES = 64 * 2**20
+
+
+def _prep(X, metric: str) -> np.ndarray:
+    X = np.asarray(X, dtype=np.float32)
+    if X.ndim != 2:
+        raise InputError(f"expected a 2-D array of vectors, got shape {X.shape}")
+    if metric == "cosine":
+        norms = np.linalg.norm(X, axis=1, keepdims=True)
+        X = X / np.where(norms > 0, norms, 1.0)
+    elif metric not in ("dot", "l2"):
+        raise InputError(f"metric must be cosine, dot or l2, got {metric!r}")
+    return X
+
+
+def _blocks(n_queries: int, n_docs: int, max_block_bytes: int):
+    rows = max(1, min(n_queries, max_block_bytes // (4 * max(n_docs, 1))))
+    for start in range(0, n_queries, rows):
+        yield slice(start, min(start + rows, n_queries))
+
+
+def _scores(Qb: np.ndarray, D: np.ndarray, metric: str, d_sq: np.ndarray | None) -> np.ndarray:
+    S = Qb @ D.T
+    if metric == "l2":
+        S *= 2.0
+        S -= d_sq[None, :]
+        S -= np.einsum("ij,ij->i", Qb, Qb)[:, None]
+    return S
+
+
+def _check_dims(Q: np.ndarray, D: np.ndarray):
+    if Q.shape[1] != D.shape[1]:
+        raise InputError(f"queries have dimension {Q.shape[1]} but documents have {D.shape[1]}")
+
+
+def top_k(queries, docs, k: int, *, metric: str = "cosine", max_block_bytes: int = DEFAULT_BLOCK_BYTES,
+          return_scores: bool = False):
+    """Indices of the ``k`` best documents for every query, best first (n_queries x k); with ``return_scores``
+    also their scores (higher is better)."""
+    Q, D = _prep(queries, metric), _prep(docs, metric)
+    _check_dims(Q, D)
+    k = min(k, D.shape[0])
+    d_sq = np.einsum("ij,ij->i", D, D) if metric == "l2" else None
+    out = np.empty((Q.shape[0], k), dtype=np.int64)
+    scores = np.empty((Q.shape[0], k), dtype=np.float32)
+    for sl in _blocks(Q.shape[0], D.shape[0], max_block_bytes):
+        S = _scores(Q[sl], D, metric, d_sq)
+        if k < D.shape[0]:
+            idx = np.argpartition(-S, k - 1, axis=1)[:, :k]
+        else:
+            idx = np.tile(np.arange(D.shape[0]), (S.shape[0], 1))
+        part = np.take_along_axis(S, idx, axis=1)
+        order = np.argsort(-part, axis=1, kind="stable")
+        out[sl] = np.take_along_axis(idx, order, axis=1)
+        scores[sl] = np.take_along_axis(part, order, axis=1)
+    return (out, scores) if return_scores else out
+
+
+def partner_ranks(queries, docs, partners=None, *, metric: str = "cosine",
+                  max_block_bytes: int = DEFAULT_BLOCK_BYTES) -> np.ndarray:
+    """1-based rank of each query's true partner among all documents (ties count against the partner).
+
+    ``partners[i]`` is the row of ``docs`` that belongs with ``queries[i]`` (default: row i).
+    """
+    Q, D = _prep(queries, metric), _prep(docs, metric)
+    _check_dims(Q, D)
+    partners = np.arange(Q.shape[0]) if partners is None else np.asarray(partners, dtype=np.int64)
+    if partners.shape != (Q.shape[0],) or (partners.size and (partners.min() < 0 or partners.max() >= D.shape[0])):
+        raise InputError("partners must give one valid document row per query")
+    d_sq = np.einsum("ij,ij->i", D, D) if metric == "l2" else None
+    ranks = np.empty(Q.shape[0], dtype=np.int64)
+    for sl in _blocks(Q.shape[0], D.shape[0], max_block_bytes):
+        S = _scores(Q[sl], D, metric, d_sq)
+        rows = np.arange(S.shape[0])
+        true = S[rows, partners[sl]]
+        # ranks = 1 + number of *other* documents scoring >= the partner
+        ranks[sl] = (S >= true[:, None]).sum(axis=1)
+    return ranks
+
+
+def recall_at_k(queries, docs, relevant=None, k: int = 10, *, metric: str = "cosine",
+                max_block_bytes: int = DEFAULT_BLOCK_BYTES) -> float:
+    """Fraction of queries whose relevant document (``relevant[i]``, default row i) ranks in the top ``k``.
+
+    One relevant document per query (the wordnet protocol); a zero query vector counts as a miss.
+    """
+    ranks = partner_ranks(queries, docs, relevant, metric=metric, max_block_bytes=max_block_bytes)
+    hits = ranks <= k
+    q = np.asarray(queries)
+    hits &= np.asarray(q, dtype=np.float32).any(axis=1)
+    return float(hits.mean())
+
+
+def recall_retention(queries, mapped_docs, native_docs, relevant=None, k: int = 10, *, metric: str = "cosine",
+                     max_block_bytes: int = DEFAULT_BLOCK_BYTES) -> dict:
+    """Recall@k of new-model queries over the mapped old vectors, divided by Recall@k over a native re-embed.
+
+    This is the number the field quotes (Drift-Adapter: 95-99% of a full re-embed; isotrieve: 0.871).
+    Returns ``{"recall_mapped", "recall_native", "retention"}``.
+    """
+    r_mapped = recall_at_k(queries, mapped_docs, relevant, k, metric=metric, max_block_bytes=max_block_bytes)
+    r_native = recall_at_k(queries, native_docs, relevant, k, metric=metric, max_block_bytes=max_block_bytes)
+    return {"recall_mapped": r_mapped, "recall_native": r_native,
+            "retention": (r_mapped / r_native) if r_native > 0 else float("nan")}
+
+
+def topk_overlap(queries, mapped_docs, native_docs, k: int = 10, *, metric: str = "cosine",
+                 max_block_bytes: int = DEFAULT_BLOCK_BYTES) -> float:
+    """Mean |top-k over mapped old vectors ∩ top-k over the native re-embed| / k: needs no relevance labels."""
+    A = top_k(queries, mapped_docs, k, metric=metric, max_block_bytes=max_block_bytes)
+    B = top_k(queries, native_docs, k, metric=metric, max_block_bytes=max_block_bytes)
+    if A.shape[1] == 0:
+        return float("nan")
+    # rows of A and of B hold distinct ids, so after sorting their concatenation every repeat is one shared id
+    both = np.sort(np.concatenate([A, B], axis=1), axis=1)
+    shared = (both[:, 1:] == both[:, :-1]).sum(axis=1)
+    return float(shared.mean() / A.shape[1])
+
+
+def mean_cosine(A, B) -> float:
+    """Mean cosine between paired rows (row i of A with row i of B); zero rows count as 0."""
+    A = _prep(A, "cosine")
+    B = _prep(B, "cosine")
+    if A.shape != B.shape:
+        raise InputError(f"paired arrays must have the same shape, got {A.shape} and {B.shape}")
+    return float(np.einsum("ij,ij->i", A, B).mean())
+
+
+@dataclass
+class PairQuality:
+    """How well mapped source vectors find their own partners among the target vectors."""
+
+    n: int
+    top1: float
+    mean_rank: float
+    mean_cosine: float
+
+    def as_dict(self) -> dict:
+        return asdict(self)
+
+
+def pair_quality(mapped_src, tgt, *, metric: str = "cosine", max_block_bytes: int = DEFAULT_BLOCK_BYTES) -> PairQuality:
+    """Top-1 accuracy and mean rank of the true partner (row i of ``tgt``), and mean paired cosine."""
+    ranks = partner_ranks(mapped_src, tgt, metric=metric, max_block_bytes=max_block_bytes)
+    return PairQuality(n=int(ranks.size), top1=float(np.mean(ranks == 1)), mean_rank=float(ranks.mean()),
+                       mean_cosine=mean_cosine(mapped_src, tgt))
