@@ -18,6 +18,12 @@ from .url import redact, scheme_of
 #: scheme -> (import path "module:Class", pip extra that provides its client)
 REGISTRY: dict[str, tuple[str, str | None]] = {
     "file": ("vecbridge.connectors.file:FileCollection", None),
+    "qdrant": ("vecbridge.connectors.qdrant:QdrantCollection", "qdrant"),
+    "qdrant-edge": ("vecbridge.connectors.qdrant_edge:QdrantEdgeCollection", "qdrant-edge"),
+    "milvus": ("vecbridge.connectors.milvus:MilvusCollection", "milvus"),
+    "chroma": ("vecbridge.connectors.chroma:ChromaCollection", "chroma"),
+    "postgresql": ("vecbridge.connectors.pgvector:PgVectorCollection", "pgvector"),
+    "postgres": ("vecbridge.connectors.pgvector:PgVectorCollection", "pgvector"),
 }
 
 
@@ -39,6 +45,8 @@ def connector_class(scheme: str) -> type[Collection]:
     try:
         module = importlib.import_module(module_name)
     except ImportError as exc:
+        if exc.name == module_name:  # our own module is missing: a packaging bug, not a missing extra
+            raise
         hint = f'pip install "vecbridge[{extra}]"' if extra else "reinstall vecbridge"
         raise MissingDependency(f"{scheme}:// needs a client library that is not installed "
                                 f"({exc.name or exc}); install it with: {hint}") from None

@@ -1,0 +1,47 @@
+"""Fixtures that run the same connector contract against every real engine in ``engines/``."""
+from __future__ import annotations
+
+import importlib
+import os
+import uuid
+from pathlib import Path
+
+import pytest
+
+ENGINES = sorted(p.stem for p in (Path(__file__).parent / "engines").glob("*.py") if p.stem != "__init__")
+
+
+@pytest.fixture(scope="session", params=ENGINES)
+def engine(request, tmp_path_factory):
+    module = importlib.import_module(f"tests.connectors.engines.{request.param}")
+    reason = module.unavailable()
+    if reason:
+        if os.environ.get("VECBRIDGE_REQUIRE_ENGINES"):
+            pytest.fail(f"engine {module.NAME} is required but unavailable: {reason}")
+        pytest.skip(f"engine {module.NAME} unavailable: {reason}")
+    eng = module.start(tmp_path_factory.mktemp(module.NAME))
+    eng.name = module.NAME
+    yield eng
+    eng.stop()
+
+
+@pytest.fixture
+def new_url(engine):
+    """A factory of URLs of fresh collections on the current engine; they are dropped after the test."""
+    from vecbridge.connectors import connect
+
+    made = []
+
+    def make(prefix: str = "t") -> str:
+        url = engine.url(f"{prefix}_{uuid.uuid4().hex[:10]}")
+        made.append(url)
+        return url
+
+    yield make
+    for url in made:
+        try:
+            coll = connect(url)
+            if coll.exists():
+                coll.drop()
+        except Exception:
+            pass
