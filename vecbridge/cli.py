@@ -27,12 +27,16 @@ def _console(stderr: bool = False):
 
 
 def _emit_error(message: str, code: int):
-    _console(stderr=True).print(f"[bold red]error:[/] {message}", markup=True, soft_wrap=True)
+    from rich.markup import escape
+
+    _console(stderr=True).print(f"[bold red]error:[/] {escape(message)}", markup=True, soft_wrap=True)
     sys.exit(code)
 
 
 def handle_errors(fn):
     """Turn every expected failure into one line on stderr and a meaningful exit code."""
+
+    from rich.markup import escape
 
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
@@ -40,7 +44,7 @@ def handle_errors(fn):
             with warnings.catch_warnings():
                 warnings.simplefilter("default")
                 warnings.showwarning = lambda msg, cat, *a, **k: _console(stderr=True).print(
-                    f"[yellow]warning:[/] {msg}", markup=True, soft_wrap=True)
+                    f"[yellow]warning:[/] {escape(str(msg))}", markup=True, soft_wrap=True)
                 return fn(*args, **kwargs)
         except VecbridgeError as exc:
             _emit_error(str(exc), exc.exit_code)

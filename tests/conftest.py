@@ -1,0 +1,34 @@
+"""Shared fixtures: file:// collections built from the bundled real sample."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from vecbridge.connectors import VectorBatch, connect
+from vecbridge.sample import load_wordnet_sample
+
+SHARED_WORDNET = Path(__file__).resolve().parents[2] / "shared" / "data" / "wordnet"
+
+
+@pytest.fixture(scope="session")
+def sample():
+    return load_wordnet_sample()
+
+
+def write_collection(url, ids, vectors, payloads=None, metric="cosine"):
+    coll = connect(url).create(dim=vectors.shape[1], metric=metric)
+    coll.upsert(VectorBatch(list(ids), vectors, payloads))
+    return coll
+
+
+@pytest.fixture(scope="session")
+def sample_stores(tmp_path_factory, sample):
+    """OLD (MiniLM docs, all 1,500), NEW (MPNet docs, all 1,500) and QUERIES (MPNet, last 500) as file:// URLs."""
+    root = tmp_path_factory.mktemp("sample_stores")
+    old = write_collection(f"file://{root / 'old'}", sample.ids, sample.docs_old,
+                           [{"text": it["doc"]} for it in sample.items])
+    new = write_collection(f"file://{root / 'new'}", sample.ids, sample.docs_new)
+    queries = write_collection(f"file://{root / 'queries'}", sample.ids[1000:], sample.queries_new)
+    return {"old": old.url, "new": new.url, "queries": queries.url, "root": root}

@@ -1,0 +1,81 @@
+"""file:// specifics: crash safety of segments, plain numpy layouts, read-only protection."""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from vecbridge.connectors import VectorBatch, connect
+from vecbridge.errors import InputError, StoreError
+
+
+def test_uncommitted_segment_is_invisible(tmp_path):
+    coll = connect(f"file://{tmp_path}/c").create(dim=4)
+    coll.upsert(VectorBatch(["a", "b"], np.eye(2, 4)))
+    # a crash between writing the vectors and committing the ids leaves these behind
+    np.save(tmp_path / "c" / "segments" / "000002.npy", np.ones((3, 4), dtype=np.float32))
+    (tmp_path / "c" / "segments" / ".000003.meta.npz.tmp-1").write_bytes(b"partial")
+    fresh = connect(f"file://{tmp_path}/c")
+    assert fresh.info().count == 2
+    fresh.upsert(VectorBatch(["c"], np.ones((1, 4))))
+    assert sorted(i for b in fresh.scan(10) for i in b.ids) == ["a", "b", "c"]
+
+
+def test_int_and_str_ids_round_trip(tmp_path):
+    coll = connect(f"file://{tmp_path}/c").create(dim=2)
+    coll.upsert(VectorBatch([10, 20], np.ones((2, 2)), [{"x": [1, {"y": None}]}, {}]))
+    got = coll.get([20, 10])
+    assert got.ids == [20, 10] and got.payloads[1] == {"x": [1, {"y": None}]}
+    with pytest.raises(InputError, match="duplicate"):
+        coll.upsert(VectorBatch(["a", "a"], np.ones((2, 2))))
+
+
+def test_plain_numpy_layouts_are_read_only(tmp_path):
+    vectors = np.arange(12, dtype=np.float32).reshape(4, 3) + 1
+    np.save(tmp_path / "v.npy", vectors)
+    coll = connect(str(tmp_path / "v.npy"))
+    assert coll.info().count == 4 and coll.get([2]).vectors.tolist() == [vectors[2].tolist()]
+    with pytest.raises(StoreError, match="read-only"):
+        coll.upsert(VectorBatch([9], np.ones((1, 3))))
+    d = tmp_path / "plain"
+    d.mkdir()
+    np.save(d / "vectors.npy", vectors)
+    (d / "ids.json").write_text(json.dumps(["w", "x", "y", "z"]))
+    (d / "payloads.jsonl").write_text("".join(json.dumps({"n": i}) + "\n" for i in range(4)))
+    got = connect(f"file://{d}").get(["y"])
+    assert got.ids == ["y"] and got.payloads == [{"n": 2}]
+
+
+def test_read_only_handle_refuses_writes_and_drop_refuses_foreign_dirs(tmp_path):
+    connect(f"file://{tmp_path}/c").create(dim=2)
+    ro = connect(f"file://{tmp_path}/c", read_only=True)
+    with pytest.raises(StoreError, match="read-only"):
+        ro.upsert(VectorBatch(["a"], np.ones((1, 2))))
+    with pytest.raises(StoreError, match="read-only"):
+        ro.drop()
+    (tmp_path / "precious").mkdir()
+    (tmp_path / "precious" / "thesis.txt").write_text("do not delete")
+    with pytest.raises(StoreError, match="not found"):
+        connect(f"file://{tmp_path}/precious").drop()
+    with pytest.raises(StoreError, match="not an empty directory"):
+        connect(f"file://{tmp_path}/precious").create(dim=2)
+    assert (tmp_path / "precious" / "thesis.txt").exists()
+
+
+def test_create_checks_existing_schema(tmp_path):
+    coll = connect(f"file://{tmp_path}/c").create(dim=3, metric="dot")
+    assert coll.create(dim=3, metric="dot", exist_ok=True) is coll
+    with pytest.raises(StoreError, match="already exists"):
+        coll.create(dim=3, metric="dot")
+    with pytest.raises(StoreError, match="exists with dim 3"):
+        coll.create(dim=4, metric="dot", exist_ok=True)
+    with pytest.raises(InputError, match="metric"):
+        connect(f"file://{tmp_path}/d").create(dim=3, metric="hamming")
+
+
+def test_scan_with_a_bad_cursor_is_a_clear_error(tmp_path):
+    coll = connect(f"file://{tmp_path}/c").create(dim=2)
+    coll.upsert(VectorBatch(["a"], np.ones((1, 2))))
+    with pytest.raises(InputError, match="cursor"):
+        list(coll.scan(10, after="garbage"))
