@@ -9,9 +9,16 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import numpy as np
+from scipy.linalg.blas import dsyrk as _syrk
 
 from ..errors import InputError
 from ..validation import check_paired
+
+
+def _add_gram(acc: np.ndarray, X: np.ndarray) -> None:
+    """acc += X^T X using the symmetric rank-k update (half the flops of a general matrix product)."""
+    upper = _syrk(1.0, X, trans=1, lower=0)
+    acc += np.triu(upper) + np.triu(upper, 1).T
 
 
 @dataclass
@@ -61,8 +68,8 @@ class PairMoments:
         self.sum_x += X.sum(axis=0)
         self.sum_y += Y.sum(axis=0)
         self.xty += X.T @ Y
-        self.xtx += X.T @ X
-        self.yty += Y.T @ Y
+        _add_gram(self.xtx, X)
+        _add_gram(self.yty, Y)
         return self
 
     def merge(self, other: "PairMoments") -> "PairMoments":

@@ -1,0 +1,483 @@
+"""``postgresql://`` / ``postgres://`` store: a PostgreSQL table with a pgvector column.
+
+URL::
+
+    postgresql://user[:password]@host:5432/db?table=items[&vector=embedding][&id=id][&payload=payload][&id_type=text]
+
+``table`` may be schema-qualified (``table=myschema.items``). ``vector`` names the vector column this connection
+reads and writes (a table may hold several: see :meth:`PgVectorCollection.add_vector_field`), ``id`` the primary
+key column, ``payload`` the ``jsonb`` column holding payloads; ``id_type=bigint`` makes :meth:`create` use an integer
+key (the default is ``text``; int ids written to a text key come back as strings). Every other query parameter
+(``sslmode``, ``connect_timeout``, ...) goes to libpq unchanged, and so do the password sources libpq knows: the URL,
+``PGPASSWORD``, ``~/.pgpass``, ``PGSERVICE``. Messages only ever show the redacted URL.
+
+Layout :meth:`create` makes: ``id text PRIMARY KEY, embedding vector(dim), payload jsonb``, an HNSW index with the
+metric's operator class, and the metric in a column comment (``vecbridge:metric=cosine``). The comment is what
+:meth:`info` reads first because it survives dropping the index (a usual step around bulk loads) and is also set
+for dimensions above HNSW's 2000-dimension limit, where no index is built and search is exact; tables made by other
+tools fall back to the metric of an HNSW/IVFFlat index on the column, else cosine. A table with no payload column
+(a hand-made ``id, content, embedding`` table) reads its other non-vector columns as the payload, and upserts into
+it write only ids and vectors.
+
+Bulk paths: reads are binary ``COPY (SELECT ...) TO STDOUT`` (the text protocol is ~17x slower for vectors), scans
+are keyset pages ordered by id (the cursor is the last id: it stays valid while other rows change), and upserts
+binary-``COPY`` into a temporary table, then ``INSERT ... ON CONFLICT (id) DO UPDATE`` in one transaction, so a
+batch is written whole or not at all and writing it twice changes nothing. Rows whose vector column is NULL (e.g.
+a field added after they were written) are not part of that field's collection.
+"""
+from __future__ import annotations
+
+import json
+import re
+import struct
+import time
+from dataclasses import dataclass
+from typing import Any, Callable, Iterator, Sequence, TypeVar
+from urllib.parse import urlencode, urlsplit, urlunsplit
+
+import numpy as np
+import psycopg
+from pgvector.psycopg import register_vector
+from psycopg import sql
+
+from ..errors import InputError, StoreError
+from .base import Collection, CollectionInfo, VectorBatch, check_metric
+from .url import query_params
+
+T = TypeVar("T")
+
+#: our URL parameters; everything else in the query string is a libpq parameter
+_OWN_PARAMS = ("table", "vector", "id", "payload", "id_type")
+_OPCLASS = {"cosine": "vector_cosine_ops", "dot": "vector_ip_ops", "l2": "vector_l2_ops"}
+_METRIC_OF_OPCLASS = {v: k for k, v in _OPCLASS.items()}
+#: pgvector distance operators: cosine distance, negative inner product, Euclidean distance
+_OPERATOR = {"cosine": "<=>", "dot": "<#>", "l2": "<->"}
+_COMMENT = re.compile(r"vecbridge:metric=(\w+)")
+_HNSW_MAX_DIM = 2000
+_INT_TYPES = {"smallint", "integer", "bigint"}
+_COPY_HEADER = b"PGCOPY\n\xff\r\n\x00" + struct.pack(">ii", 0, 0)
+_COPY_TRAILER = struct.pack(">h", -1)
+_COPY_ROWS_PER_WRITE = 5000
+#: seconds to wait before each reconnection attempt after a connection was lost mid-operation
+_RECONNECT_BACKOFF = (0.5, 1.0, 2.0)
+_TRANSIENT_SQLSTATES = {"40001", "40P01"}  # serialization failure, deadlock: retrying the transaction is safe
+
+
+@dataclass
+class _Schema:
+    """What the catalog says about the table."""
+
+    id_type: str                              # format_type of the id column, e.g. "text", "bigint", "uuid"
+    vector_fields: dict[str, tuple[int, str]]  # vector column -> (dim, metric)
+    has_payload: bool
+    other_columns: list[str]                   # non-vector columns besides id (the payload when has_payload is False)
+
+    @property
+    def int_ids(self) -> bool:
+        return self.id_type in _INT_TYPES
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return re.sub(r"\s+", " ", text[0]) if text else type(exc).__name__
+
+
+class PgVectorCollection(Collection):
+    scheme = "postgresql"
+
+    def __init__(self, url: str, *, read_only: bool = False):
+        super().__init__(url, read_only=read_only)
+        params = query_params(url)
+        self.table = params.get("table", "")
+        if not self.table:
+            raise InputError(f"{self.display_url}: name the table, e.g. postgresql://user@host:5432/db?table=items")
+        self.table_ident = sql.Identifier(*self.table.split(".", 1))
+        self.vector_column = params.get("vector", "embedding")
+        self.id_column = params.get("id", "id")
+        self.payload_column = params.get("payload", "payload")
+        self.new_id_type = params.get("id_type", "text").lower()
+        if self.new_id_type not in ("text", "bigint"):
+            raise InputError(f"id_type must be text or bigint, got {self.new_id_type!r}")
+        parts = urlsplit(url)
+        libpq = {k: v for k, v in params.items() if k not in _OWN_PARAMS}
+        libpq.setdefault("connect_timeout", "5")
+        self._conninfo = urlunsplit((parts.scheme, parts.netloc, parts.path, urlencode(libpq), ""))
+        self._password = parts.password
+        self._conn: psycopg.Connection | None = None
+        self._schema_cache: _Schema | None = None
+
+    # --- connection ---------------------------------------------------------------------------------------------------
+    def _error(self, what: str, exc: BaseException) -> StoreError:
+        detail = _first_line(exc)
+        if self._password:
+            detail = detail.replace(self._password, "***")
+        return StoreError(f"{self.display_url}: {what}: {detail}")
+
+    def _connection(self) -> psycopg.Connection:
+        if self._conn is not None and not self._conn.closed and not self._conn.broken:
+            return self._conn
+        try:
+            conn = psycopg.connect(self._conninfo, autocommit=True)
+        except psycopg.Error as exc:
+            raise self._error("cannot connect", exc) from None
+        self._conn = conn
+        self._register_vector_type()
+        return conn
+
+    def _register_vector_type(self) -> None:
+        """Teach the connection the ``vector`` type (for query parameters), once the extension exists."""
+        conn = self._conn
+        if conn.execute("SELECT 1 FROM pg_type WHERE typname = 'vector'").fetchone():
+            register_vector(conn)
+
+    def _run(self, work: Callable[[psycopg.Connection], T], what: str) -> T:
+        """Run ``work`` on a live connection; reconnect and retry it only when the failure is transient.
+
+        Transient means: the connection was lost mid-operation (every ``work`` is one statement or one transaction,
+        so repeating it is safe), or a serialization failure/deadlock. Connecting itself is not retried, so an
+        unreachable host or a wrong password fails at once.
+        """
+        for attempt in range(len(_RECONNECT_BACKOFF) + 1):
+            conn = self._connection()
+            try:
+                return work(conn)
+            except psycopg.Error as exc:
+                lost = conn.broken or isinstance(exc, psycopg.OperationalError) and conn.closed
+                transient = lost or getattr(exc, "sqlstate", None) in _TRANSIENT_SQLSTATES
+                if not transient or attempt == len(_RECONNECT_BACKOFF):
+                    if lost:
+                        raise self._error(f"connection lost while trying to {what}", exc) from None
+                    raise self._error(f"cannot {what}", exc) from None
+                time.sleep(_RECONNECT_BACKOFF[attempt])
+        raise AssertionError("unreachable")
+
+    # --- catalog ------------------------------------------------------------------------------------------------------
+    def _quoted_table(self, conn: psycopg.Connection) -> str:
+        return self.table_ident.as_string(conn)
+
+    def exists(self) -> bool:
+        return self._run(lambda conn: conn.execute("SELECT to_regclass(%s) IS NOT NULL",
+                                                   [self._quoted_table(conn)]).fetchone()[0], "look up the table")
+
+    def _read_schema(self, conn: psycopg.Connection) -> _Schema:
+        name = self._quoted_table(conn)
+        if not conn.execute("SELECT to_regclass(%s) IS NOT NULL", [name]).fetchone()[0]:
+            raise StoreError(f"collection not found: {self.display_url} (no table {self.table})")
+        columns = conn.execute(
+            "SELECT a.attname, t.typname, a.atttypmod, format_type(a.atttypid, a.atttypmod), "
+            "       col_description(a.attrelid, a.attnum) "
+            "FROM pg_attribute a JOIN pg_type t ON t.oid = a.atttypid "
+            "WHERE a.attrelid = %s::regclass AND a.attnum > 0 AND NOT a.attisdropped ORDER BY a.attnum",
+            [name]).fetchall()
+        index_metric = dict(conn.execute(
+            "SELECT a.attname, oc.opcname FROM pg_index i "
+            "JOIN pg_opclass oc ON oc.oid = i.indclass[0] "
+            "JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = i.indkey[0] "
+            "WHERE i.indrelid = %s::regclass", [name]).fetchall())
+        fields, types, others = {}, {}, []
+        for col, typname, typmod, type_text, comment in columns:
+            types[col] = type_text
+            if typname != "vector":
+                if col != self.id_column:
+                    others.append(col)
+                continue
+            found = _COMMENT.search(comment or "")
+            metric = found.group(1) if found else _METRIC_OF_OPCLASS.get(index_metric.get(col, ""), "cosine")
+            fields[col] = (int(typmod), metric)
+        if self.id_column not in types:
+            raise StoreError(f"{self.display_url}: table {self.table} has no id column {self.id_column!r}")
+        if self.vector_column not in fields:
+            raise StoreError(f"{self.display_url}: table {self.table} has no vector column {self.vector_column!r} "
+                             f"(vector columns: {', '.join(fields) or 'none'})")
+        if fields[self.vector_column][0] <= 0:
+            dim = conn.execute(sql.SQL("SELECT vector_dims({}) FROM {} WHERE {} IS NOT NULL LIMIT 1").format(
+                sql.Identifier(self.vector_column), self.table_ident, sql.Identifier(self.vector_column))).fetchone()
+            fields[self.vector_column] = (dim[0] if dim else 0, fields[self.vector_column][1])
+        return _Schema(types[self.id_column], fields, self.payload_column in types, others)
+
+    def _schema(self) -> _Schema:
+        if self._schema_cache is None:
+            self._schema_cache = self._run(self._read_schema, "read the table's columns")
+        return self._schema_cache
+
+    def info(self) -> CollectionInfo:
+        schema = self._schema()
+        dim, metric = schema.vector_fields[self.vector_column]
+        count = self._run(lambda conn: conn.execute(sql.SQL("SELECT count(*) FROM {} WHERE {} IS NOT NULL").format(
+            self.table_ident, sql.Identifier(self.vector_column))).fetchone()[0], "count rows")
+        return CollectionInfo(name=self.table, dim=dim, metric=metric, count=int(count),
+                              vector_fields=dict(schema.vector_fields))
+
+    # --- reading ------------------------------------------------------------------------------------------------------
+    def _select(self, schema: _Schema) -> sql.Composed:
+        """``id, vector, payload`` of this field's rows, in the types the binary COPY decoder expects."""
+        vec = sql.Identifier(self.vector_column)
+        ident = sql.Identifier(self.id_column)
+        id_expr = sql.SQL("{}::int8").format(ident) if schema.int_ids else sql.SQL("{}::text").format(ident)
+        if schema.has_payload:
+            payload = sql.SQL("{}::jsonb").format(sql.Identifier(self.payload_column))
+        else:  # the row's other plain columns
+            payload = sql.SQL("jsonb_build_object({})").format(sql.SQL(", ").join(
+                sql.SQL("{}, {}").format(sql.Literal(c), sql.Identifier(c)) for c in schema.other_columns))
+        return sql.SQL("SELECT {}, {}, {} FROM {} WHERE {} IS NOT NULL").format(
+            id_expr, vec, payload, self.table_ident, vec)
+
+    def _copy_out(self, query: sql.Composable, params: Sequence, schema: _Schema) -> VectorBatch:
+        """Run ``COPY (query) TO STDOUT (FORMAT BINARY)`` and decode it into a batch.
+
+        Vectors are taken as raw bytes (the column is declared ``bytea`` to the decoder) and decoded all at once
+        with numpy: pgvector's binary form is ``int16 dim, int16 unused, float4[dim]`` big-endian.
+        """
+        def work(conn: psycopg.Connection) -> list[tuple]:
+            with conn.cursor() as cur:
+                with cur.copy(sql.SQL("COPY ({}) TO STDOUT (FORMAT BINARY)").format(query), params) as copy:
+                    copy.set_types(["int8" if schema.int_ids else "text", "bytea", "jsonb"])
+                    return list(copy.rows())
+
+        rows = self._run(work, "read vectors")
+        dim = schema.vector_fields[self.vector_column][0]
+        if not rows:
+            return VectorBatch([], np.zeros((0, dim), dtype=np.float32), [])
+        ids, raw, payloads = zip(*rows)
+        blob = np.frombuffer(b"".join(raw), dtype=">f4")
+        width = len(raw[0]) // 4
+        if blob.size != width * len(raw):
+            raise StoreError(f"{self.display_url}: column {self.vector_column} holds vectors of different dimensions")
+        vectors = blob.reshape(len(raw), width)[:, 1:].astype(np.float32)
+        return VectorBatch(list(ids), vectors, [p if isinstance(p, dict) else {} for p in payloads])
+
+    def sample(self, n: int, seed: int = 0) -> VectorBatch:
+        """``n`` rows in the order of a seeded 64-bit hash of their ids (``hashtextextended``), then fetched by id.
+
+        Why not ``TABLESAMPLE``: ``SYSTEM`` draws whole pages (clustered, not uniform), ``BERNOULLI`` returns a
+        random *number* of rows, and both depend on the physical layout, so the same seed gives another sample
+        after a ``VACUUM FULL`` or a restore. Ranking by a seeded hash is a uniform random permutation of the ids
+        that depends only on the ids and the seed. The server reads ids only; just the ``n`` picked rows travel.
+        """
+        if n <= 0:
+            raise InputError("sample size must be positive")
+        ident = sql.Identifier(self.id_column)
+        query = sql.SQL("SELECT {} FROM {} WHERE {} IS NOT NULL ORDER BY hashtextextended({}::text, %s), {} "
+                        "LIMIT %s").format(ident, self.table_ident, sql.Identifier(self.vector_column), ident, ident)
+        picked = self._run(lambda conn: [r[0] for r in conn.execute(query, [int(seed), int(n)]).fetchall()],
+                           "sample ids")
+        return self.get(picked)
+
+    def scan(self, batch_size: int = 1000, after: Any = None) -> Iterator[VectorBatch]:
+        """Keyset pages in id order; each batch's cursor is its last id."""
+        if batch_size <= 0:
+            raise InputError("batch_size must be positive")
+        schema = self._schema()
+        ident = sql.Identifier(self.id_column)
+        first = sql.SQL("{} ORDER BY {} LIMIT %s").format(self._select(schema), ident)
+        following = sql.SQL("{} AND {} > %s ORDER BY {} LIMIT %s").format(self._select(schema), ident, ident)
+        if after is not None and schema.int_ids and not isinstance(after, int):
+            raise InputError(f"invalid scan cursor {after!r} for a table with integer ids")
+        while True:
+            if after is None:
+                batch = self._copy_out(first, [batch_size], schema)
+            else:
+                batch = self._copy_out(following, [after, batch_size], schema)
+            if not len(batch):
+                return
+            after = batch.cursor = batch.ids[-1]
+            yield batch
+            if len(batch) < batch_size:
+                return
+
+    def get(self, ids: Sequence) -> VectorBatch:
+        schema = self._schema()
+        keys = self._keys(ids, schema)
+        query = sql.SQL("{} AND {} = ANY(%s::{}[])").format(
+            self._select(schema), sql.Identifier(self.id_column), sql.SQL(schema.id_type))
+        found = VectorBatch.concat([self._copy_out(query, [keys[lo:lo + 10_000]], schema)
+                                    for lo in range(0, len(keys), 10_000)])
+        where = {i: r for r, i in enumerate(found.ids)}
+        rows = [where[k] for k in dict.fromkeys(keys) if k in where]
+        if not rows:
+            return VectorBatch([], np.zeros((0, schema.vector_fields[self.vector_column][0]), np.float32), [])
+        return found.take(np.asarray(rows, dtype=np.int64))
+
+    def _keys(self, ids: Sequence, schema: _Schema) -> list:
+        if not schema.int_ids:
+            return [str(i) for i in ids]
+        try:
+            return [int(i) for i in ids]
+        except (TypeError, ValueError):
+            raise InputError(f"table {self.table} has integer ids; got a non-integer id") from None
+
+    def search(self, vectors, k: int = 10) -> tuple[list[list], np.ndarray]:
+        """Batched k-NN in one statement: a ``LATERAL`` index scan per query vector.
+
+        ``hnsw.ef_search`` (the candidate list, 40 by default) is raised to ``2k`` (100 to 1000) so that recall
+        does not collapse for larger ``k``; an HNSW scan never returns more than ``ef_search`` rows.
+        """
+        schema = self._schema()
+        dim, metric = schema.vector_fields[self.vector_column]
+        queries = np.asarray(vectors, dtype=np.float32)
+        if queries.ndim != 2 or queries.shape[1] != dim:
+            raise InputError(f"query vectors must have dimension {dim}, got shape {queries.shape}")
+        vec = sql.Identifier(self.vector_column)
+        distance = sql.SQL("{} {} q.v").format(vec, sql.SQL(_OPERATOR[metric]))
+        query = sql.SQL(
+            "SELECT q.n, r.id, r.d FROM unnest(%s::vector[]) WITH ORDINALITY AS q(v, n) "
+            "CROSS JOIN LATERAL (SELECT {} AS id, {} AS d FROM {} ORDER BY {} LIMIT %s) r "
+            "WHERE r.d IS NOT NULL ORDER BY q.n, r.d").format(
+            sql.SQL("{}::int8" if schema.int_ids else "{}::text").format(sql.Identifier(self.id_column)),
+            distance, self.table_ident, distance)
+
+        def work(conn: psycopg.Connection) -> list[tuple]:
+            with conn.transaction():
+                conn.execute(sql.SQL("SET LOCAL hnsw.ef_search = {}").format(sql.Literal(min(1000, max(100, 2 * k)))))
+                return conn.execute(query, [list(queries), int(k)]).fetchall()
+
+        rows = self._run(work, "search") if len(queries) else []
+        ids: list[list] = [[] for _ in range(len(queries))]
+        distances: list[list[float]] = [[] for _ in range(len(queries))]
+        for n, i, d in rows:
+            ids[n - 1].append(i)
+            distances[n - 1].append(d)
+        width = max((len(r) for r in ids), default=0)
+        scores = np.full((len(queries), width), -np.inf, dtype=np.float32)
+        for row, ds in enumerate(distances):
+            d = np.asarray(ds, dtype=np.float64)
+            # higher is better: cosine similarity, dot product, negative squared L2 (as vecbridge.metrics)
+            scores[row, :len(d)] = 1.0 - d if metric == "cosine" else -d if metric == "dot" else -(d * d)
+        return ids, scores
+
+    # --- writing ------------------------------------------------------------------------------------------------------
+    def create(self, dim: int, metric: str = "cosine", *, exist_ok: bool = False) -> "PgVectorCollection":
+        """Create the table with an HNSW index for the metric (no index above 2000 dimensions: search is exact)."""
+        self._writable()
+        metric = check_metric(metric)
+        if int(dim) <= 0:
+            raise InputError(f"dimension must be positive, got {dim}")
+        if self.exists():
+            if not exist_ok:
+                raise StoreError(f"collection already exists: {self.display_url}")
+            info = self.info()
+            if (info.dim, info.metric) != (int(dim), metric):
+                raise StoreError(f"{self.display_url} exists with dim {info.dim} / {info.metric}, "
+                                 f"not {dim} / {metric}")
+            return self
+
+        def work(conn: psycopg.Connection) -> None:
+            with conn.transaction():
+                conn.execute("CREATE EXTENSION IF NOT EXISTS vector")
+                conn.execute(sql.SQL("CREATE TABLE {} ({} {} PRIMARY KEY, {} jsonb)").format(
+                    self.table_ident, sql.Identifier(self.id_column), sql.SQL(self.new_id_type),
+                    sql.Identifier(self.payload_column)))
+                self._add_vector_column(conn, self.vector_column, int(dim), metric)
+
+        self._run(work, "create the table")
+        self._register_vector_type()
+        self._schema_cache = None
+        return self
+
+    def _add_vector_column(self, conn: psycopg.Connection, name: str, dim: int, metric: str) -> None:
+        column = sql.Identifier(name)
+        conn.execute(sql.SQL("ALTER TABLE {} ADD COLUMN {} vector({})").format(
+            self.table_ident, column, sql.Literal(dim)))
+        conn.execute(sql.SQL("COMMENT ON COLUMN {}.{} IS {}").format(
+            self.table_ident, column, sql.Literal(f"vecbridge:metric={metric}")))
+        if dim <= _HNSW_MAX_DIM:
+            conn.execute(sql.SQL("CREATE INDEX ON {} USING hnsw ({} {})").format(
+                self.table_ident, column, sql.SQL(_OPCLASS[metric])))
+
+    def add_vector_field(self, name: str, dim: int, metric: str = "cosine") -> None:
+        """``ALTER TABLE ... ADD COLUMN name vector(dim)`` plus its index; open it with ``?vector=name``."""
+        self._writable()
+        metric = check_metric(metric)
+        if int(dim) <= 0:
+            raise InputError(f"dimension must be positive, got {dim}")
+        if name in self._schema().vector_fields:
+            raise StoreError(f"{self.display_url}: vector column {name!r} already exists")
+
+        def work(conn: psycopg.Connection) -> None:
+            with conn.transaction():
+                self._add_vector_column(conn, name, int(dim), metric)
+
+        self._run(work, "add a vector column")
+        self._schema_cache = None
+
+    def upsert(self, batch: VectorBatch) -> int:
+        self._writable()
+        schema = self._schema()
+        dim = schema.vector_fields[self.vector_column][0]
+        vectors = self._check_batch(batch, dim)
+        if len(batch) == 0:
+            return 0
+        keys = self._keys(batch.ids, schema)
+        if len(set(keys)) != len(keys):
+            raise InputError("batch contains duplicate ids")
+        try:
+            payloads = [json.dumps(p, ensure_ascii=False, separators=(",", ":")).encode()
+                        for p in batch.payloads] if schema.has_payload else None
+        except (TypeError, ValueError) as exc:
+            raise InputError(f"payloads must be JSON-serialisable ({exc})") from None
+        chunks = [_copy_rows(vectors[lo:lo + _COPY_ROWS_PER_WRITE], keys[lo:lo + _COPY_ROWS_PER_WRITE],
+                             payloads and payloads[lo:lo + _COPY_ROWS_PER_WRITE], schema.int_ids)
+                  for lo in range(0, len(keys), _COPY_ROWS_PER_WRITE)]
+        stage = sql.Identifier("_vecbridge_stage")
+        vec, ident = sql.Identifier(self.vector_column), sql.Identifier(self.id_column)
+        payload = sql.Identifier(self.payload_column)
+        stage_columns = sql.SQL("v, id, p" if schema.has_payload else "v, id")
+        if schema.has_payload:
+            merge = sql.SQL("INSERT INTO {} ({}, {}, {}) SELECT id::{}, v, p FROM {} ON CONFLICT ({}) "
+                            "DO UPDATE SET {} = EXCLUDED.{}, {} = EXCLUDED.{}").format(
+                self.table_ident, ident, vec, payload, sql.SQL(schema.id_type), stage, ident, vec, vec, payload,
+                payload)
+        else:
+            merge = sql.SQL("INSERT INTO {} ({}, {}) SELECT id::{}, v FROM {} ON CONFLICT ({}) "
+                            "DO UPDATE SET {} = EXCLUDED.{}").format(
+                self.table_ident, ident, vec, sql.SQL(schema.id_type), stage, ident, vec, vec)
+
+        def work(conn: psycopg.Connection) -> None:
+            with conn.transaction(), conn.cursor() as cur:
+                cur.execute(sql.SQL("CREATE TEMP TABLE {} (v vector({}), id {}, p jsonb) ON COMMIT DROP").format(
+                    stage, sql.Literal(dim), sql.SQL("int8" if schema.int_ids else "text")))
+                with cur.copy(sql.SQL("COPY {} ({}) FROM STDIN (FORMAT BINARY)").format(stage, stage_columns)) as cp:
+                    cp.write(_COPY_HEADER)
+                    for chunk in chunks:
+                        cp.write(chunk)
+                    cp.write(_COPY_TRAILER)
+                cur.execute(merge)
+
+        self._run(work, "write vectors")
+        return len(batch)
+
+    def drop(self) -> None:
+        self._writable()
+        if not self.exists():
+            raise StoreError(f"collection not found: {self.display_url}")
+        self._run(lambda conn: conn.execute(sql.SQL("DROP TABLE {}").format(self.table_ident)), "drop the table")
+        self._schema_cache = None
+
+
+def _copy_rows(vectors: np.ndarray, keys: list, payloads: list[bytes] | None, int_ids: bool) -> bytes:
+    """Rows of a binary COPY into ``(v vector, id text|int8[, p jsonb])``, without the header and trailer.
+
+    The fixed-size start of every row (field count, vector length, dim, float4 big-endian values) is laid out by
+    numpy in one go; only the id and the payload are appended per row.
+    """
+    n, dim = vectors.shape
+    head = struct.pack(">hihh", 2 if payloads is None else 3, 4 + 4 * dim, dim, 0)
+    fixed = np.empty((n, len(head) + 4 * dim), dtype=np.uint8)
+    fixed[:, :len(head)] = np.frombuffer(head, dtype=np.uint8)
+    fixed[:, len(head):] = np.ascontiguousarray(vectors, dtype=">f4").view(np.uint8).reshape(n, 4 * dim)
+    width = fixed.shape[1]
+    flat = memoryview(fixed.reshape(-1))
+    rows = [flat[i * width:(i + 1) * width] for i in range(n)]
+    if int_ids:
+        id_fields = [struct.pack(">iq", 8, k) for k in keys]
+    else:
+        encoded = [k.encode() for k in keys]
+        id_fields = [struct.pack(">i", len(b)) + b for b in encoded]
+    parts: list = []
+    if payloads is None:
+        for i in range(n):
+            parts += (rows[i], id_fields[i])
+    else:
+        for i in range(n):
+            parts += (rows[i], id_fields[i], struct.pack(">ib", len(payloads[i]) + 1, 1), payloads[i])
+    return b"".join(parts)

@@ -1,0 +1,498 @@
+"""``qdrant://`` store: a Qdrant collection through ``qdrant-client`` (server, local directory, or in memory).
+
+URL forms::
+
+    qdrant://HOST[:PORT]/COLLECTION           a Qdrant server over REST (port 6333 by default)
+    qdrant://HOST:6334/COLLECTION?grpc=1      the same server over gRPC (with ``grpc=1`` the port is the gRPC port)
+    qdrant://HOST/COLLECTION?https=1          TLS (``https=0`` forces plain HTTP)
+    qdrant:///ABS/DIR/COLLECTION              local mode: ``QdrantClient(path="/ABS/DIR")``
+    qdrant://./REL/DIR/COLLECTION             local mode, relative directory (also ``~/...``)
+    qdrant://:memory:/COLLECTION              in-memory local mode, shared by every URL of this process
+
+Query options: ``vector=NAME`` (the named vector to read/write; needed only when a collection has several),
+``api_key=...`` (default: the ``QDRANT_API_KEY`` environment variable; redacted in every message), ``timeout=S``
+(seconds per request, default 60). As in ``qdrant-client``, an API key switches TLS on unless ``https=0``.
+
+Local mode lets one client own a directory, so a process keeps one client per directory (and one for
+``:memory:``) and every URL naming it shares that client. Local mode is qdrant-client's Python emulation, fine for
+tests and small data; writes in ``path`` mode are slow (about 30 s per 10k points).
+
+Ids: Qdrant accepts only unsigned integers and UUIDs as point ids. Those are used as they are (a string that is a
+canonical UUID stays one); any other id (strings, negative ints) is stored under a UUID5 derived from it, with the
+original id kept in the payload under ``_vb_id`` and given back on read (the key is stripped from payloads).
+The mapping is the same as the ``qdrant-edge://`` connector's, so both stores name the same records alike.
+
+Scans use ``scroll``, which walks points in id order; a batch's cursor is the id of its last point, so a resumed
+scan restarts just after it (new points with larger ids written since are included; nothing is repeated).
+
+Sampling: Qdrant's random ``Sample`` query cannot be seeded, so ``sample`` draws ``n`` positions with a seeded
+generator over the exact count, walks the point ids only (no vectors, no payloads) with ``scroll`` to find the ids at
+those positions, and fetches just those points. This reads every id once but no vector that is not sampled.
+
+Metrics: Cosine / Dot / Euclid map to cosine / dot / l2 (Manhattan is refused). Qdrant normalises vectors of Cosine
+collections on insert, so they read back with unit length. Search scores: cosine similarity, dot product, and the
+negated Euclidean distance (higher is always better).
+
+Server calls are retried with backoff on transient failures only (connection errors, 429/502/503/504, gRPC
+UNAVAILABLE); a host that cannot be reached at all fails within a few seconds (a TCP probe before the first call).
+"""
+from __future__ import annotations
+
+import atexit
+import json
+import os
+import socket
+import threading
+import time
+import uuid
+from pathlib import Path
+from typing import Any, Callable, Iterator, Sequence
+from urllib.parse import unquote
+
+import grpc
+import numpy as np
+from qdrant_client import QdrantClient, models
+from qdrant_client.http.exceptions import ResponseHandlingException, UnexpectedResponse
+
+from ..errors import InputError, StoreError
+from .base import Collection, CollectionInfo, VectorBatch, check_metric
+from .url import query_params
+
+#: payload key holding an original id that Qdrant cannot take as a point id
+ID_KEY = "_vb_id"
+#: namespace of the UUID5 point ids derived from other ids (shared with the qdrant-edge connector)
+ID_NAMESPACE = uuid.UUID("6f1d3f0e-5c3a-4f38-9a53-7c1b8d0e2a41")
+
+_TO_METRIC = {"Cosine": "cosine", "Dot": "dot", "Euclid": "l2"}
+_TO_DISTANCE = {"cosine": models.Distance.COSINE, "dot": models.Distance.DOT, "l2": models.Distance.EUCLID}
+_TRANSIENT_HTTP = {429, 502, 503, 504}
+_TRANSIENT_GRPC = {grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.RESOURCE_EXHAUSTED}
+_RETRY_DELAYS = (0.5, 1.0, 2.0)
+_PROBE_TIMEOUT_S = 3.0
+_ID_PAGE = 10_000       # ids per scroll page when sampling
+_QUERY_CHUNK = 64       # queries per batch request
+_RETRIEVE_CHUNK = 1000  # ids per retrieve request
+_REQUEST_BYTES = 8_000_000  # aim for upsert bodies well under the server's 32 MB default limit
+
+_LOCAL_CLIENTS: dict[str, QdrantClient] = {}
+_LOCAL_LOCK = threading.Lock()
+
+
+@atexit.register
+def _close_local_clients() -> None:
+    """Close local clients before interpreter teardown (their own finaliser fails that late)."""
+    with _LOCAL_LOCK:
+        for client in _LOCAL_CLIENTS.values():
+            client.close()
+        _LOCAL_CLIENTS.clear()
+
+
+def point_id(record_id: Any) -> tuple[int | str, bool]:
+    """The Qdrant point id for a record id, and whether the original must be kept in the payload."""
+    if isinstance(record_id, (int, np.integer)) and not isinstance(record_id, (bool, np.bool_)):
+        value = int(record_id)
+        if 0 <= value < 2 ** 64:
+            return value, False
+        if value < -2 ** 63:  # the payload keeps 64-bit integers only
+            raise InputError(f"integer ids must fit in 64 bits, got {value}")
+        return str(uuid.uuid5(ID_NAMESPACE, json.dumps(value))), True
+    if isinstance(record_id, str):
+        try:
+            if str(uuid.UUID(record_id)) == record_id:
+                return record_id, False
+        except ValueError:
+            pass
+        return str(uuid.uuid5(ID_NAMESPACE, json.dumps(record_id))), True
+    raise InputError(f"ids must be strings or integers, got {type(record_id).__name__}")
+
+
+def original_id(pid: Any, payload: dict | None) -> Any:
+    """The record id of a point (removing the reserved key from ``payload``)."""
+    if payload and ID_KEY in payload:
+        return payload.pop(ID_KEY)
+    return pid if isinstance(pid, int) else str(pid)
+
+
+def _decode_cursor(cursor: Any) -> int | str:
+    if isinstance(cursor, int) and not isinstance(cursor, bool) and cursor >= 0:
+        return cursor
+    if isinstance(cursor, str):
+        try:
+            return str(uuid.UUID(cursor))
+        except ValueError:
+            pass
+    raise InputError(f"invalid scan cursor {cursor!r} for a qdrant collection")
+
+
+def _flag(value: str | None) -> bool | None:
+    if value is None:
+        return None
+    return value.strip().lower() in ("1", "true", "yes", "on")
+
+
+def _single_segment(path: str, url_form: str) -> str:
+    name = unquote(path.strip("/"))
+    if not name or "/" in name:
+        raise InputError(f"expected {url_form}")
+    return name
+
+
+class QdrantCollection(Collection):
+    scheme = "qdrant"
+
+    def __init__(self, url: str, *, read_only: bool = False):
+        super().__init__(url, read_only=read_only)
+        self.params = query_params(url)
+        rest = url.split("://", 1)[1].split("?", 1)[0].split("#", 1)[0]
+        netloc, _, path = rest.partition("/")
+        self.vector_name: str | None = self.params.get("vector")
+        self._api_key = self.params.get("api_key") or os.environ.get("QDRANT_API_KEY") or None
+        self._timeout = int(float(self.params.get("timeout", "60")))
+        self._client_obj: QdrantClient | None = None
+        self._schema_cache: tuple[dict[str, tuple[int, str]], str] | None = None
+        if netloc == ":memory:":
+            self.mode, self.location = "memory", ":memory:"
+            self.name = _single_segment(path, "qdrant://:memory:/COLLECTION")
+        elif netloc == "" or netloc in (".", "..") or netloc.startswith("~"):
+            directory, _, name = path.rpartition("/")
+            if not name or not directory:
+                raise InputError("expected qdrant:///DIR/COLLECTION for a local Qdrant directory")
+            base = "/" if netloc == "" else netloc + "/"
+            self.mode, self.location, self.name = "local", str(Path(base + unquote(directory)).expanduser()), unquote(name)
+        else:
+            self.mode, self.location = "server", netloc
+            self.name = _single_segment(path, "qdrant://HOST:PORT/COLLECTION")
+
+    # --- connection ---------------------------------------------------------------------------------------------------
+    def _client(self, *, create: bool = False) -> QdrantClient:
+        """The client for this URL; for a local directory that does not exist yet, only when ``create`` is set."""
+        if self._client_obj is not None:
+            return self._client_obj
+        if self.mode == "server":
+            self._client_obj = self._server_client()
+            return self._client_obj
+        key = self.location if self.mode == "memory" else os.path.realpath(self.location)
+        with _LOCAL_LOCK:
+            if key not in _LOCAL_CLIENTS:
+                if self.mode == "local" and not create and not os.path.isdir(key):
+                    raise StoreError(f"collection not found: {self.display_url} (no directory {self.location})")
+                try:
+                    _LOCAL_CLIENTS[key] = (QdrantClient(location=":memory:") if self.mode == "memory"
+                                           else QdrantClient(path=key))
+                except RuntimeError:  # the directory is locked by another process's client
+                    raise StoreError(f"{self.display_url}: the local Qdrant directory is in use by another process "
+                                     f"(local mode allows one client; use a Qdrant server to share it)") from None
+                except (OSError, ValueError) as exc:
+                    raise StoreError(f"{self.display_url}: cannot open the local Qdrant directory ({exc})") from None
+            self._client_obj = _LOCAL_CLIENTS[key]
+        return self._client_obj
+
+    def _server_client(self) -> QdrantClient:
+        host, _, port_text = self.location.rpartition("@")[2].partition(":")
+        grpc_mode = bool(_flag(self.params.get("grpc")))
+        try:
+            port = int(port_text) if port_text else (6334 if grpc_mode else 6333)
+        except ValueError:
+            raise InputError(f"invalid port in {self.display_url}") from None
+        try:  # fail fast and clearly when nothing listens there (the client would wait for its full timeout)
+            socket.create_connection((host, port), timeout=min(_PROBE_TIMEOUT_S, self._timeout)).close()
+        except OSError as exc:
+            raise StoreError(f"cannot reach Qdrant at {self.display_url} "
+                             f"({exc.strerror or type(exc).__name__})") from None
+        https = _flag(self.params.get("https"))
+        options: dict[str, Any] = dict(host=host, api_key=self._api_key, timeout=self._timeout,
+                                       check_compatibility=False, prefer_grpc=grpc_mode)
+        options["grpc_port" if grpc_mode else "port"] = port
+        if https is not None:
+            options["https"] = https
+        return QdrantClient(**options)
+
+    def _call(self, what: str, fn: Callable, *args, **kwargs):
+        """Run one client call; retry transient server failures with backoff; map failures to one-line errors."""
+        for delay in (*_RETRY_DELAYS, None):
+            try:
+                return fn(*args, **kwargs)
+            except (InputError, StoreError):
+                raise
+            except Exception as exc:  # noqa: BLE001 - the client raises many types; all become StoreError
+                kind, detail = self._classify(exc)
+                if kind == "transient" and delay is not None and self.mode == "server":
+                    time.sleep(delay)
+                    continue
+                raise self._error(what, kind, detail) from None
+
+    @staticmethod
+    def _classify(exc: Exception) -> tuple[str, str]:
+        if isinstance(exc, UnexpectedResponse):
+            code = exc.status_code or 0
+            try:
+                detail = str(exc.structured()["status"]["error"])
+            except Exception:  # noqa: BLE001 - a body that is not Qdrant's JSON error
+                detail = f"HTTP {code} {exc.reason_phrase}".strip()
+            kind = ("auth" if code in (401, 403) else "missing" if code == 404
+                    else "transient" if code in _TRANSIENT_HTTP else "error")
+            return kind, f"HTTP {code}: {detail}" if kind != "error" else detail
+        if isinstance(exc, ResponseHandlingException):
+            return "transient", str(exc.source) or type(exc.source).__name__
+        if isinstance(exc, grpc.RpcError) and hasattr(exc, "code"):
+            code = exc.code()
+            kind = ("auth" if code in (grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.PERMISSION_DENIED)
+                    else "missing" if code == grpc.StatusCode.NOT_FOUND
+                    else "transient" if code in _TRANSIENT_GRPC else "error")
+            return kind, f"gRPC {code.name}: {exc.details() if hasattr(exc, 'details') else ''}"
+        text = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        if isinstance(exc, ValueError) and "not found" in text.lower():
+            return "missing", text
+        return "error", text
+
+    def _error(self, what: str, kind: str, detail: str) -> StoreError:
+        if self._api_key:
+            detail = detail.replace(self._api_key, "***")
+        detail = detail[:300]
+        if kind == "auth":
+            return StoreError(f"Qdrant refused the credentials for {self.display_url} ({detail}); "
+                              f"check QDRANT_API_KEY or ?api_key=")
+        if kind == "missing":
+            return StoreError(f"collection not found: {self.display_url}")
+        if kind == "transient":
+            return StoreError(f"lost the connection to Qdrant at {self.display_url} while {what} ({detail})")
+        return StoreError(f"{self.display_url}: Qdrant failed while {what}: {detail}")
+
+    # --- schema ---------------------------------------------------------------------------------------------------------
+    def _schema(self) -> tuple[dict[str, tuple[int, str]], str]:
+        """(dense vector fields name -> (dim, metric), the field this URL uses); cached until create/drop."""
+        if self._schema_cache is None:
+            info = self._call("reading the collection", self._client().get_collection, self.name)
+            config = info.config.params.vectors
+            if config is None:
+                raise StoreError(f"{self.display_url} has no dense vectors")
+            raw = {"": config} if isinstance(config, models.VectorParams) else dict(config)
+            fields = {n: (int(p.size), _TO_METRIC.get(p.distance.value, p.distance.value.lower()))
+                      for n, p in raw.items() if p.multivector_config is None}
+            self._schema_cache = (fields, self._pick_field(fields))
+        return self._schema_cache
+
+    def _pick_field(self, fields: dict[str, tuple[int, str]]) -> str:
+        listed = ", ".join(repr(n) for n in fields) or "none"
+        if self.vector_name is not None:
+            if self.vector_name not in fields:
+                raise StoreError(f"{self.display_url} has no dense vector named {self.vector_name!r} "
+                                 f"(it has: {listed})")
+            return self.vector_name
+        if "" in fields:
+            return ""
+        if len(fields) == 1:
+            return next(iter(fields))
+        raise StoreError(f"{self.display_url} has several named vectors ({listed}); choose one with ?vector=NAME")
+
+    def _field(self) -> tuple[str, int, str]:
+        fields, name = self._schema()
+        dim, metric = fields[name]
+        if metric not in _TO_METRIC.values():
+            raise StoreError(f"{self.display_url}: vector {name!r} uses {metric} distance, which vecbridge does "
+                             f"not support (cosine, dot, l2)")
+        return name, dim, metric
+
+    def _has_vector_filter(self) -> models.Filter | None:
+        """In collections with several vectors a point may lack ours: those points are not records here."""
+        fields, name = self._schema()
+        return models.Filter(must=[models.HasVectorCondition(has_vector=name)]) if len(fields) > 1 else None
+
+    def _with_vectors(self) -> bool | list[str]:
+        fields, name = self._schema()
+        return True if list(fields) == [""] else [name]
+
+    def _to_batch(self, records: Sequence, name: str, dim: int) -> VectorBatch:
+        ids, payloads = [], []
+        vectors = np.empty((len(records), dim), dtype=np.float32)
+        for row, rec in enumerate(records):
+            payload = dict(rec.payload or {})
+            ids.append(original_id(rec.id, payload))
+            payloads.append(payload)
+            vectors[row] = rec.vector[name] if isinstance(rec.vector, dict) else rec.vector
+        return VectorBatch(ids, vectors, payloads)
+
+    # --- protocol: reading ------------------------------------------------------------------------------------------------
+    def exists(self) -> bool:
+        try:
+            client = self._client()
+        except StoreError as exc:
+            if str(exc).startswith("collection not found"):
+                return False
+            raise
+        return bool(self._call("checking the collection", client.collection_exists, self.name))
+
+    def info(self) -> CollectionInfo:
+        fields, _ = self._schema()
+        _, dim, metric = self._field()
+        count = self._call("counting points", self._client().count, self.name,
+                           count_filter=self._has_vector_filter(), exact=True).count
+        usable = {n: f for n, f in fields.items() if f[1] in _TO_METRIC.values()}
+        return CollectionInfo(name=self.name, dim=dim, metric=metric, count=int(count), vector_fields=usable)
+
+    def _scroll(self, offset, limit: int, *, full: bool):
+        """One scroll page: (records, next offset); ``full`` brings payloads and vectors, else ids only."""
+        return self._call("scrolling points", self._client().scroll, self.name,
+                          scroll_filter=self._has_vector_filter(), limit=limit, offset=offset,
+                          with_payload=full, with_vectors=self._with_vectors() if full else False)
+
+    def scan(self, batch_size: int = 1000, after: Any = None) -> Iterator[VectorBatch]:
+        name, dim, _ = self._field()
+        if batch_size <= 0:
+            raise InputError("batch_size must be positive")
+        offset = None
+        if after is not None:
+            last = _decode_cursor(after)
+            probe, _ = self._scroll(last, 2, full=False)  # scroll's offset is inclusive: step past the cursor
+            probe = [p for p in probe if p.id != last]
+            if not probe:
+                return
+            offset = probe[0].id
+        while True:
+            records, offset = self._scroll(offset, batch_size, full=True)
+            if records:
+                batch = self._to_batch(records, name, dim)
+                batch.cursor = records[-1].id
+                yield batch
+            if offset is None:
+                return
+
+    def sample(self, n: int, seed: int = 0) -> VectorBatch:
+        if n <= 0:
+            raise InputError("sample size must be positive")
+        count = self.info().count
+        positions = np.sort(np.random.default_rng(seed).choice(count, size=min(n, count), replace=False))
+        picked: list = []
+        seen, offset = 0, None
+        while len(picked) < len(positions):
+            records, offset = self._scroll(offset, _ID_PAGE, full=False)
+            lo, hi = np.searchsorted(positions, [seen, seen + len(records)])
+            picked.extend(records[p - seen].id for p in positions[lo:hi])
+            seen += len(records)
+            if offset is None:
+                break
+        return self._retrieve(picked)
+
+    def _retrieve(self, pids: Sequence) -> VectorBatch:
+        """The points with these point ids, in this order, skipping missing ones."""
+        name, dim, _ = self._field()
+        found: dict = {}
+        unique = list(dict.fromkeys(pids))
+        for lo in range(0, len(unique), _RETRIEVE_CHUNK):
+            records = self._call("retrieving points", self._client().retrieve, self.name,
+                                 ids=unique[lo:lo + _RETRIEVE_CHUNK], with_payload=True,
+                                 with_vectors=self._with_vectors())
+            found.update((r.id, r) for r in records
+                         if r.vector is not None and (not isinstance(r.vector, dict) or name in r.vector))
+        return self._to_batch([found[p] for p in pids if p in found], name, dim)
+
+    def get(self, ids: Sequence) -> VectorBatch:
+        return self._retrieve([point_id(i)[0] for i in ids])
+
+    def search(self, vectors, k: int = 10) -> tuple[list[list], np.ndarray]:
+        name, dim, metric = self._field()
+        queries = np.asarray(vectors, dtype=np.float32)
+        if queries.ndim != 2 or queries.shape[1] != dim:
+            raise InputError(f"query vectors must have dimension {dim}, got shape {queries.shape}")
+        using = name or None
+        results: list = []
+        for lo in range(0, len(queries), _QUERY_CHUNK):
+            requests = [models.QueryRequest(query=q.tolist(), using=using, limit=k, with_payload=[ID_KEY],
+                                            filter=self._has_vector_filter())
+                        for q in queries[lo:lo + _QUERY_CHUNK]]
+            results.extend(r.points for r in self._call("searching", self._client().query_batch_points,
+                                                         self.name, requests=requests))
+        width = max((len(r) for r in results), default=0)
+        scores = np.full((len(results), width), np.nan, dtype=np.float32)
+        ids = []
+        for row, points in enumerate(results):
+            ids.append([original_id(p.id, dict(p.payload or {})) for p in points])
+            scores[row, :len(points)] = [p.score for p in points]
+        if metric == "l2":  # Qdrant reports the Euclidean distance (lower is better)
+            scores = -scores
+        scores[np.isnan(scores)] = -np.inf  # a query that found fewer than the widest row
+        return ids, scores
+
+    # --- protocol: writing ------------------------------------------------------------------------------------------------
+    def create(self, dim: int, metric: str = "cosine", *, exist_ok: bool = False) -> "QdrantCollection":
+        self._writable()
+        metric = check_metric(metric)
+        if int(dim) <= 0:
+            raise InputError(f"dimension must be positive, got {dim}")
+        client = self._client(create=True)
+        if self._call("checking the collection", client.collection_exists, self.name):
+            if not exist_ok:
+                raise StoreError(f"collection already exists: {self.display_url}")
+            _, have_dim, have_metric = self._field()
+            if (have_dim, have_metric) != (int(dim), metric):
+                raise StoreError(f"{self.display_url} exists with dim {have_dim} / {have_metric}, "
+                                 f"not {dim} / {metric}")
+            return self
+        params = models.VectorParams(size=int(dim), distance=_TO_DISTANCE[metric])
+        config = {self.vector_name: params} if self.vector_name else params
+        self._call("creating the collection", client.create_collection, self.name, vectors_config=config)
+        self._schema_cache = None
+        return self
+
+    def upsert(self, batch: VectorBatch) -> int:
+        self._writable()
+        name, dim, _ = self._field()
+        vectors = self._check_batch(batch, dim)
+        if len(batch) == 0:
+            return 0
+        pids, payloads = [], []
+        for record_id, payload in zip(batch.ids, batch.payloads):
+            pid, keep = point_id(record_id)
+            pids.append(pid)
+            payloads.append({**payload, ID_KEY: record_id} if keep else dict(payload))
+        fields, _ = self._schema()
+        rows = max(1, min(1000, _REQUEST_BYTES // (dim * 20 + 256)))
+        for lo in range(0, len(pids), rows):
+            chunk = slice(lo, lo + rows)
+            if len(fields) > 1:
+                points = self._merged_points(name, pids[chunk], vectors[chunk], payloads[chunk])
+            else:
+                points = models.Batch(ids=pids[chunk], vectors=vectors[chunk].tolist(), payloads=payloads[chunk])
+            self._call("writing points", self._client().upsert, self.name, points=points, wait=True)
+        return len(batch)
+
+    def _merged_points(self, name: str, pids: list, vectors: np.ndarray, payloads: list) -> list:
+        """Points carrying our vector plus the other named vectors the existing points already have (an upsert
+        replaces a whole point, and writing one vector field must not erase the others)."""
+        existing = self._call("reading points", self._client().retrieve, self.name, ids=pids,
+                              with_payload=False, with_vectors=True)
+        others: dict = {}
+        for rec in existing:
+            current = rec.vector if isinstance(rec.vector, dict) else {"": rec.vector}
+            others[rec.id] = {k: v for k, v in current.items() if k != name and v is not None}
+        return [models.PointStruct(id=pid, vector={**others.get(pid, {}), name: vec.tolist()}, payload=payload)
+                for pid, vec, payload in zip(pids, vectors, payloads)]
+
+    def drop(self) -> None:
+        self._writable()
+        if not self.exists():
+            raise StoreError(f"collection not found: {self.display_url}")
+        self._call("dropping the collection", self._client().delete_collection, self.name)
+        self._schema_cache = None
+
+    def add_vector_field(self, name: str, dim: int, metric: str = "cosine") -> None:
+        """Add a named dense vector (Qdrant >= 1.18 and a qdrant-client that has ``create_vector_name``)."""
+        self._writable()
+        metric = check_metric(metric)
+        if int(dim) <= 0:
+            raise InputError(f"dimension must be positive, got {dim}")
+        client = self._client()
+        self._schema()  # a clear error if the collection is missing
+        if not hasattr(client, "create_vector_name"):
+            raise StoreError(f"{self.scheme}: adding a vector field needs qdrant-client >= 1.18")
+        config = models.DenseVectorNameConfig(dense=models.DenseVectorConfig(size=int(dim),
+                                                                             distance=_TO_DISTANCE[metric]))
+        try:
+            self._call("adding a vector field", client.create_vector_name, self.name, vector_name=name,
+                       vector_name_config=config)
+        except StoreError as exc:
+            if str(exc).startswith("collection not found"):  # an endpoint this server does not have
+                raise StoreError(f"{self.scheme}: adding a vector field is not supported by this Qdrant server "
+                                 f"(it needs Qdrant >= 1.18)") from None
+            raise
+        self._schema_cache = None

@@ -1,0 +1,355 @@
+"""``qdrant-edge://`` store: a Qdrant Edge shard, the real Qdrant engine embedded in this process (``qdrant-edge-py``).
+
+URL forms::
+
+    qdrant-edge:///ABS/DIR/SHARD        the shard directory (``EdgeShard.create`` / ``EdgeShard.load``)
+    qdrant-edge://./REL/DIR/SHARD       relative to the working directory (also ``~/...``)
+
+Query option: ``vector=NAME``, the named vector to read/write (needed only when the shard has several).
+
+A shard is owned by one process (its write-ahead log is locked), so this process keeps one open ``EdgeShard`` per
+directory, shared by every URL naming it, flushed and closed at exit. Writes are durable through the WAL. Indexing
+(HNSW) is left to the application (``EdgeShard.optimize()``); an unoptimised shard answers searches exactly.
+
+The shard's metric and dimension come from its own ``edge_config.json`` (the engine keeps it current, including
+vectors added later). Ids, cursors, sampling and scores follow the ``qdrant://`` connector: unsigned ints and UUIDs
+are point ids as they are, other ids become UUID5 point ids with the original kept in the payload under ``_vb_id``
+(the same mapping, so records keep their point ids between both stores); ``scroll`` walks points in id order and a
+batch's cursor is its last point id; ``sample`` draws seeded positions over the exact count, walks ids only to find
+them and fetches just those points (the engine's random sample cannot be seeded); Euclid scores are negated.
+"""
+from __future__ import annotations
+
+import atexit
+import json
+import os
+import shutil
+import threading
+import uuid
+from pathlib import Path
+from typing import Any, Callable, Iterator, Sequence
+from urllib.parse import unquote
+
+import numpy as np
+import qdrant_edge as qe
+
+from ..errors import InputError, StoreError
+from .base import Collection, CollectionInfo, VectorBatch, check_metric
+from .url import query_params
+
+#: payload key holding an original id that Qdrant cannot take as a point id (as in the qdrant:// connector)
+ID_KEY = "_vb_id"
+#: namespace of the UUID5 point ids derived from other ids (as in the qdrant:// connector)
+ID_NAMESPACE = uuid.UUID("6f1d3f0e-5c3a-4f38-9a53-7c1b8d0e2a41")
+CONFIG_FILE = "edge_config.json"
+
+_TO_METRIC = {"Cosine": "cosine", "Dot": "dot", "Euclid": "l2"}
+_TO_DISTANCE = {"cosine": qe.Distance.Cosine, "dot": qe.Distance.Dot, "l2": qe.Distance.Euclid}
+_ID_PAGE = 10_000      # ids per scroll page when sampling
+_WRITE_CHUNK = 2048    # points per update operation
+_QUERY_CHUNK = 64      # queries per batch request
+
+_SHARDS: dict[str, qe.EdgeShard] = {}
+_SHARDS_LOCK = threading.Lock()
+
+
+@atexit.register
+def _close_shards() -> None:
+    with _SHARDS_LOCK:
+        for shard in _SHARDS.values():
+            shard.flush()
+            shard.close()
+        _SHARDS.clear()
+
+
+def point_id(record_id: Any) -> tuple[int | str, bool]:
+    """The point id for a record id, and whether the original must be kept in the payload."""
+    if isinstance(record_id, (int, np.integer)) and not isinstance(record_id, (bool, np.bool_)):
+        value = int(record_id)
+        if 0 <= value < 2 ** 64:
+            return value, False
+        if value < -2 ** 63:  # the payload keeps 64-bit integers only
+            raise InputError(f"integer ids must fit in 64 bits, got {value}")
+        return str(uuid.uuid5(ID_NAMESPACE, json.dumps(value))), True
+    if isinstance(record_id, str):
+        try:
+            if str(uuid.UUID(record_id)) == record_id:
+                return record_id, False
+        except ValueError:
+            pass
+        return str(uuid.uuid5(ID_NAMESPACE, json.dumps(record_id))), True
+    raise InputError(f"ids must be strings or integers, got {type(record_id).__name__}")
+
+
+def _pid(engine_id: Any) -> int | str:
+    """The engine's point id (int or UUID object) as a JSON value."""
+    return engine_id if isinstance(engine_id, int) else str(engine_id)
+
+
+def _original_id(engine_id: Any, payload: dict | None) -> Any:
+    if payload and ID_KEY in payload:
+        return payload.pop(ID_KEY)
+    return _pid(engine_id)
+
+
+def _decode_cursor(cursor: Any) -> int | str:
+    if isinstance(cursor, int) and not isinstance(cursor, bool) and cursor >= 0:
+        return cursor
+    if isinstance(cursor, str):
+        try:
+            return str(uuid.UUID(cursor))
+        except ValueError:
+            pass
+    raise InputError(f"invalid scan cursor {cursor!r} for a qdrant-edge shard")
+
+
+class QdrantEdgeCollection(Collection):
+    scheme = "qdrant-edge"
+
+    def __init__(self, url: str, *, read_only: bool = False):
+        super().__init__(url, read_only=read_only)
+        self.params = query_params(url)
+        rest = url.split("://", 1)[1].split("?", 1)[0].split("#", 1)[0]
+        netloc, _, path = rest.partition("/")
+        if netloc and netloc not in (".", "..") and not netloc.startswith("~"):
+            raise InputError("expected qdrant-edge:///ABS/DIR/SHARD or qdrant-edge://./REL/DIR/SHARD")
+        if not path.strip("/"):
+            raise InputError("a qdrant-edge URL needs the shard directory, e.g. qdrant-edge:///data/shard")
+        self.path = Path((netloc + "/" if netloc else "/") + unquote(path)).expanduser()
+        self.vector_name: str | None = self.params.get("vector")
+        self._fields_cache: tuple[int, dict[str, tuple[int, str]]] | None = None
+
+    # --- shard ------------------------------------------------------------------------------------------------------------
+    @property
+    def _key(self) -> str:
+        return os.path.realpath(self.path)
+
+    def _call(self, what: str, fn: Callable, *args, **kwargs):
+        try:
+            return fn(*args, **kwargs)
+        except Exception as exc:  # noqa: BLE001 - the engine raises plain Exception with its message
+            detail = (str(exc).splitlines() or [type(exc).__name__])[0][:300]
+            raise StoreError(f"{self.display_url}: Qdrant Edge failed while {what}: {detail}") from None
+
+    def _shard(self) -> qe.EdgeShard:
+        with _SHARDS_LOCK:
+            shard = _SHARDS.get(self._key)
+            if shard is None:
+                if not self.exists():
+                    raise StoreError(f"collection not found: {self.display_url} (no {CONFIG_FILE})")
+                shard = _SHARDS[self._key] = self._call("opening the shard", qe.EdgeShard.load, str(self.path))
+            return shard
+
+    def _fields(self) -> dict[str, tuple[int, str]]:
+        """Dense vector fields of the shard: name -> (dim, metric as the engine names it, mapped when known)."""
+        config_path = self.path / CONFIG_FILE
+        try:
+            stamp = config_path.stat().st_mtime_ns
+        except OSError:
+            raise StoreError(f"collection not found: {self.display_url} (no {CONFIG_FILE})") from None
+        if self._fields_cache is None or self._fields_cache[0] != stamp:
+            try:
+                vectors = json.loads(config_path.read_text())["vectors"]
+                fields = {name: (int(p["size"]), _TO_METRIC.get(p["distance"], str(p["distance"]).lower()))
+                          for name, p in vectors.items() if not p.get("multivector_config")}
+            except (OSError, ValueError, KeyError, TypeError) as exc:
+                raise StoreError(f"{self.display_url}: unreadable {CONFIG_FILE} ({exc})") from None
+            self._fields_cache = (stamp, fields)
+        return self._fields_cache[1]
+
+    def _field(self) -> tuple[str, int, str]:
+        fields = self._fields()
+        listed = ", ".join(repr(n) for n in fields) or "none"
+        if self.vector_name is not None:
+            if self.vector_name not in fields:
+                raise StoreError(f"{self.display_url} has no dense vector named {self.vector_name!r} "
+                                 f"(it has: {listed})")
+            name = self.vector_name
+        elif "" in fields or len(fields) == 1:
+            name = "" if "" in fields else next(iter(fields))
+        else:
+            raise StoreError(f"{self.display_url} has several named vectors ({listed}); choose one with ?vector=NAME")
+        dim, metric = fields[name]
+        if metric not in _TO_METRIC.values():
+            raise StoreError(f"{self.display_url}: vector {name!r} uses {metric} distance, which vecbridge does "
+                             f"not support (cosine, dot, l2)")
+        return name, dim, metric
+
+    def _filter(self) -> qe.Filter | None:
+        """In shards with several vectors a point may lack ours: those points are not records here."""
+        fields = self._fields()
+        name = self._field()[0]
+        return qe.Filter(must=[qe.HasVectorCondition(name)]) if len(fields) > 1 else None
+
+    def _with_vector(self) -> bool | list[str]:
+        return True if list(self._fields()) == [""] else [self._field()[0]]
+
+    @staticmethod
+    def _to_batch(records: Sequence, name: str, dim: int) -> VectorBatch:
+        ids, payloads = [], []
+        vectors = np.empty((len(records), dim), dtype=np.float32)
+        for row, rec in enumerate(records):
+            payload = dict(rec.payload or {})
+            ids.append(_original_id(rec.id, payload))
+            payloads.append(payload)
+            vectors[row] = rec.vector[name] if isinstance(rec.vector, dict) else rec.vector
+        return VectorBatch(ids, vectors, payloads)
+
+    # --- protocol: reading ------------------------------------------------------------------------------------------------
+    def exists(self) -> bool:
+        return (self.path / CONFIG_FILE).is_file()
+
+    def info(self) -> CollectionInfo:
+        _, dim, metric = self._field()
+        usable = {n: f for n, f in self._fields().items() if f[1] in _TO_METRIC.values()}
+        count = self._call("counting points", self._shard().count, qe.CountRequest(exact=True, filter=self._filter()))
+        return CollectionInfo(name=self.path.name, dim=dim, metric=metric, count=int(count), vector_fields=usable)
+
+    def _scroll(self, offset, limit: int, *, full: bool):
+        request = qe.ScrollRequest(offset=offset, limit=limit, filter=self._filter(), with_payload=full,
+                                   with_vector=self._with_vector() if full else False)
+        return self._call("scrolling points", self._shard().scroll, request)
+
+    def scan(self, batch_size: int = 1000, after: Any = None) -> Iterator[VectorBatch]:
+        name, dim, _ = self._field()
+        if batch_size <= 0:
+            raise InputError("batch_size must be positive")
+        offset = None
+        if after is not None:
+            last = _decode_cursor(after)
+            probe, _ = self._scroll(last, 2, full=False)  # scroll's offset is inclusive: step past the cursor
+            probe = [p for p in probe if _pid(p.id) != last]
+            if not probe:
+                return
+            offset = probe[0].id
+        while True:
+            records, offset = self._scroll(offset, batch_size, full=True)
+            if records:
+                batch = self._to_batch(records, name, dim)
+                batch.cursor = _pid(records[-1].id)
+                yield batch
+            if offset is None:
+                return
+
+    def sample(self, n: int, seed: int = 0) -> VectorBatch:
+        if n <= 0:
+            raise InputError("sample size must be positive")
+        count = self.info().count
+        positions = np.sort(np.random.default_rng(seed).choice(count, size=min(n, count), replace=False))
+        picked: list = []
+        seen, offset = 0, None
+        while len(picked) < len(positions):
+            records, offset = self._scroll(offset, _ID_PAGE, full=False)
+            lo, hi = np.searchsorted(positions, [seen, seen + len(records)])
+            picked.extend(_pid(records[p - seen].id) for p in positions[lo:hi])
+            seen += len(records)
+            if offset is None:
+                break
+        return self._retrieve(picked)
+
+    def _retrieve(self, pids: Sequence) -> VectorBatch:
+        """The points with these point ids, in this order, skipping missing ones."""
+        name, dim, _ = self._field()
+        unique = list(dict.fromkeys(pids))
+        records = self._call("retrieving points", self._shard().retrieve, unique, with_payload=True,
+                             with_vector=self._with_vector()) if unique else []
+        found = {_pid(r.id): r for r in records
+                 if r.vector is not None and (not isinstance(r.vector, dict) or name in r.vector)}
+        return self._to_batch([found[p] for p in pids if p in found], name, dim)
+
+    def get(self, ids: Sequence) -> VectorBatch:
+        return self._retrieve([point_id(i)[0] for i in ids])
+
+    def search(self, vectors, k: int = 10) -> tuple[list[list], np.ndarray]:
+        name, dim, metric = self._field()
+        queries = np.asarray(vectors, dtype=np.float32)
+        if queries.ndim != 2 or queries.shape[1] != dim:
+            raise InputError(f"query vectors must have dimension {dim}, got shape {queries.shape}")
+        shard, flt, using = self._shard(), self._filter(), name or None
+        results: list = []
+        for lo in range(0, len(queries), _QUERY_CHUNK):
+            requests = [qe.QueryRequest(limit=k, query=qe.Query.Nearest(q.tolist(), using=using),
+                                        with_payload=[ID_KEY], filter=flt)
+                        for q in queries[lo:lo + _QUERY_CHUNK]]
+            results.extend(self._call("searching", shard.query_batch, qe.QueryBatchRequest(requests)))
+        width = max((len(r) for r in results), default=0)
+        scores = np.full((len(results), width), np.nan, dtype=np.float32)
+        ids = []
+        for row, points in enumerate(results):
+            ids.append([_original_id(p.id, dict(p.payload or {})) for p in points])
+            scores[row, :len(points)] = [p.score for p in points]
+        if metric == "l2":  # the engine reports the Euclidean distance (lower is better)
+            scores = -scores
+        scores[np.isnan(scores)] = -np.inf  # a query that found fewer than the widest row
+        return ids, scores
+
+    # --- protocol: writing ------------------------------------------------------------------------------------------------
+    def create(self, dim: int, metric: str = "cosine", *, exist_ok: bool = False) -> "QdrantEdgeCollection":
+        self._writable()
+        metric = check_metric(metric)
+        if int(dim) <= 0:
+            raise InputError(f"dimension must be positive, got {dim}")
+        if self.exists():
+            if not exist_ok:
+                raise StoreError(f"collection already exists: {self.display_url}")
+            _, have_dim, have_metric = self._field()
+            if (have_dim, have_metric) != (int(dim), metric):
+                raise StoreError(f"{self.display_url} exists with dim {have_dim} / {have_metric}, "
+                                 f"not {dim} / {metric}")
+            return self
+        if self.path.exists() and (not self.path.is_dir() or any(self.path.iterdir())):
+            raise StoreError(f"{self.path} exists and is not an empty directory; refusing to write into it")
+        params = qe.EdgeVectorParams(size=int(dim), distance=_TO_DISTANCE[metric])
+        config = qe.EdgeConfig(vectors={self.vector_name: params} if self.vector_name else params)
+        with _SHARDS_LOCK:
+            _SHARDS[self._key] = self._call("creating the shard", qe.EdgeShard.create, str(self.path), config)
+        return self
+
+    def upsert(self, batch: VectorBatch) -> int:
+        self._writable()
+        name, dim, _ = self._field()
+        vectors = self._check_batch(batch, dim)
+        if len(batch) == 0:
+            return 0
+        shard = self._shard()
+        single = list(self._fields()) == [name]
+        for lo in range(0, len(batch), _WRITE_CHUNK):
+            pids, payloads = [], []
+            for record_id, payload in zip(batch.ids[lo:lo + _WRITE_CHUNK], batch.payloads[lo:lo + _WRITE_CHUNK]):
+                pid, keep = point_id(record_id)
+                pids.append(pid)
+                payloads.append({**payload, ID_KEY: record_id} if keep else dict(payload))
+            rows = vectors[lo:lo + _WRITE_CHUNK].tolist()
+            others = {} if single else self._other_vectors(shard, name, pids)
+            points = [qe.Point(pid, row if single and name == "" else {**others.get(pid, {}), name: row}, payload)
+                      for pid, row, payload in zip(pids, rows, payloads)]
+            self._call("writing points", shard.update, qe.UpdateOperation.upsert_points(points))
+        return len(batch)
+
+    def _other_vectors(self, shard: qe.EdgeShard, name: str, pids: list) -> dict:
+        """The other named vectors existing points have (an upsert replaces a whole point, and writing one vector
+        field must not erase the others)."""
+        existing = self._call("reading points", shard.retrieve, pids, with_payload=False, with_vector=True)
+        others = {}
+        for rec in existing:
+            current = rec.vector if isinstance(rec.vector, dict) else {"": rec.vector}
+            others[_pid(rec.id)] = {k: v for k, v in current.items() if k != name and v is not None}
+        return others
+
+    def drop(self) -> None:
+        self._writable()
+        if not self.exists():
+            raise StoreError(f"collection not found: {self.display_url}")
+        with _SHARDS_LOCK:
+            shard = _SHARDS.pop(self._key, None)
+            if shard is not None:
+                shard.close()
+        shutil.rmtree(self.path)
+
+    def add_vector_field(self, name: str, dim: int, metric: str = "cosine") -> None:
+        self._writable()
+        metric = check_metric(metric)
+        if int(dim) <= 0:
+            raise InputError(f"dimension must be positive, got {dim}")
+        operation = qe.UpdateOperation.create_dense_vector(name, int(dim), _TO_DISTANCE[metric])
+        self._call("adding a vector field", self._shard().update, operation)
