@@ -14,6 +14,7 @@ from dataclasses import asdict, dataclass
 import numpy as np
 
 from .errors import InputError
+from .vectors import l2_normalize
 
 DEFAULT_BLOCK_BYTES = 64 * 2**20
 
@@ -23,8 +24,7 @@ def _prep(X, metric: str) -> np.ndarray:
     if X.ndim != 2:
         raise InputError(f"expected a 2-D array of vectors, got shape {X.shape}")
     if metric == "cosine":
-        norms = np.linalg.norm(X, axis=1, keepdims=True)
-        X = X / np.where(norms > 0, norms, 1.0)
+        X = l2_normalize(X)
     elif metric not in ("dot", "l2"):
         raise InputError(f"metric must be cosine, dot or l2, got {metric!r}")
     return X

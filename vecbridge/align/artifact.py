@@ -18,6 +18,7 @@ import numpy as np
 
 from .._version import __version__
 from ..errors import ArtifactError, InputError
+from ..vectors import l2_normalize
 from .base import LinearAlignment, apply_linear
 
 FORMAT = "vecbridge.alignment"
@@ -48,11 +49,6 @@ def _digest(meta: dict, tensors: dict[str, np.ndarray]) -> str:
         h.update(f"{name}|{arr.dtype.str}|{arr.shape}|".encode())
         h.update(arr.tobytes())
     return h.hexdigest()
-
-
-def _l2(X: np.ndarray) -> np.ndarray:
-    norms = np.linalg.norm(X, axis=-1, keepdims=True)
-    return X / np.maximum(norms, np.finfo(X.dtype).tiny)
 
 
 class Alignment:
@@ -141,7 +137,7 @@ class Alignment:
         if X.ndim not in (1, 2) or X.shape[-1] != dim:
             raise InputError(f"{name}: expected vectors of dimension {dim}, got shape {X.shape}")
         if self.metadata["normalization"] == "l2":
-            X = _l2(X.astype(np.float64 if X.dtype == np.float64 else np.float32, copy=False))
+            X = l2_normalize(X)
         return X
 
     def _tensor(self, name: str, dtype) -> np.ndarray:

@@ -9,6 +9,7 @@ from ..connectors import connect
 from ..connectors.base import Collection
 from ..errors import InputError
 from ..linking import describe_pairs, in_holdout, iter_pairs
+from ..vectors import l2_normalize
 from .artifact import Alignment
 from .baselines import LinearMap, NoMap
 from .moments import PairMoments
@@ -28,11 +29,6 @@ def make_estimator(method: str = "orthogonal", *, center: bool = False, scale: b
     if method == "none":
         return NoMap()
     raise InputError(f"unknown method {method!r} (choose from {', '.join(METHODS)})")
-
-
-def l2_normalize(X: np.ndarray) -> np.ndarray:
-    X = np.asarray(X, dtype=np.float64)
-    return X / np.maximum(np.linalg.norm(X, axis=1, keepdims=True), np.finfo(np.float64).tiny)
 
 
 def _as_collection(obj, read_only=True) -> Collection:
@@ -65,7 +61,7 @@ def fit_alignment(source, target, *, pairs: str = "ids", method: str = "orthogon
         keep = ~in_holdout(s_batch.ids, holdout)
         X, Y = s_batch.vectors[keep], t_batch.vectors[keep]
         if normalization == "l2":
-            X, Y = l2_normalize(X), l2_normalize(Y)
+            X, Y = l2_normalize(X, np.float64), l2_normalize(Y, np.float64)
         if len(X):
             moments.update(X, Y, offset=moments.n)
         if on_batch:

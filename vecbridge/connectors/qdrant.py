@@ -303,13 +303,13 @@ class QdrantCollection(Collection):
         return True if list(fields) == [""] else [name]
 
     def _to_batch(self, records: Sequence, name: str, dim: int) -> VectorBatch:
-        ids, payloads = [], []
-        vectors = np.empty((len(records), dim), dtype=np.float32)
-        for row, rec in enumerate(records):
-            payload = dict(rec.payload or {})
+        ids, payloads, rows = [], [], []
+        for rec in records:
+            payload, vector = dict(rec.payload or {}), rec.vector  # (each attribute read converts: read once)
             ids.append(original_id(rec.id, payload))
             payloads.append(payload)
-            vectors[row] = rec.vector[name] if isinstance(rec.vector, dict) else rec.vector
+            rows.append(vector[name] if isinstance(vector, dict) else vector)
+        vectors = np.asarray(rows, dtype=np.float32) if rows else np.empty((0, dim), dtype=np.float32)
         return VectorBatch(ids, vectors, payloads)
 
     # --- protocol: reading ------------------------------------------------------------------------------------------------

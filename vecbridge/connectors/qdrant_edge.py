@@ -186,13 +186,13 @@ class QdrantEdgeCollection(Collection):
 
     @staticmethod
     def _to_batch(records: Sequence, name: str, dim: int) -> VectorBatch:
-        ids, payloads = [], []
-        vectors = np.empty((len(records), dim), dtype=np.float32)
-        for row, rec in enumerate(records):
-            payload = dict(rec.payload or {})
+        ids, payloads, rows = [], [], []
+        for rec in records:
+            payload, vector = dict(rec.payload or {}), rec.vector  # (each attribute read converts: read once)
             ids.append(_original_id(rec.id, payload))
             payloads.append(payload)
-            vectors[row] = rec.vector[name] if isinstance(rec.vector, dict) else rec.vector
+            rows.append(vector[name] if isinstance(vector, dict) else vector)
+        vectors = np.asarray(rows, dtype=np.float32) if rows else np.empty((0, dim), dtype=np.float32)
         return VectorBatch(ids, vectors, payloads)
 
     # --- protocol: reading ------------------------------------------------------------------------------------------------

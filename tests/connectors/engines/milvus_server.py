@@ -1,0 +1,183 @@
+"""A real Milvus 2.3.5 standalone server from the ``milvus`` wheel (``milvus-server``), on 127.0.0.1.
+
+``milvus-server`` (a Python launcher) unpacks the server binaries into its data directory and runs the child
+``milvus run standalone``. Every listening port is chosen free and passed explicitly, every component's ``ip`` is
+127.0.0.1 (without that they talk over the external interface), and the embedded etcd gets its own config file
+(``ETCD_CONFIG_PATH``: the launcher has no option for etcd's peer port, fixed at 2380 otherwise) so that several
+servers can run side by side. The gRPC servers themselves listen on all interfaces: Milvus 2.3.5 has no setting to
+bind them to one address. Stopping sends SIGINT to the launcher (which stops its child) and then makes sure the
+child is gone; a plain SIGTERM to the launcher would orphan it.
+
+The binaries (~250 MB, ~5 s of CPU to unpack) are unpacked once per process and hard-linked into later servers'
+data directories.
+"""
+from __future__ import annotations
+
+import atexit
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+NAME = "milvus_server"
+COMPONENTS = ("rootCoord", "proxy", "queryCoord", "queryNode", "indexCoord", "indexNode", "dataCoord", "dataNode")
+PORT_OPTIONS = ("proxy-port", "proxy-internal-port", "root-coord-port", "query-coord-port", "query-node-port",
+                "index-coord-port", "index-node-port", "data-coord-port", "data-node-port", "etcd-port")
+LAUNCHER = "import sys; from milvus import main; sys.argv[0] = 'milvus-server'; main()"
+ROOT_PASSWORD = "Milvus"  # the default password of the ``root`` user when authorization is enabled
+
+
+def unavailable() -> str | None:
+    try:
+        import milvus  # noqa: F401
+        import pymilvus  # noqa: F401
+    except ImportError as exc:
+        return f"{exc.name} is not installed (pip install milvus==2.3.5 pymilvus)"
+    return None
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+_binaries: Path | None = None
+_running: set["MilvusServer"] = set()
+
+
+def _seed_binaries(data_dir: Path) -> None:
+    """Hard-link binaries unpacked by an earlier server (the launcher then skips unpacking: same checksums)."""
+    if _binaries is None or not _binaries.is_dir():
+        return
+    target = data_dir / "bin"
+    target.mkdir(parents=True, exist_ok=True)
+    for src in _binaries.iterdir():
+        dst = target / src.name
+        if not dst.exists():
+            try:
+                os.link(src, dst)
+            except OSError:
+                shutil.copy2(src, dst)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return False
+
+
+class MilvusServer:
+    """One private Milvus standalone: start, SIGKILL (like a crash), stop, restart on the same data and ports."""
+
+    def __init__(self, workdir: Path, *, auth: bool = False):
+        self.workdir = Path(workdir)
+        self.data = self.workdir / "data"
+        self.auth = auth
+        self.ports = {option: free_port() for option in PORT_OPTIONS}
+        self.etcd_peer_port = free_port()
+        self.launcher: subprocess.Popen | None = None
+        self.standalone_pid: int | None = None
+
+    @property
+    def port(self) -> int:
+        return self.ports["proxy-port"]
+
+    def url(self, collection: str, **params: str) -> str:
+        user = f"root:{ROOT_PASSWORD}@" if self.auth else ""
+        query = "&".join(f"{k}={v}" for k, v in params.items())
+        return f"milvus://{user}127.0.0.1:{self.port}/{collection}" + (f"?{query}" if query else "")
+
+    def _write_etcd_config(self) -> Path:
+        client = f"http://127.0.0.1:{self.ports['etcd-port']}"
+        peer = f"http://127.0.0.1:{self.etcd_peer_port}"
+        path = self.workdir / "etcd.yaml"
+        path.write_text(f"name: default\nlisten-client-urls: {client}\nadvertise-client-urls: {client}\n"
+                        f"listen-peer-urls: {peer}\ninitial-advertise-peer-urls: {peer}\n"
+                        f"initial-cluster: default={peer}\n")
+        return path
+
+    def start(self, timeout: float = 240.0) -> "MilvusServer":
+        global _binaries
+        _seed_binaries(self.data)
+        cmd = [sys.executable, "-c", LAUNCHER, "--data", str(self.data)]
+        for option, port in self.ports.items():
+            cmd += [f"--{option}", str(port)]
+        for component in COMPONENTS:
+            cmd += ["--extra-config", f"{component}.ip=127.0.0.1"]
+        if self.auth:
+            cmd += ["--authorization-enabled", "true"]
+        env = dict(os.environ, ETCD_CONFIG_PATH=str(self._write_etcd_config()))
+        log_path = self.workdir / "milvus-server.log"
+        with open(log_path, "w") as log:
+            self.launcher = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env,
+                                             stdin=subprocess.DEVNULL)
+        _running.add(self)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            match = re.search(r"Process:\s+(\d+)", log_path.read_text(errors="replace"))
+            if match:
+                self.standalone_pid = int(match.group(1))
+                if _binaries is None:
+                    _binaries = self.data / "bin"
+                return self
+            if self.launcher.poll() is not None:
+                break
+            time.sleep(0.25)
+        self.stop()
+        tail = (self.data / "logs" / "milvus-stderr.log")
+        detail = tail.read_text(errors="replace")[-1500:] if tail.exists() else log_path.read_text()[-1500:]
+        raise RuntimeError(f"milvus-server did not start within {timeout:.0f} s:\n{detail}")
+
+    def kill(self) -> None:
+        """SIGKILL the server process (a crash), then let the launcher exit."""
+        if self.standalone_pid and _alive(self.standalone_pid):
+            os.kill(self.standalone_pid, signal.SIGKILL)
+        self.stop()
+
+    def stop(self) -> None:
+        launcher, self.launcher = self.launcher, None
+        if launcher is not None and launcher.poll() is None:
+            launcher.send_signal(signal.SIGINT)
+            try:
+                launcher.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                launcher.kill()
+                launcher.wait(timeout=5)
+        pid, self.standalone_pid = self.standalone_pid, None
+        if pid and _alive(pid):
+            os.kill(pid, signal.SIGKILL)
+            deadline = time.monotonic() + 10
+            while _alive(pid) and time.monotonic() < deadline:
+                time.sleep(0.1)
+        _running.discard(self)
+
+
+@atexit.register
+def _stop_all() -> None:
+    for server in list(_running):
+        server.stop()
+
+
+class Engine:
+    features: set[str] = set()
+
+    def __init__(self, server: MilvusServer):
+        self.server = server
+
+    def url(self, collection: str) -> str:
+        return self.server.url(collection)
+
+    def stop(self):
+        self.server.stop()
+
+
+def start(workdir: Path) -> Engine:
+    return Engine(MilvusServer(workdir).start())

@@ -1,0 +1,59 @@
+"""Shared kNN / CSLS / mutual-NN helpers: numpy and faiss agree, CSLS matches its definition."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from vecbridge.linking.neighbors import csls_best, knn, mutual_nearest_neighbours
+from vecbridge.vectors import l2_normalize
+
+
+@pytest.fixture
+def data():
+    rng = np.random.default_rng(0)
+    return rng.normal(size=(400, 12)).astype(np.float32), rng.normal(size=(300, 12)).astype(np.float32)
+
+
+def test_knn_matches_brute_force_in_small_blocks(data):
+    X, Y = data
+    S = l2_normalize(X) @ l2_normalize(Y).T
+    idx, sims = knn(X, Y, 7, backend="numpy", max_block_bytes=4 * 300 * 13)
+    np.testing.assert_array_equal(idx, np.argsort(-S, axis=1, kind="stable")[:, :7])
+    np.testing.assert_allclose(sims, np.sort(S, axis=1)[:, ::-1][:, :7], atol=1e-6)
+
+
+def test_faiss_and_numpy_agree(data):
+    pytest.importorskip("faiss")
+    X, Y = data
+    a, sa = knn(X, Y, 5, backend="numpy")
+    b, sb = knn(X, Y, 5, backend="faiss")
+    np.testing.assert_allclose(sa, sb, atol=1e-5)
+    assert (a == b).mean() > 0.99
+
+
+def test_exclude_self(data):
+    X, _ = data
+    idx, _ = knn(X, X, 4, exclude_self=True)
+    assert idx.shape == (400, 4) and not (idx == np.arange(400)[:, None]).any()
+
+
+def test_csls_matches_its_definition(data):
+    X, Y = data
+    Xn, Yn = l2_normalize(X), l2_normalize(Y)
+    C = Xn @ Yn.T
+    r_y = np.sort(C, axis=1)[:, -10:].mean(axis=1)     # mean sim of each x to its 10 NN in Y
+    r_x = np.sort(C, axis=0)[-10:, :].mean(axis=0)
+    csls = 2 * C - r_y[:, None] - r_x[None, :]
+    best_y, score_x, best_x, score_y = csls_best(X, Y, 10, max_block_bytes=4 * 300 * 50)
+    np.testing.assert_array_equal(best_y, csls.argmax(axis=1))
+    np.testing.assert_array_equal(best_x, csls.argmax(axis=0))
+    np.testing.assert_allclose(score_x, csls.max(axis=1), atol=1e-5)
+
+
+def test_mutual_nn_recovers_a_noisy_copy(data):
+    X, _ = data
+    rng = np.random.default_rng(1)
+    pairs, scores = mutual_nearest_neighbours(X + 0.05 * rng.normal(size=X.shape), X)
+    assert len(pairs) > 390 and (pairs[:, 0] == pairs[:, 1]).all()
+    plain, _ = mutual_nearest_neighbours(X + 0.05 * rng.normal(size=X.shape), X, k_csls=None)
+    assert (plain[:, 0] == plain[:, 1]).mean() > 0.99

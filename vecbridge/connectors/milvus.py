@@ -1,0 +1,493 @@
+"""``milvus://`` store: a Milvus collection through pymilvus' ``MilvusClient`` (a server, or a Milvus Lite file).
+
+URL forms::
+
+    milvus://HOST[:PORT]/COLLECTION               a Milvus server over gRPC (port 19530 by default)
+    milvus://USER:PASSWORD@HOST:PORT/COLLECTION   with credentials (redacted in every message)
+    milvus://HOST:PORT/COLLECTION?db=NAME         a database other than ``default``
+    milvus:///ABS/PATH/FILE.db/COLLECTION         Milvus Lite: the path up to the part ending in ``.db``
+    milvus://./REL/PATH/FILE.db/COLLECTION        Milvus Lite, relative to the working directory (also ``~/``)
+    milvus:///ABS/PATH/FILE.db?collection=NAME    the same, naming the collection as a parameter
+
+Query options: ``vector=FIELD`` (the float-vector field; default ``vector``, or the only one a collection has),
+``id_type=int`` (``create`` makes an INT64 primary key instead of VARCHAR), ``secure=true`` (TLS), ``timeout=S``
+(seconds per request, default 60). Credentials: ``USER:PASSWORD@`` in the URL, else the ``MILVUS_TOKEN``
+environment variable (``user:password`` or an API key).
+
+Schema made by ``create``: primary key ``id`` (VARCHAR by default, INT64 with ``id_type=int``), a FLOAT_VECTOR field
+with an HNSW index (COSINE / IP / L2 for cosine / dot / l2), and a JSON field ``payload``, which keeps nested
+lists, bools and ints as they are. Collections are created with Strong consistency and every read asks for it, so
+counts and reads see all acknowledged writes without a flush. Collections made by other tools are read as they are:
+the payload is the ``payload`` JSON field (if any) merged with every other scalar and dynamic field.
+
+Ids: string ids are VARCHAR keys. Integer ids written to a VARCHAR key are stored as their decimal string with the
+reserved payload key ``_vb_int_id`` (stripped on read), so they come back as ints; in such a collection int 5 and
+string "5" name the same record.
+
+Scans walk the primary key in order (keyset pages ``id > cursor``, the requests pymilvus' ``query_iterator`` makes):
+a batch's cursor is its last key. The cursor is data, not a server-side session, so it survives a client crash, a server restart and a new
+connection; records written since with larger keys are included and nothing is repeated. (Offsets would shift with
+every write, and iterator sessions expire and die with the server.)
+
+Sampling draws positions with a seeded generator over the sorted primary keys (read without vectors or payloads,
+16k keys per request) and fetches only the sampled records: every key is read once, no vector that is not sampled.
+
+Bulk writes: ``upsert`` (idempotent by id) in requests of at most ~16 MB, well under the server's 64 MB gRPC limit.
+pymilvus retries transient gRPC failures (UNAVAILABLE, rate limits) with backoff inside each call; every call is
+bounded by ``timeout``, so a dead server fails with one clear error instead of hanging. Milvus 2.3 cannot add a
+field to an existing collection, so ``add_vector_field`` is refused as not supported.
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, Iterator, Sequence
+from urllib.parse import unquote, urlsplit
+
+import grpc
+import numpy as np
+from pymilvus import DataType, MilvusClient
+from pymilvus.exceptions import DataNotMatchException, MilvusException, ParamError
+
+from ..errors import InputError, StoreError
+from .base import Collection, CollectionInfo, VectorBatch, check_metric
+from .url import query_params
+
+#: payload key marking a record whose original id is an int stored in a VARCHAR primary key
+INT_ID_KEY = "_vb_int_id"
+PAYLOAD_FIELD = "payload"
+DEFAULT_PORT = 19530
+
+_TO_METRIC = {"COSINE": "cosine", "IP": "dot", "L2": "l2"}
+_FROM_METRIC = {v: k for k, v in _TO_METRIC.items()}
+_HNSW_BUILD = {"M": 16, "efConstruction": 200}
+_VARCHAR_MAX = 65_535
+_INT64_RANGE = (-(2 ** 63), 2 ** 63 - 1)
+_DEFAULT_TIMEOUT_S = 60.0
+_CONNECT_TIMEOUT_S = 5.0
+_LOAD_TIMEOUT_S = 600.0
+_MAX_PAGE = 16_384           # Milvus' limit on rows per query (maxQueryResultWindow)
+_PAGE_BYTES = 16_000_000     # aim for responses well under the 64 MB gRPC limit
+_REQUEST_BYTES = 16_000_000  # the same for upsert requests
+_IDS_PER_GET = 1000          # keys per ``pk in [...]`` expression
+_QUERIES_PER_SEARCH = 1000
+_SECRET_IN_TEXT = re.compile(r"(token|password|authorization)\S*", re.I)
+
+
+def _grpc_code(exc: BaseException) -> grpc.StatusCode | None:
+    """The gRPC status somewhere in an exception's chain (pymilvus wraps it; the chain may loop)."""
+    seen: set[int] = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        if isinstance(exc, grpc.RpcError) and hasattr(exc, "code"):
+            return exc.code()
+        exc = exc.__cause__ or exc.__context__
+    return None
+
+
+def _reason(exc: BaseException) -> str:
+    """pymilvus' message on one short line (its messages can span lines and carry debug strings)."""
+    text = getattr(exc, "message", None) or str(exc)
+    text = " ".join(str(text).split())
+    return _SECRET_IN_TEXT.sub("***", text)[:300]
+
+
+def _literal(key) -> str:
+    """A primary-key value as a Milvus expression literal (strings quoted and escaped)."""
+    return json.dumps(key, ensure_ascii=False) if isinstance(key, str) else str(int(key))
+
+
+class MilvusCollection(Collection):
+    scheme = "milvus"
+
+    def __init__(self, url: str, *, read_only: bool = False):
+        super().__init__(url, read_only=read_only)
+        self.params = query_params(url)
+        parts = urlsplit(url)
+        self.lite_path: Path | None = None
+        if parts.netloc in ("", ".", "..", "~") or re.search(r"\.db(/|$)", parts.path):
+            self._parse_lite(parts)
+        else:
+            self._parse_server(parts)
+        if not self.name:
+            raise InputError(f"{self.display_url}: no collection named (milvus://HOST:PORT/COLLECTION or "
+                             f"milvus:///PATH/FILE.db/COLLECTION)")
+        self.vector_name = self.params.get("vector")
+        try:
+            self.timeout = float(self.params.get("timeout", _DEFAULT_TIMEOUT_S))
+        except ValueError:
+            raise InputError(f"{self.display_url}: timeout must be a number of seconds") from None
+        self._client_obj: MilvusClient | None = None
+        self._schema: dict | None = None
+        self._loaded = False
+
+    def _parse_lite(self, parts) -> None:
+        raw = unquote(parts.netloc + parts.path)
+        m = re.match(r"^(.*?\.db)(?:/([^/]*))?/?$", raw)
+        if not m:
+            raise InputError(f"{self.display_url}: a Milvus Lite URL names a file ending in .db, "
+                             f"e.g. milvus:///data/vectors.db/COLLECTION")
+        self.lite_path = Path(m.group(1)).expanduser()
+        self.name = m.group(2) or self.params.get("collection", "")
+
+    def _parse_server(self, parts) -> None:
+        try:
+            port = parts.port or DEFAULT_PORT
+        except ValueError:
+            raise InputError(f"{self.display_url}: invalid port") from None
+        host = parts.hostname or "localhost"
+        tls = self.params.get("secure", "").lower() in ("1", "true", "yes")
+        self.address = f"{'https' if tls else 'http'}://{host}:{port}"
+        self.name = unquote(parts.path.strip("/"))
+        if parts.username is not None:
+            self._token = f"{unquote(parts.username)}:{unquote(parts.password or '')}"
+        else:
+            self._token = os.environ.get("MILVUS_TOKEN", "")
+
+    # --- connection and errors ---------------------------------------------------------------------------------
+    @contextmanager
+    def _errors(self, doing: str):
+        """Turn pymilvus failures into one-line vecbridge errors that name the redacted URL."""
+        try:
+            yield
+        except (ParamError, DataNotMatchException) as exc:
+            raise InputError(f"{self.display_url}: {doing}: {_reason(exc)}") from None
+        except (MilvusException, grpc.RpcError) as exc:
+            code = _grpc_code(exc)
+            if code == grpc.StatusCode.UNAUTHENTICATED:
+                raise StoreError(f"{self.display_url}: authentication failed (check USER:PASSWORD in the URL or "
+                                 f"MILVUS_TOKEN)") from None
+            raise StoreError(f"{self.display_url}: {doing} failed: {_reason(exc)}") from None
+
+    @property
+    def _client(self) -> MilvusClient:
+        if self._client_obj is None:
+            with self._errors("connecting"):
+                try:
+                    if self.lite_path is not None:
+                        self._client_obj = MilvusClient(str(self.lite_path))
+                    else:
+                        options = {"db_name": self.params["db"]} if self.params.get("db") else {}
+                        self._client_obj = MilvusClient(uri=self.address, token=self._token,
+                                                        timeout=min(_CONNECT_TIMEOUT_S, self.timeout), **options)
+                except MilvusException as exc:
+                    if _grpc_code(exc) == grpc.StatusCode.UNAUTHENTICATED:
+                        raise
+                    raise StoreError(f"cannot connect to {self.display_url}: server unreachable or not a Milvus "
+                                     f"gRPC port ({_reason(exc)})") from None
+        return self._client_obj
+
+    # --- schema ------------------------------------------------------------------------------------------------
+    def exists(self) -> bool:
+        if self.lite_path is not None and not self.lite_path.exists():
+            return False
+        with self._errors("checking the collection"):
+            return bool(self._client.has_collection(self.name, timeout=self.timeout))
+
+    def _describe(self) -> dict:
+        """Field roles of the collection, cached: pk name/type, the vector field, payload and other scalar fields."""
+        if self._schema is not None:
+            return self._schema
+        if not self.exists():
+            raise StoreError(f"collection not found: {self.display_url}")
+        with self._errors("describing the collection"):
+            desc = self._client.describe_collection(self.name, timeout=self.timeout)
+        fields = desc["fields"]
+        pk = next(f for f in fields if f.get("is_primary"))
+        vectors = {f["name"]: int(f["params"]["dim"]) for f in fields if f["type"] == DataType.FLOAT_VECTOR}
+        if not vectors:
+            raise StoreError(f"{self.display_url}: the collection has no FLOAT_VECTOR field")
+        vector = self.vector_name or ("vector" if "vector" in vectors or len(vectors) != 1 else next(iter(vectors)))
+        if vector not in vectors:
+            raise StoreError(f"{self.display_url}: no float vector field {vector!r} "
+                             f"(fields: {', '.join(sorted(vectors))}; choose one with ?vector=NAME)")
+        skip_types = {DataType.FLOAT_VECTOR, DataType.BINARY_VECTOR}
+        scalars = [f["name"] for f in fields if f["type"] not in skip_types and f["name"] != pk["name"]]
+        has_payload = any(f["name"] == PAYLOAD_FIELD and f["type"] == DataType.JSON for f in fields)
+        self._schema = {
+            "pk": pk["name"], "pk_str": pk["type"] == DataType.VARCHAR, "vector": vector, "dim": vectors[vector],
+            "vectors": vectors, "payload": PAYLOAD_FIELD if has_payload else None,
+            "scalars": [s for s in scalars if s != PAYLOAD_FIELD or not has_payload],
+            "dynamic": bool(desc.get("enable_dynamic_field")),
+            "metrics": {name: self._metric_of(name) for name in vectors},
+        }
+        return self._schema
+
+    def _metric_of(self, field: str) -> str:
+        """The metric of the index on a vector field (a collection without an index falls back to ``?metric=``)."""
+        with self._errors("describing the index"):
+            names = self._client.list_indexes(self.name, field_name=field, timeout=self.timeout)
+            if not names:
+                return check_metric(self.params.get("metric", "cosine"))
+            index = self._client.describe_index(self.name, names[0], timeout=self.timeout)
+        metric = str(index.get("metric_type", "")).upper()
+        if metric not in _TO_METRIC:
+            raise StoreError(f"{self.display_url}: unsupported metric {metric!r} on field {field!r}")
+        return _TO_METRIC[metric]
+
+    def _index_type(self) -> str:
+        with self._errors("describing the index"):
+            names = self._client.list_indexes(self.name, field_name=self._describe()["vector"],
+                                              timeout=self.timeout)
+            if not names:
+                return ""
+            return str(self._client.describe_index(self.name, names[0], timeout=self.timeout)
+                       .get("index_type", "")).upper()
+
+    def _ensure_loaded(self) -> dict:
+        """Milvus serves queries only from loaded collections: load once (a no-op when already loaded)."""
+        schema = self._describe()
+        if not self._loaded:
+            with self._errors("loading the collection"):
+                self._client.load_collection(self.name, timeout=max(self.timeout, _LOAD_TIMEOUT_S))
+            self._loaded = True
+        return schema
+
+    # --- protocol: reading ---------------------------------------------------------------------------------------
+    def info(self) -> CollectionInfo:
+        schema = self._ensure_loaded()
+        with self._errors("counting"):
+            rows = self._client.query(self.name, filter="", output_fields=["count(*)"], timeout=self.timeout,
+                                      consistency_level="Strong")
+        metrics = schema["metrics"]
+        return CollectionInfo(name=self.name, dim=schema["dim"], metric=metrics[schema["vector"]],
+                              count=int(rows[0]["count(*)"]),
+                              vector_fields={k: (d, metrics[k]) for k, d in schema["vectors"].items()})
+
+    def _output_fields(self, schema: dict) -> list[str]:
+        fields = [schema["pk"], schema["vector"], *schema["scalars"]]
+        if schema["payload"]:
+            fields.append(schema["payload"])
+        if schema["dynamic"]:
+            fields.append("*")
+        return fields
+
+    def _page_rows(self, schema: dict, batch_size: int) -> int:
+        return max(1, min(batch_size, _MAX_PAGE, _PAGE_BYTES // (schema["dim"] * 4 + 512)))
+
+    def _to_batch(self, rows: Sequence[dict], schema: dict) -> VectorBatch:
+        pk, vec, payload_field = schema["pk"], schema["vector"], schema["payload"]
+        skip = {pk, payload_field, *schema["vectors"]}
+        ids, payloads = [], []
+        for row in rows:
+            payload = {k: v for k, v in row.items() if k not in skip}
+            if payload_field and row.get(payload_field):
+                payload.update(row[payload_field])
+            key = row[pk]
+            if payload.pop(INT_ID_KEY, False) and schema["pk_str"]:
+                key = int(key)
+            ids.append(key)
+            payloads.append(payload)
+        vectors = (np.asarray([row[vec] for row in rows], dtype=np.float32) if rows
+                   else np.zeros((0, schema["dim"]), dtype=np.float32))
+        return VectorBatch(ids, vectors, payloads)
+
+    def _check_cursor(self, after: Any, schema: dict):
+        ok = isinstance(after, str) if schema["pk_str"] else isinstance(after, int) and not isinstance(after, bool)
+        if not ok:
+            raise InputError(f"invalid scan cursor {after!r} for {self.display_url} "
+                             f"(expected the {'string' if schema['pk_str'] else 'integer'} key of a record)")
+        return after
+
+    def _keyset(self, schema: dict, fields: list[str], page: int, after: Any) -> Iterator[list[dict]]:
+        """Pages of rows in primary-key order, starting after the key ``after`` (None: from the start).
+
+        The same requests as pymilvus' ``query_iterator`` (``iterator``/``reduce_stop_for_best`` make the server
+        return the smallest keys in order), but with the key quoted safely: the iterator pastes string keys into
+        its filter unescaped, which breaks on keys holding quotes or backslashes. A short page does not mean the
+        end (the server may stop early to keep the order exact); an empty page does.
+        """
+        pk = schema["pk"]
+        while True:
+            with self._errors("scanning"):
+                rows = self._client.query(self.name, filter=f"{pk} > {_literal(after)}" if after is not None else "",
+                                          output_fields=fields, limit=page, timeout=self.timeout,
+                                          consistency_level="Strong", iterator="True", reduce_stop_for_best="True")
+            if not rows:
+                return
+            yield rows
+            after = rows[-1][pk]
+
+    def scan(self, batch_size: int = 1000, after: Any = None) -> Iterator[VectorBatch]:
+        if batch_size <= 0:
+            raise InputError("batch_size must be positive")
+        schema = self._ensure_loaded()
+        if after is not None:
+            self._check_cursor(after, schema)
+        page = self._page_rows(schema, batch_size)
+        for rows in self._keyset(schema, self._output_fields(schema), page, after):
+            batch = self._to_batch(rows, schema)
+            batch.cursor = rows[-1][schema["pk"]]
+            yield batch
+
+    def _fetch(self, keys: Sequence, schema: dict) -> dict:
+        """Rows by store key (one ``pk in [...]`` query per chunk), as a dict key -> row."""
+        found: dict = {}
+        fields = self._output_fields(schema)
+        for lo in range(0, len(keys), _IDS_PER_GET):
+            chunk = keys[lo:lo + _IDS_PER_GET]
+            expr = f"{schema['pk']} in [{', '.join(_literal(k) for k in chunk)}]"
+            with self._errors("reading records"):
+                rows = self._client.query(self.name, filter=expr, output_fields=fields, timeout=self.timeout,
+                                          consistency_level="Strong")
+            found.update((row[schema["pk"]], row) for row in rows)
+        return found
+
+    def _store_key(self, id_, schema: dict):
+        """The primary-key value a user id is stored under (None when it cannot be a key of this collection)."""
+        if isinstance(id_, (bool, np.bool_)):
+            return None
+        if isinstance(id_, (int, np.integer)):
+            return str(int(id_)) if schema["pk_str"] else int(id_)
+        return id_ if schema["pk_str"] and isinstance(id_, str) else None
+
+    def get(self, ids: Sequence) -> VectorBatch:
+        schema = self._ensure_loaded()
+        keys = [self._store_key(i, schema) for i in ids]
+        found = self._fetch(list(dict.fromkeys(k for k in keys if k is not None)), schema)
+        return self._to_batch([found[k] for k in keys if k in found], schema)
+
+    def sample(self, n: int, seed: int = 0) -> VectorBatch:
+        if n <= 0:
+            raise InputError("sample size must be positive")
+        schema = self._ensure_loaded()
+        keys = [row[schema["pk"]] for rows in self._keyset(schema, [schema["pk"]], _MAX_PAGE, None) for row in rows]
+        keys.sort()
+        if not keys:
+            return self._to_batch([], schema)
+        pick = np.sort(np.random.default_rng(seed).choice(len(keys), size=min(n, len(keys)), replace=False))
+        chosen = [keys[i] for i in pick]
+        found = self._fetch(chosen, schema)
+        return self._to_batch([found[k] for k in chosen if k in found], schema)
+
+    def search(self, vectors, k: int = 10) -> tuple[list[list], np.ndarray]:
+        schema = self._ensure_loaded()
+        Q = np.asarray(vectors, dtype=np.float32)
+        if Q.ndim != 2 or Q.shape[1] != schema["dim"]:
+            raise InputError(f"query vectors must have dimension {schema['dim']}, got shape {Q.shape}")
+        if k <= 0:
+            raise InputError("k must be positive")
+        metric = schema["metrics"][schema["vector"]]
+        index_type = self._index_type()
+        params = {"ef": max(k, 128)} if index_type == "HNSW" else {"nprobe": 64} if index_type.startswith("IVF") else {}
+        # the payload tells which VARCHAR keys were int ids
+        output = [schema["payload"]] if schema["pk_str"] and schema["payload"] else []
+        hits_per_query: list = []
+        for lo in range(0, len(Q), _QUERIES_PER_SEARCH):
+            with self._errors("searching"):
+                hits_per_query.extend(self._client.search(
+                    self.name, data=[q for q in Q[lo:lo + _QUERIES_PER_SEARCH]], limit=k,
+                    anns_field=schema["vector"], output_fields=output, timeout=self.timeout,
+                    search_params={"metric_type": _FROM_METRIC[metric], "params": params},
+                    consistency_level="Strong"))
+        width = max((len(h) for h in hits_per_query), default=0)
+        scores = np.full((len(Q), width), -np.inf, dtype=np.float32)
+        ids: list[list] = []
+        for row, hits in enumerate(hits_per_query):
+            row_ids = []
+            for col, hit in enumerate(hits):
+                payload = (hit.get("entity") or {}).get(schema["payload"] or "") or {}
+                row_ids.append(int(hit["id"]) if payload.get(INT_ID_KEY) else hit["id"])
+                distance = float(hit["distance"])
+                scores[row, col] = -distance if metric == "l2" else distance  # Milvus L2 is the squared distance
+            ids.append(row_ids)
+        return ids, scores
+
+    # --- protocol: writing ---------------------------------------------------------------------------------------
+    def create(self, dim: int, metric: str = "cosine", *, exist_ok: bool = False) -> "MilvusCollection":
+        self._writable()
+        metric = check_metric(metric)
+        if int(dim) <= 0:
+            raise InputError(f"dimension must be positive, got {dim}")
+        if self.exists():
+            if not exist_ok:
+                raise StoreError(f"collection already exists: {self.display_url}")
+            schema = self._describe()
+            if schema["dim"] != dim or schema["metrics"][schema["vector"]] != metric:
+                raise StoreError(f"{self.display_url} exists with dim {schema['dim']} / "
+                                 f"{schema['metrics'][schema['vector']]}, not {dim} / {metric}")
+            return self
+        id_type = self.params.get("id_type", "str").lower()
+        if id_type not in ("str", "int"):
+            raise InputError(f"{self.display_url}: id_type must be str or int, got {id_type!r}")
+        vector = self.vector_name or "vector"
+        schema = MilvusClient.create_schema(auto_id=False, enable_dynamic_field=False,
+                                            description="created by vecbridge")
+        if id_type == "int":
+            schema.add_field("id", DataType.INT64, is_primary=True)
+        else:
+            schema.add_field("id", DataType.VARCHAR, is_primary=True, max_length=_VARCHAR_MAX)
+        schema.add_field(vector, DataType.FLOAT_VECTOR, dim=int(dim))
+        schema.add_field(PAYLOAD_FIELD, DataType.JSON)
+        with self._errors("creating the collection"):
+            index = self._client.prepare_index_params()
+            index.add_index(field_name=vector, index_type="HNSW", metric_type=_FROM_METRIC[metric],
+                            params=dict(_HNSW_BUILD))
+            self._client.create_collection(self.name, schema=schema, index_params=index,
+                                           consistency_level="Strong", timeout=max(self.timeout, _LOAD_TIMEOUT_S))
+        self._schema, self._loaded = None, False
+        return self
+
+    def _rows(self, batch: VectorBatch, vectors: np.ndarray, schema: dict) -> list[dict]:
+        """Milvus rows for a batch: known scalar fields by name, the rest into the payload JSON (or dynamic)."""
+        pk, vec, payload_field = schema["pk"], schema["vector"], schema["payload"]
+        scalars = set(schema["scalars"])
+        rows = []
+        for id_, vector, payload in zip(batch.ids, vectors, batch.payloads):
+            key = self._store_key(id_, schema)
+            if key is None or (not schema["pk_str"] and not _INT64_RANGE[0] <= key <= _INT64_RANGE[1]):
+                kind = "strings or integers" if schema["pk_str"] else "64-bit integers"
+                raise InputError(f"{self.display_url}: ids must be {kind} for this collection, got {id_!r}")
+            if not isinstance(payload, dict):
+                raise InputError(f"payloads must be dicts, got {type(payload).__name__}")
+            row = {pk: key, vec: vector}
+            rest = {}
+            for name, value in payload.items():
+                if name in scalars:
+                    row[name] = value
+                else:
+                    rest[name] = value
+            if isinstance(id_, (int, np.integer)) and schema["pk_str"]:
+                rest[INT_ID_KEY] = True
+            if payload_field:
+                row[payload_field] = rest
+            elif schema["dynamic"]:
+                row.update(rest)
+            elif rest:
+                raise InputError(f"{self.display_url}: payload keys {sorted(rest)[:5]} are not fields of the "
+                                 f"collection and it has no JSON payload field or dynamic fields")
+            rows.append(row)
+        return rows
+
+    def upsert(self, batch: VectorBatch) -> int:
+        self._writable()
+        schema = self._describe()
+        vectors = self._check_batch(batch, schema["dim"])
+        if len(batch) == 0:
+            return 0
+        rows = self._rows(batch, vectors, schema)
+        try:
+            payload_bytes = [len(json.dumps(p, ensure_ascii=False)) for p in batch.payloads]
+        except (TypeError, ValueError) as exc:
+            raise InputError(f"payloads must be JSON-serialisable ({exc})") from None
+        lo = 0
+        while lo < len(rows):
+            size, hi = 0, lo
+            while hi < len(rows) and (hi == lo or size < _REQUEST_BYTES):
+                size += schema["dim"] * 4 + len(str(rows[hi][schema["pk"]])) + payload_bytes[hi] + 64
+                hi += 1
+            with self._errors("writing records"):
+                self._client.upsert(self.name, rows[lo:hi], timeout=self.timeout)
+            lo = hi
+        return len(batch)
+
+    def drop(self) -> None:
+        self._writable()
+        if not self.exists():
+            raise StoreError(f"collection not found: {self.display_url}")
+        with self._errors("dropping the collection"):
+            self._client.drop_collection(self.name, timeout=self.timeout)
+        self._schema, self._loaded = None, False
