@@ -210,6 +210,128 @@ def _print_evaluation(result: dict):
 
 
 @main.command()
+@click.argument("source_url")
+@click.option("--alignment", "alignment_path", required=True, type=click.Path(dir_okay=False))
+@click.option("--to", "target_url", default=None, help="New collection to write (must not exist unless --resume/--overwrite).")
+@click.option("--field", default=None, help="Instead of a new collection, add this vector field to SOURCE in place.")
+@click.option("--batch-size", type=int, default=None, help="Records per batch (default: what the target store prefers).")
+@click.option("--resume", is_flag=True, help="Continue an interrupted migration from its checkpoint.")
+@click.option("--overwrite", is_flag=True, help="Drop and recreate the target first (never the source).")
+@click.option("--dry-run", is_flag=True, help="Print the plan (count, dims, estimated time and size); write nothing.")
+@click.option("--checkpoint", "checkpoint_path", default=None, type=click.Path(dir_okay=False),
+              help="Checkpoint file (default: beside the alignment, named after the target).")
+@click.option("--json", "as_json", is_flag=True)
+@handle_errors
+def migrate(source_url, alignment_path, target_url, field, batch_size, resume, overwrite, dry_run, checkpoint_path,
+            as_json):
+    """Rewrite SOURCE_URL (old model) into the new model's space through an alignment."""
+    from .migrate import migrate as run_migration
+
+    progress, task = _progress(not as_json and not dry_run, "migrating", None)
+
+    def started(total, done):
+        progress.update(task, total=total, completed=done)
+
+    def advanced(n):
+        progress.advance(task, n)
+        t = progress.tasks[0]
+        if t.speed:
+            progress.update(task, rate=f"{t.speed:,.0f} vectors/s")
+
+    with progress:
+        result = run_migration(source_url, alignment_path, target_url, field=field, batch_size=batch_size,
+                               resume=resume, overwrite=overwrite, dry_run=dry_run, checkpoint_path=checkpoint_path,
+                               on_progress=advanced, on_start=started)
+    if as_json:
+        _print_json(result)
+        return
+    con = _console()
+    if dry_run:
+        p = result["plan"]
+        con.print(f"[bold]plan[/] {p['source']} -> {p['target']}" + (f" (field {p['field']})" if p["field"] else ""),
+                  markup=True)
+        con.print(f"  {p['count']:,} records, {p['source_dim']}d -> {p['target_dim']}d, metric {p['metric']}, "
+                  f"batches of {p['batch_size']:,}")
+        con.print(f"  estimated read+map time {p['estimated_read_map_s']:.1f} s; target size about "
+                  f"{p['estimated_target_bytes'] / 1e6:,.1f} MB")
+        for note in p["notes"]:
+            con.print(f"  note: {note}")
+        con.print("  nothing was written (dry run)")
+        return
+    rate = f" ({result['vectors_per_s']:,.0f} vectors/s)" if result["vectors_per_s"] else ""
+    resumed = f", resumed after {result['resumed_from']:,}" if result["resumed_from"] else ""
+    con.print(f"[bold green]migrated[/] {result['written']:,} records into {result['target']} in "
+              f"{result['seconds']:.1f} s{rate}{resumed}", markup=True)
+
+
+@main.command()
+@click.argument("source_url")
+@click.argument("target_url")
+@click.option("--alignment", "alignment_path", required=True, type=click.Path(dir_okay=False))
+@click.option("--field", default=None, help="Verify an in-place vector field of TARGET_URL.")
+@click.option("--sample", type=int, default=1000, show_default=True, help="Records whose mapping is recomputed.")
+@click.option("--tolerance", type=float, default=1e-5, show_default=True)
+@click.option("--json", "as_json", is_flag=True)
+@handle_errors
+def verify(source_url, target_url, alignment_path, field, sample, tolerance, as_json):
+    """Check a migration: counts, ids, and a sample of mapped vectors and payloads. Exit 1 on any mismatch."""
+    from .errors import CheckFailed
+    from .migrate import verify as run_verify
+
+    result = run_verify(source_url, target_url, alignment_path, sample=sample, tolerance=tolerance, field=field)
+    if as_json:
+        _print_json(result)
+    else:
+        con = _console()
+        for c in result["checks"]:
+            mark = "[green]ok[/]  " if c["ok"] else "[red]FAIL[/]"
+            con.print(f"{mark} {c['name']}: {c['detail']}", markup=True)
+    if not result["ok"]:
+        raise CheckFailed("verification failed: " + ", ".join(c["name"] for c in result["checks"] if not c["ok"]))
+
+
+@main.command()
+@click.option("--wrap", "wrapped", multiple=True, metavar="OLD_URL=ALIGNMENT",
+              help="An old-model collection searched through an alignment (repeatable).")
+@click.option("--native", multiple=True, metavar="URL", help="A collection already in the new model's space.")
+@click.option("--vectors", "vectors_path", required=True, type=click.Path(exists=True, dir_okay=False),
+              help=".npy file of new-model query vectors (one row per query).")
+@click.option("-k", "k", type=int, default=10, show_default=True)
+@click.option("--json", "as_json", is_flag=True)
+@handle_errors
+def search(wrapped, native, vectors_path, k, as_json):
+    """Federated search with new-model query vectors over wrapped old and native new collections."""
+    import numpy as np
+
+    from .connectors import connect
+    from .errors import InputError
+    from .migrate import federated_search, wrap
+
+    members = []
+    for spec in wrapped:
+        url, sep, align = spec.rpartition("=")
+        if not sep or not url:
+            raise InputError(f"--wrap takes OLD_URL=ALIGNMENT, got {spec!r}")
+        members.append(wrap(connect(url, read_only=True), align))
+    members += [connect(url, read_only=True) for url in native]
+    try:
+        queries = np.load(vectors_path, allow_pickle=False)
+    except ValueError as exc:
+        raise InputError(f"{vectors_path}: not a numpy array file ({exc})") from None
+    if queries.ndim == 1:
+        queries = queries[None, :]
+    results = federated_search(members, queries, k)
+    if as_json:
+        _print_json(results)
+        return
+    con = _console()
+    for qi, rows in enumerate(results):
+        con.print(f"[bold]query {qi}[/]", markup=True)
+        for rank, r in enumerate(rows, 1):
+            con.print(f"  {rank:3d}. {r['id']}  {r['score']:.4f}  [dim]{r['source']}[/]", markup=True)
+
+
+@main.command()
 @click.argument("target")
 @click.option("--json", "as_json", is_flag=True)
 @handle_errors

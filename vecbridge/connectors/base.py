@@ -143,6 +143,10 @@ class Collection(abc.ABC):
         """Add a second vector field / column to an existing collection."""
         raise StoreError(f"{self.scheme}: adding a vector field is not supported by this store")
 
+    def with_vector_field(self, name: str) -> "Collection":
+        """A view of this collection whose vectors are the named field (reads and upserts touch only that field)."""
+        raise StoreError(f"{self.scheme}: named vector fields are not supported by this store")
+
     # --- shared helpers ---------------------------------------------------------------------------------------------
     def _writable(self):
         if self.read_only:

@@ -1,0 +1,93 @@
+"""Checkpoints that make every write path resumable.
+
+A checkpoint is a small JSON file, by default beside the alignment artifact
+(``align.vb.<target-name>.migrate.json``), rewritten atomically after every committed batch. It records what the
+job is (kind, redacted source and target URLs, the alignment's fingerprint, the source's dimension and count) and,
+per phase, the source cursor of the last batch written and how many records were written.
+
+Crash semantics: a batch is upserted first and the checkpoint advanced second, so after a crash the resumed job
+re-writes at most the one batch that was in flight; upserts are idempotent by id, so nothing is duplicated and
+nothing is skipped. A resume whose source, target or alignment differs from the checkpoint's is refused.
+"""
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from ..errors import InputError
+
+VERSION = 1
+
+
+def _now() -> str:
+    return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+
+
+class Checkpoint:
+    def __init__(self, path, identity: dict[str, Any]):
+        self.path = Path(path)
+        self.identity = identity
+        self.state: dict[str, Any] = {"version": VERSION, "identity": identity, "phases": {}, "status": "new"}
+
+    # --- lifecycle ---------------------------------------------------------------------------------------------------
+    def exists(self) -> bool:
+        return self.path.is_file()
+
+    def load(self) -> "Checkpoint":
+        try:
+            state = json.loads(self.path.read_text())
+        except (OSError, ValueError) as exc:
+            raise InputError(f"checkpoint {self.path} is unreadable ({exc}); remove it to start over") from None
+        if state.get("version") != VERSION:
+            raise InputError(f"checkpoint {self.path} has an unknown version; remove it to start over")
+        differs = [k for k, v in self.identity.items() if state.get("identity", {}).get(k) != v]
+        if differs:
+            raise InputError(f"refusing to resume: the checkpoint {self.path} was written for a different "
+                             f"{', '.join(differs)}; use the original command, or remove the checkpoint and the "
+                             f"target to start over")
+        self.state = state
+        return self
+
+    def save(self) -> None:
+        self.state["updated_at"] = _now()
+        tmp = self.path.with_name(f".{self.path.name}.tmp-{os.getpid()}")
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        with open(tmp, "w") as fh:
+            json.dump(self.state, fh, indent=1)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, self.path)
+
+    def start(self) -> None:
+        self.state.setdefault("started_at", _now())
+        self.state["status"] = "running"
+        self.save()
+
+    def finish(self) -> None:
+        self.state["status"] = "done"
+        self.save()
+
+    # --- phases -----------------------------------------------------------------------------------------------------
+    def phase(self, name: str) -> dict:
+        return self.state["phases"].setdefault(name, {"cursor": None, "written": 0, "done": False})
+
+    def commit(self, name: str, cursor: Any, written: int) -> None:
+        ph = self.phase(name)
+        ph["cursor"] = cursor
+        ph["written"] += written
+        self.save()
+
+    def complete(self, name: str) -> None:
+        self.phase(name)["done"] = True
+        self.save()
+
+    @property
+    def status(self) -> str:
+        return self.state.get("status", "new")
+
+    @property
+    def written(self) -> int:
+        return sum(p["written"] for p in self.state["phases"].values())

@@ -1,0 +1,75 @@
+"""Stream records from a source into a target through a transform: read, map and write overlap.
+
+A reader thread scans the source (and maps each batch: numpy releases the GIL, so mapping overlaps the writes)
+into a small bounded queue; the calling thread upserts each batch and then advances the checkpoint. The queue bound
+keeps memory flat whatever the collection size.
+"""
+from __future__ import annotations
+
+import queue
+import threading
+from typing import Callable
+
+from ..connectors.base import Collection, VectorBatch
+from .checkpoint import Checkpoint
+
+_DONE = object()
+
+
+class _Failure:
+    def __init__(self, exc: BaseException):
+        self.exc = exc
+
+
+def copy_stream(source: Collection, target: Collection, *, transform: Callable[[VectorBatch], VectorBatch],
+                checkpoint: Checkpoint, phase: str, batch_size: int, prefetch: int = 3,
+                on_progress: Callable[[int], None] | None = None) -> int:
+    """Copy every record of ``source`` after the phase's checkpointed cursor into ``target``; returns the number
+    written in this call. Safe to interrupt at any point (see :mod:`vecbridge.migrate.checkpoint`)."""
+    state = checkpoint.phase(phase)
+    if state["done"]:
+        return 0
+    q: queue.Queue = queue.Queue(maxsize=prefetch)
+    stop = threading.Event()
+
+    def put(item) -> bool:
+        while not stop.is_set():
+            try:
+                q.put(item, timeout=0.2)
+                return True
+            except queue.Full:
+                continue
+        return False
+
+    def reader():
+        try:
+            for batch in source.scan(batch_size=batch_size, after=state["cursor"]):
+                mapped = transform(batch)
+                mapped.cursor = batch.cursor
+                if not put(mapped):
+                    return
+            put(_DONE)
+        except BaseException as exc:  # handed to the writer, which re-raises it in the caller's thread
+            put(_Failure(exc))
+
+    thread = threading.Thread(target=reader, name=f"vecbridge-read-{phase}", daemon=True)
+    thread.start()
+    written = 0
+    try:
+        while True:
+            item = q.get()
+            if item is _DONE:
+                break
+            if isinstance(item, _Failure):
+                raise item.exc
+            if len(item):
+                target.upsert(item)
+            checkpoint.commit(phase, item.cursor, len(item))
+            written += len(item)
+            if on_progress:
+                on_progress(len(item))
+    finally:
+        stop.set()
+        thread.join(timeout=5)
+    checkpoint.complete(phase)
+    return written

@@ -1,0 +1,170 @@
+"""Use an old collection with the new model without rewriting it: translate queries at search time.
+
+Seed 000: ``(x R) . q = x . (q R^T)``, so searching the untouched old index with ``q R^T`` ranks exactly as
+searching a rewritten index with ``q``. The wrapper returns scores *in the new space* (what the rewritten collection
+would return), so they can be merged with a native new-model collection (see :func:`federated_search`).
+
+When is it exact? With ``x' = s (x - mu_x) M + mu_y`` the map of the old vectors:
+
+* ``dot``: always (any linear or affine map): ``x'.q = s x.(q M^T) + c(q)``, the means add a per-query constant.
+* ``cosine``: when M is orthogonal with ``d_src <= d_tgt`` and there is no centring (``||x'|| = s ||x||``): the
+  store's cosine is rescaled by ``||q M^T|| / ||q||``. Centring breaks this (``||x'||`` then varies with x
+  differently from ``||x||``), as does a projection (``d_src > d_tgt``) or a general linear map.
+* ``l2``: the ranking is exact for orthogonal maps with ``d_src <= d_tgt`` (query ``mu_x + (q - mu_y) M^T / s``).
+
+In every case that is not exact by these identities — and for l2, whose score conventions differ between stores —
+the wrapper over-fetches ``overfetch * k`` candidates with the translated query, maps their stored vectors and
+re-scores them exactly in the new space. That is exact whenever the true top-k is among the candidates.
+"""
+from __future__ import annotations
+
+from typing import Callable, Sequence
+
+import numpy as np
+
+from ..align.artifact import Alignment
+from ..connectors.base import Collection
+from ..errors import InputError
+from ..metrics import _prep, _scores
+from .rewrite import load_alignment
+
+
+def _orthogonal_isometry(alignment: Alignment) -> bool:
+    return alignment.kind == "orthogonal" and alignment.source_dim <= alignment.target_dim
+
+
+def translate_queries(alignment: Alignment, queries, metric: str = "cosine") -> np.ndarray:
+    """New-model query vectors -> vectors to search the old index with (float32)."""
+    Q = np.asarray(queries, dtype=np.float32)
+    M = alignment._tensor("matrix", np.float32)
+    s = float(alignment.metadata["scale"])
+    if alignment.metadata["normalization"] == "l2":
+        from ..vectors import l2_normalize
+
+        Q = l2_normalize(Q)
+    if metric == "l2" and _orthogonal_isometry(alignment):
+        mu_x, mu_y = alignment._tensor("source_mean", np.float32), alignment._tensor("target_mean", np.float32)
+        return mu_x + ((Q - mu_y) @ M.T) / s
+    return Q @ M.T
+
+
+class WrappedCollection:
+    """A read-only view of an old-model collection that accepts new-model query vectors."""
+
+    def __init__(self, collection: Collection, alignment, *, overfetch: int = 4):
+        self.collection = collection
+        self.alignment, _ = load_alignment(alignment)
+        info = collection.info()
+        if info.dim != self.alignment.source_dim:
+            raise InputError(f"{collection.display_url} holds {info.dim}-d vectors but the alignment maps "
+                             f"{self.alignment.source_dim}-d vectors")
+        self.metric = info.metric
+        self.overfetch = overfetch
+        centred = bool(self.alignment.metadata.get("centered"))
+        if self.metric == "dot":
+            self.exact = True
+        elif self.metric == "cosine":
+            self.exact = _orthogonal_isometry(self.alignment) and not centred
+        else:
+            self.exact = False  # l2: re-scored from candidates (ranking exact for rotations; scores store-specific)
+
+    @property
+    def display_url(self) -> str:
+        return f"wrap({self.collection.display_url})"
+
+    def info(self):
+        info = self.collection.info()
+        info.dim = self.alignment.target_dim
+        return info
+
+    def search(self, queries, k: int = 10) -> tuple[list[list], np.ndarray]:
+        """Nearest old records for new-model queries, with scores as the rewritten collection would give them."""
+        Q = np.asarray(queries, dtype=np.float32)
+        if Q.ndim != 2 or Q.shape[1] != self.alignment.target_dim:
+            raise InputError(f"queries must be {self.alignment.target_dim}-d new-model vectors, got shape {Q.shape}")
+        q_old = translate_queries(self.alignment, Q, self.metric)
+        if self.exact:
+            ids, store_scores = self.collection.search(q_old, k)
+            return ids, self._exact_scores(Q, q_old, np.asarray(store_scores, dtype=np.float32))
+        ids, _ = self.collection.search(q_old, k * self.overfetch)
+        return self._rescore(Q, ids, k)
+
+    def _exact_scores(self, Q, q_old, store_scores):
+        a = self.alignment
+        s = float(a.metadata["scale"])
+        if self.metric == "dot":
+            mu_x, mu_y = a._tensor("source_mean", np.float32), a._tensor("target_mean", np.float32)
+            const = Q @ mu_y - s * (Q @ a._tensor("matrix", np.float32).T) @ mu_x
+            return s * store_scores + const[:, None]
+        # cosine, orthogonal isometry, no centring
+        ratio = np.linalg.norm(q_old, axis=1) / np.maximum(np.linalg.norm(Q, axis=1), 1e-12)
+        return store_scores * ratio[:, None]
+
+    def _rescore(self, Q, candidate_ids: list[list], k: int):
+        flat = list(dict.fromkeys(i for row in candidate_ids for i in row))
+        got = self.collection.get(flat)
+        pos = {i: j for j, i in enumerate(got.ids)}
+        mapped = self.alignment.transform(got.vectors) if len(got) else np.zeros((0, self.alignment.target_dim))
+        D = _prep(mapped, self.metric)
+        d_sq = np.einsum("ij,ij->i", D, D) if self.metric == "l2" else None
+        out_ids, out_scores = [], np.full((len(Q), k), -np.inf, dtype=np.float32)
+        for qi, row in enumerate(candidate_ids):
+            rows = [pos[i] for i in row if i in pos]
+            if not rows:
+                out_ids.append([])
+                continue
+            sc = _scores(_prep(Q[qi:qi + 1], self.metric), D[rows], self.metric,
+                         d_sq[rows] if d_sq is not None else None)[0]
+            order = np.argsort(-sc, kind="stable")[:k]
+            out_ids.append([got.ids[rows[j]] for j in order])
+            out_scores[qi, :len(order)] = sc[order]
+        return out_ids, out_scores
+
+
+def wrap(collection: Collection, alignment, **kw) -> WrappedCollection:
+    """``wrap(old_collection, "align.vb").search(new_model_queries, k)``."""
+    return WrappedCollection(collection, alignment, **kw)
+
+
+def federated_search(members: Sequence, queries, k: int = 10) -> list[list[dict]]:
+    """One search over several collections in comparable spaces (e.g. a wrapped OLD and a native NEW), merged by
+    score; a record present in several (same id) is returned once, with its best score and where it came from."""
+    if not members:
+        raise InputError("federated search needs at least one collection")
+    metrics = {m.info().metric for m in members}
+    if len(metrics) > 1:
+        raise InputError(f"cannot merge scores of different metrics: {', '.join(sorted(metrics))}")
+    Q = np.asarray(queries, dtype=np.float32)
+    results = [m.search(Q, k) for m in members]
+    merged = []
+    for qi in range(len(Q)):
+        best: dict = {}
+        for mi, (ids, scores) in enumerate(results):
+            for i, sc in zip(ids[qi], scores[qi]):
+                sc = float(sc)
+                if np.isfinite(sc) and (i not in best or sc > best[i]["score"]):
+                    best[i] = {"id": i, "score": sc, "source": members[mi].display_url}
+        merged.append(sorted(best.values(), key=lambda r: -r["score"])[:k])
+    return merged
+
+
+class MappedEmbeddings:
+    """Drop-in embedding function: new model in, old-space vectors out, for code that queries an old index.
+
+    ``embed`` is any callable from a list of texts to new-model vectors (e.g. ``SentenceTransformer.encode``).
+    Provides ``__call__``, ``embed_documents`` and ``embed_query`` (the shapes LangChain-style stores expect).
+    """
+
+    def __init__(self, embed: Callable[[list[str]], np.ndarray], alignment, metric: str = "cosine"):
+        self.embed = embed
+        self.alignment, _ = load_alignment(alignment)
+        self.metric = metric
+
+    def __call__(self, texts: list[str]) -> np.ndarray:
+        return translate_queries(self.alignment, self.embed(list(texts)), self.metric)
+
+    def embed_documents(self, texts: list[str]) -> list[list[float]]:
+        return self(texts).tolist()
+
+    def embed_query(self, text: str) -> list[float]:
+        return self([text])[0].tolist()
