@@ -265,6 +265,40 @@ def migrate(source_url, alignment_path, target_url, field, batch_size, resume, o
 
 
 @main.command()
+@click.argument("a_url")
+@click.argument("b_url")
+@click.option("--into", "into_url", required=True, help="New collection that receives the union (in B's space).")
+@click.option("--alignment", "alignment_path", required=True, type=click.Path(dir_okay=False),
+              help="Alignment from A's space to B's (vecbridge fit / link).")
+@click.option("--links", default="ids", show_default=True,
+              help="Which records are the same item: 'ids' or a CSV/JSON file of a_id,b_id pairs.")
+@click.option("--policy", type=click.Choice(["keep-b", "keep-a", "keep-both"]), default="keep-b", show_default=True,
+              help="Vector kept for a linked pair (keep-both: A's mapped vector in a second field).")
+@click.option("--batch-size", type=int, default=None)
+@click.option("--resume", is_flag=True)
+@click.option("--overwrite", is_flag=True)
+@click.option("--checkpoint", "checkpoint_path", default=None, type=click.Path(dir_okay=False))
+@click.option("--json", "as_json", is_flag=True)
+@handle_errors
+def merge(a_url, b_url, into_url, alignment_path, links, policy, batch_size, resume, overwrite, checkpoint_path,
+          as_json):
+    """Merge index A (old encoder) and index B (new encoder) into one collection in B's space."""
+    from .migrate import merge as run_merge
+
+    progress, task = _progress(not as_json, "merging", None)
+    with progress:
+        result = run_merge(a_url, b_url, into_url, alignment_path, links=links, policy=policy,
+                           batch_size=batch_size, resume=resume, overwrite=overwrite, checkpoint_path=checkpoint_path,
+                           on_progress=lambda n: progress.advance(task, n))
+    if as_json:
+        _print_json(result)
+        return
+    _console().print(f"[bold green]merged[/] {result['a_count']:,} + {result['b_count']:,} records into "
+                     f"{result['into']}: {result['count']:,} records, {result['linked']:,} linked pairs "
+                     f"({result['policy']}), {result['renamed']:,} renamed ids", markup=True)
+
+
+@main.command()
 @click.argument("source_url")
 @click.argument("target_url")
 @click.option("--alignment", "alignment_path", required=True, type=click.Path(dir_okay=False))
