@@ -31,4 +31,5 @@ def sample_stores(tmp_path_factory, sample):
                            [{"text": it["doc"]} for it in sample.items])
     new = write_collection(f"file://{root / 'new'}", sample.ids, sample.docs_new)
     queries = write_collection(f"file://{root / 'queries'}", sample.ids[1000:], sample.queries_new)
-    return {"old": old.url, "new": new.url, "queries": queries.url, "root": root}
+    queries_old = write_collection(f"file://{root / 'queries_old'}", sample.ids[1000:], sample.queries_old)
+    return {"old": old.url, "new": new.url, "queries": queries.url, "queries_old": queries_old.url, "root": root}

@@ -366,6 +366,86 @@ def search(wrapped, native, vectors_path, k, as_json):
 
 
 @main.command()
+@click.argument("old_url")
+@click.argument("new_url", required=False)
+@click.option("--key", default=None, help="Payload field that identifies the same item in both collections.")
+@click.option("--model", default=None, help="New model (name, path or module:function) to re-embed stored texts.")
+@click.option("--text-field", default=None, help="Payload field holding the text (with --model).")
+@click.option("--seeds", default=None, type=click.Path(dir_okay=False), help="CSV/JSON of seed id pairs (GEH).")
+@click.option("--queries", "queries_url", default=None,
+              help="New-model query vectors (ids = the relevant document's id): recall retention.")
+@click.option("--old-queries", "old_queries_url", default=None,
+              help="The same queries in the old model: three-way comparison (stay / mapped / re-embed).")
+@click.option("--sample", type=int, default=5000, show_default=True)
+@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--center/--no-center", default=False, show_default=True)
+@click.option("--html", "html_path", default=None, type=click.Path(dir_okay=False), help="Write an HTML report.")
+@click.option("--fail-on", type=click.Choice(["no-go", "caution"]), default=None,
+              help="Exit 1 when the verdict is this bad (for CI gates).")
+@click.option("--json", "as_json", is_flag=True)
+@handle_errors
+def report(old_url, new_url, key, model, text_field, seeds, queries_url, old_queries_url, sample, seed, center,
+           html_path, fail_on, as_json):
+    """Dry-run compatibility report: will the upgrade work, and how much retrieval quality is kept?"""
+    from pathlib import Path
+
+    from .checks.html import render_html
+    from .checks.report import compatibility_report
+    from .errors import CheckFailed
+
+    con_err = _console(stderr=True)
+    step = (lambda s: None) if as_json else (lambda s: con_err.print(f"[dim]-[/] {s}"))
+    rep = compatibility_report(old_url, new_url, sample=sample, seed=seed, key=key, model=model,
+                               text_field=text_field, seeds=seeds, queries_new=queries_url,
+                               queries_old=old_queries_url, center=center, on_step=step)
+    if html_path:
+        Path(html_path).write_text(render_html(rep), encoding="utf-8")
+    if as_json:
+        _print_json(rep)
+    else:
+        _print_report(rep, html_path)
+    bad = {"no-go": ("NO-GO",), "caution": ("NO-GO", "CAUTION")}.get(fail_on, ())
+    if rep["verdict"]["verdict"] in bad:
+        raise CheckFailed(f"verdict {rep['verdict']['verdict']}: {rep['verdict']['reason']}")
+
+
+def _print_report(rep: dict, html_path):
+    from rich.markup import escape
+    from rich.table import Table
+
+    con = _console()
+    v = rep["verdict"]
+    color = {"GO": "green", "CAUTION": "yellow", "NO-GO": "red"}[v["verdict"]]
+    c, ho = rep["correspondences"], rep["held_out"]
+    con.print(f"correspondences: [bold]{c['mode']}[/] ({escape(c['reason'])}); {c['train']:,} to fit, "
+              f"{c['held_out']:,} held out", markup=True)
+    table = Table(title="held-out quality")
+    table.add_column("metric")
+    table.add_column("value", justify="right")
+    table.add_row("top-1 of the true partner", f"{ho['top1']:.3f}")
+    table.add_row("mean rank", f"{ho['mean_rank']:.2f}")
+    table.add_row("mean cosine", f"{ho['mean_cosine']:.3f}")
+    table.add_row("residual (held-out / in-sample / bound)",
+                  f"{ho['residual']:.3g} / {rep['fit']['residual']:.3g} / {rep['fit']['bound']:.3g}")
+    if "retrieval" in rep:
+        r = rep["retrieval"]
+        table.add_row(f"recall retention@{r['k']} (measured on {int(r['pool_sizes'][-1]):,} docs)", f"{r['measured']:.3f}")
+        table.add_row(f"recall retention@{r['k']} (predicted for {r['full_size']:,} docs)", f"{r['predicted']:.3f}")
+    if "three_way" in rep:
+        t = rep["three_way"]
+        table.add_row("Recall@k: stay / mapped / re-embed",
+                      f"{t['stay_on_old_model']:.3f} / {t['mapped_upgrade']:.3f} / {t['full_re_embed']:.3f}")
+    if "neighbourhood_overlap" in rep:
+        table.add_row("neighbourhood top-k overlap", f"{rep['neighbourhood_overlap']['overlap']:.3f}")
+    con.print(table)
+    for a in rep["advice"]:
+        con.print(f"note: {escape(a)}")
+    con.print(f"[bold {color}]{v['verdict']}[/]: {escape(v['reason'])}", markup=True)
+    if html_path:
+        con.print(f"HTML report: {html_path}")
+
+
+@main.command()
 @click.argument("target")
 @click.option("--json", "as_json", is_flag=True)
 @handle_errors

@@ -1,0 +1,124 @@
+"""Compatibility report: correspondence modes, numbers, verdicts, HTML (rendered in headless Chromium)."""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+from vecbridge.checks.html import render_html
+from vecbridge.checks.report import THRESHOLDS, compatibility_report, verdict
+from vecbridge.cli import main
+from vecbridge.errors import InputError
+
+from .conftest import write_collection
+
+
+@pytest.fixture(scope="module")
+def full_report(sample_stores):
+    return compatibility_report(sample_stores["old"], sample_stores["new"], queries_new=sample_stores["queries"],
+                                queries_old=sample_stores["queries_old"], sample=1500)
+
+
+def test_report_uses_shared_ids_and_measures_held_out(full_report):
+    r = full_report
+    assert r["correspondences"]["mode"] == "shared-ids" and r["correspondences"]["n"] == 1500
+    assert r["correspondences"]["held_out"] == 300
+    assert r["held_out"]["top1"] > 0.95 and r["fit"]["residual"] < r["fit"]["bound"]
+    assert len(r["fit"]["singular_values"]) == 384
+    lc = r["learning_curve"]
+    assert lc["n_anchors"] == sorted(lc["n_anchors"]) and lc["top1"][-1] > lc["top1"][0]
+    ret = r["retrieval"]
+    assert 0.6 < ret["predicted"] <= 1.0 and ret["full_size"] == 1500
+
+
+def test_three_way_comparison_drives_the_verdict(full_report):
+    t = full_report["three_way"]
+    assert t["full_re_embed"] > t["mapped_upgrade"]
+    if t["mapped_upgrade"] < t["stay_on_old_model"]:
+        assert full_report["verdict"]["verdict"] == "NO-GO"
+        assert "worse than staying on the old model" in full_report["verdict"]["reason"]
+
+
+def test_verdict_thresholds():
+    base = {"thresholds": dict(THRESHOLDS), "held_out": {"top1": 0.99}, "retrieval": {"predicted": 0.95, "k": 10}}
+    assert verdict(base)["verdict"] == "GO"
+    assert verdict({**base, "retrieval": {"predicted": 0.8, "k": 10}})["verdict"] == "CAUTION"
+    assert verdict({**base, "retrieval": {"predicted": 0.6, "k": 10}})["verdict"] == "NO-GO"
+    assert verdict({**base, "held_out": {"top1": 0.3}})["verdict"] == "NO-GO"
+    worse = {**base, "three_way": {"mapped_upgrade": 0.63, "stay_on_old_model": 0.68, "full_re_embed": 0.75}}
+    v = verdict(worse)
+    assert v["verdict"] == "NO-GO" and "0.630 vs 0.680" in v["reason"]
+    no_q = {"thresholds": dict(THRESHOLDS), "held_out": {"top1": 0.99}}
+    assert verdict(no_q)["verdict"] == "CAUTION"
+
+
+def test_report_without_queries_gives_neighbourhood_overlap(sample_stores):
+    r = compatibility_report(sample_stores["old"], sample_stores["new"], sample=800)
+    assert 0.2 < r["neighbourhood_overlap"]["overlap"] < 1.0
+    assert r["verdict"]["verdict"] == "CAUTION" and "--queries" in r["verdict"]["reason"]
+
+
+def test_report_by_payload_key_and_by_re_embedding(tmp_path, sample):
+    old = write_collection(f"file://{tmp_path}/old", [f"o{i}" for i in range(1500)], sample.docs_old,
+                           [{"url": f"u{i}", "text": it["doc"]} for i, it in enumerate(sample.items)])
+    new = write_collection(f"file://{tmp_path}/new", [f"n{i}" for i in range(1500)], sample.docs_new,
+                           [{"url": f"u{i}"} for i in range(1500)])
+    with pytest.raises(InputError, match="no correspondences"):
+        compatibility_report(old.url, new.url, sample=500)
+    by_key = compatibility_report(old.url, new.url, key="url", sample=1000)
+    assert by_key["correspondences"]["mode"] == "payload-key" and by_key["held_out"]["top1"] > 0.9
+    by_model = compatibility_report(old.url, None, model="tests.embedders:mpnet_lookup", text_field="text",
+                                    sample=1000)
+    assert by_model["correspondences"]["mode"] == "re-embedded-sample"
+    assert by_model["held_out"]["top1"] > 0.9
+
+
+def test_cli_report_json_html_and_gate(tmp_path, sample_stores):
+    html = tmp_path / "report.html"
+    r = CliRunner().invoke(main, ["report", sample_stores["old"], sample_stores["new"], "--queries",
+                                  sample_stores["queries"], "--old-queries", sample_stores["queries_old"],
+                                  "--sample", "1500", "--html", str(html), "--json"])
+    assert r.exit_code == 0, r.output
+    rep = json.loads(r.stdout)
+    assert rep["verdict"]["verdict"] in ("GO", "CAUTION", "NO-GO")
+    text = html.read_text()
+    assert "<svg" in text and rep["verdict"]["verdict"] in text and "http" not in text.replace("http://www.w3.org", "")
+    if rep["verdict"]["verdict"] == "NO-GO":
+        gated = CliRunner().invoke(main, ["report", sample_stores["old"], sample_stores["new"], "--queries",
+                                          sample_stores["queries"], "--old-queries", sample_stores["queries_old"],
+                                          "--sample", "1500", "--fail-on", "no-go"])
+        assert gated.exit_code == 1 and "verdict NO-GO" in gated.output
+
+
+def _chromium():
+    for name in ("chromium", "chromium-browser", "google-chrome"):
+        if shutil.which(name):
+            return shutil.which(name)
+    return None
+
+
+def test_html_report_renders_in_headless_chromium(tmp_path, full_report):
+    browser = _chromium()
+    if browser is None:
+        if os.environ.get("VECBRIDGE_REQUIRE_ENGINES"):
+            pytest.fail("chromium is required in CI (apt-get install chromium)")
+        pytest.skip("chromium not installed")
+    page = tmp_path / "report.html"
+    page.write_text(render_html(full_report))
+    flags = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+             "--disable-background-networking", "--disable-component-update", "--disable-sync",
+             f"--user-data-dir={tmp_path / 'profile'}"]
+    dom = subprocess.run([browser, *flags, "--dump-dom", page.as_uri()], capture_output=True, text=True, timeout=120)
+    assert f">{full_report['verdict']['verdict']}</div>" in dom.stdout
+    assert dom.stdout.count("<svg") == 3 and "<polyline" in dom.stdout
+    shot = tmp_path / "shot.png"
+    subprocess.run([browser, *flags, f"--screenshot={shot}", "--window-size=1100,1600", page.as_uri()],
+                   capture_output=True, timeout=120)
+    data = shot.read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 20_000   # a rendered page, not a blank one

@@ -1,0 +1,280 @@
+"""Dry-run compatibility report: will this upgrade work, and how much retrieval quality is kept?
+
+Nothing is written to any store. The report
+
+1. samples both collections and finds correspondences with the best mode available, saying which and why:
+   a payload key (``key``), shared ids, a re-embedded sample of stored texts (``model`` + ``text_field``), seed pairs
+   grown by GEH (``seeds``), or none at all (unsupervised mini-vec2vec, whose quality cannot be measured);
+2. fits orthogonal Procrustes on a training split and measures the held-out split: top-1 and mean rank of the true
+   partner, mean cosine, held-out residual, seed 000's residual/bound and singular-value spectrum, and how quality
+   grows with the number of anchors;
+3. with new-model queries (vectors whose id is their relevant document's id) measures recall retention@k on the
+   held-out documents, extrapolated to the size of the whole collection (Recall@k falls as a collection grows; the
+   ratio much less, but the report fits ``retention = a + b log(pool size)`` over sub-pools and predicts the full
+   size); with old-model queries too, the three-way comparison: stay on A, mapped upgrade, full re-embed;
+4. gives a verdict (GO / CAUTION / NO-GO) from :data:`THRESHOLDS`, with the reason in one sentence.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from .. import metrics
+from ..align.procrustes import FewPairsWarning, OrthogonalProcrustes
+from ..align.workflow import _as_collection
+from ..connectors.base import Collection
+from ..errors import InputError
+
+#: verdict thresholds (documented in the README): GO needs all of the "go" ones; NO-GO any of the "no_go" ones
+THRESHOLDS = {
+    "go_top1": 0.95,            # held-out top-1 of the true partner
+    "go_retention": 0.90,       # predicted recall retention@k
+    "no_go_top1": 0.50,
+    "no_go_retention": 0.70,
+    "worse_than_staying": 0.0,  # mapped recall below staying on A by more than this -> NO-GO
+}
+MIN_PAIRS = 50
+
+
+@dataclass
+class Correspondences:
+    mode: str
+    reason: str
+    X: np.ndarray          # old-space vectors
+    Y: np.ndarray          # new-space vectors
+    ids: list              # old ids (the held-out split is drawn over these)
+
+
+def _by_ids(old: Collection, new: Collection, sample: int, seed: int):
+    s = old.sample(sample, seed=seed)
+    t = new.get(list(s.ids))
+    pos = {i: j for j, i in enumerate(t.ids)}
+    rows = [j for j, i in enumerate(s.ids) if i in pos]
+    return s, t, rows, pos
+
+
+def find_correspondences(old: Collection, new: Collection | None, *, sample: int = 5000, seed: int = 0,
+                         key: str | None = None, model: str | None = None, text_field: str | None = None,
+                         seeds: str | None = None) -> Correspondences:
+    """The best available source of pairs, in order of reliability."""
+    if key:
+        from ..linking import pairs_by_field
+
+        parts = list(pairs_by_field(old, new, key, limit=sample, seed=seed))
+        if parts:
+            X = np.concatenate([a.vectors for a, _ in parts])
+            Y = np.concatenate([b.vectors for _, b in parts])
+            return Correspondences("payload-key", f"{len(X):,} sampled records share payload field {key!r}",
+                                   X, Y, [i for a, _ in parts for i in a.ids])
+    if new is not None:
+        s, t, rows, pos = _by_ids(old, new, sample, seed)
+        if len(rows) >= MIN_PAIRS:
+            return Correspondences("shared-ids", f"{len(rows):,} of {len(s):,} sampled old ids also exist in the "
+                                   f"new collection", s.vectors[rows], t.vectors[[pos[s.ids[j]] for j in rows]],
+                                   [s.ids[j] for j in rows])
+    if model and text_field:
+        from ..linking.reembed import load_model, reembed_pairs
+
+        olds, news = reembed_pairs(old, load_model(model), text_field=text_field, n=sample, seed=seed)
+        return Correspondences("re-embedded-sample", f"no shared ids; {len(olds):,} stored texts "
+                               f"({text_field!r}) re-embedded with {model}", olds.vectors, news, list(olds.ids))
+    if seeds and new is not None:
+        return _geh_correspondences(old, new, seeds, sample, seed)
+    raise InputError("no correspondences: the collections share no ids; give --key FIELD, --model and "
+                     "--text-field (re-embed a sample), --seeds FILE (GEH), or use --unsupervised")
+
+
+def _geh_correspondences(old, new, seeds, sample, seed) -> Correspondences:
+    from ..linking import read_pairs_file
+    from ..linking.geh import GEH
+
+    pairs = read_pairs_file(seeds)
+    a = old.sample(sample, seed=seed)
+    b = new.sample(sample, seed=seed)
+    seed_a = old.get([p[0] for p in pairs])
+    seed_b = new.get([p[1] for p in pairs])
+    # the seeds join the samples so GEH can anchor on them
+    A = np.concatenate([seed_a.vectors, a.vectors])
+    B = np.concatenate([seed_b.vectors, b.vectors])
+    n_seeds = min(len(seed_a), len(seed_b))
+    geh = GEH(random_state=seed).fit(A, B, np.stack([np.arange(n_seeds), np.arange(n_seeds)], axis=1))
+    links = geh.links_
+    if len(links) < MIN_PAIRS:
+        raise InputError(f"GEH grew only {len(links)} links from {n_seeds} seeds: too few to fit a map")
+    ids = (list(seed_a.ids) + list(a.ids))
+    return Correspondences("geh", f"no shared ids; GEH grew {len(links):,} links from {n_seeds} seed pairs "
+                           f"(mean confidence {float(np.mean(geh.confidence_)):.2f})", A[links[:, 0]], B[links[:, 1]],
+                           [ids[i] for i in links[:, 0]])
+
+
+def _retention_curve(Qn, mapped, native, rel, k, rng, full_size) -> dict:
+    """Retention@k over the whole held-out pool and over random sub-pools; a log-linear fit predicts the
+    retention at ``full_size`` documents (clamped to [0, 1])."""
+    m = len(mapped)
+    sizes = sorted({max(k * 5, int(m * f)) for f in (0.25, 0.5, 1.0) if int(m * f) >= k * 5})
+    points = []
+    for size in sizes:
+        vals = []
+        for _ in range(3 if size < m else 1):
+            keep = np.sort(rng.choice(m, size, replace=False)) if size < m else np.arange(m)
+            inpool = np.isin(rel, keep)
+            where = {j: i for i, j in enumerate(keep)}
+            r = np.array([where[j] for j in rel[inpool]])
+            res = metrics.recall_retention(Qn[inpool], mapped[keep], native[keep], r, k=k)
+            vals.append((res["retention"], res["recall_mapped"], res["recall_native"]))
+        points.append((size, *np.mean(vals, axis=0)))
+    sizes_arr = np.array([p[0] for p in points], float)
+    ret = np.array([p[1] for p in points])
+    if len(points) >= 2 and full_size > sizes_arr[-1]:
+        b, a = np.polyfit(np.log(sizes_arr), ret, 1)
+        predicted = float(np.clip(a + b * math.log(full_size), 0.0, 1.0))
+    else:
+        predicted = float(ret[-1])
+    return {"pool_sizes": sizes_arr.tolist(), "retention": ret.tolist(),
+            "recall_mapped": [p[2] for p in points], "recall_native": [p[3] for p in points],
+            "measured": float(ret[-1]), "predicted": predicted, "full_size": int(full_size)}
+
+
+def compatibility_report(old, new=None, *, sample: int = 5000, seed: int = 0, holdout: float = 0.2,
+                         key: str | None = None, model: str | None = None, text_field: str | None = None,
+                         seeds: str | None = None, queries_new=None, queries_old=None, k: int = 10,
+                         center: bool = False, on_step=lambda s: None) -> dict:
+    """Everything a user needs to decide on an upgrade, as a JSON-serialisable dict (see the module docstring)."""
+    import warnings
+
+    old_c = _as_collection(old)
+    new_c = _as_collection(new) if new is not None else None
+    old_info = old_c.info()
+    if old_info.count == 0:
+        raise InputError(f"collection is empty: {old_c.display_url}")
+    on_step("finding correspondences")
+    corr = find_correspondences(old_c, new_c, sample=sample, seed=seed, key=key, model=model,
+                                text_field=text_field, seeds=seeds)
+    n = len(corr.X)
+    if n < MIN_PAIRS:
+        raise InputError(f"only {n} correspondences: at least {MIN_PAIRS} are needed for a report")
+    rng = np.random.default_rng(seed)
+    perm = rng.permutation(n)
+    n_held = max(int(round(n * holdout)), min(200, n // 2))
+    held, train = perm[:n_held], perm[n_held:]
+    X, Y = corr.X.astype(np.float32), corr.Y.astype(np.float32)
+
+    on_step(f"fitting on {len(train):,} pairs, measuring on {len(held):,} held out")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FewPairsWarning)
+        est = OrthogonalProcrustes(center=center).fit(X[train], Y[train])
+    mapped_held = est.transform(X[held])
+    pq = metrics.pair_quality(mapped_held, Y[held])
+    cos = np.einsum("ij,ij->i", metrics._prep(mapped_held, "cosine"), metrics._prep(Y[held], "cosine"))
+    held_resid = float(np.mean(np.sum((mapped_held - Y[held]) ** 2, axis=1)))
+
+    report = {
+        "old": old_c.display_url, "new": new_c.display_url if new_c else None,
+        "old_info": old_info.as_dict(), "new_info": new_c.info().as_dict() if new_c else None,
+        "correspondences": {"mode": corr.mode, "reason": corr.reason, "n": n, "train": len(train),
+                            "held_out": len(held)},
+        "held_out": {**pq.as_dict(), "residual": held_resid,
+                     "cosine_histogram": np.histogram(cos, bins=20, range=(-1, 1))[0].tolist()},
+        "fit": {"residual": est.residual_, "relative_residual": est.relative_residual_, "delta": est.delta_,
+                "bound": est.bound_, "bound_vacuous": bool(est.bound_ >= 4 * np.mean(np.sum(Y ** 2, axis=1))),
+                "singular_values": est.singular_values_.tolist(), "center": center},
+        "thresholds": dict(THRESHOLDS),
+    }
+
+    # retrieval with queries: only queries whose relevant document is held out count
+    held_ids = [corr.ids[i] for i in held]
+    qb = rel = None
+    if queries_new is not None:
+        qn_c = _as_collection(queries_new)
+        qb = qn_c.get(held_ids)
+        if len(qb) < 10:
+            raise InputError(f"only {len(qb)} queries in {qn_c.display_url} have a held-out relevant document")
+        pos = {i: j for j, i in enumerate(held_ids)}
+        rel = np.array([pos[i] for i in qb.ids])
+
+    # learning curve over the number of anchors (one fit per size)
+    on_step("learning curve")
+    sizes = [s for s in (25, 50, 100, 200, 500, 1000, 2000, 5000, 10000, 20000) if s < len(train)] + [len(train)]
+    curve: dict = {"n_anchors": [], "top1": []}
+    if qb is not None:
+        curve["retention"] = []
+    for s in sizes:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", FewPairsWarning)
+            mapped_s = OrthogonalProcrustes(center=center).fit(X[train[:s]], Y[train[:s]]).transform(X[held])
+        curve["n_anchors"].append(int(s))
+        curve["top1"].append(metrics.pair_quality(mapped_s, Y[held]).top1)
+        if qb is not None:
+            curve["retention"].append(metrics.recall_retention(qb.vectors, mapped_s, Y[held], rel, k=k)["retention"])
+    report["learning_curve"] = curve
+
+    if qb is not None:
+        on_step("retrieval with new-model queries")
+        # the retrieval pool is every sampled pair (held-out first, so rel indexes it), the closest stand-in for
+        # the whole collection
+        pool_order = np.concatenate([held, train])
+        report["retrieval"] = _retention_curve(qb.vectors, est.transform(X[pool_order]), Y[pool_order], rel, k,
+                                               rng, old_info.count)
+        report["retrieval"]["k"] = k
+        report["retrieval"]["n_queries"] = len(qb)
+        if queries_old is not None:
+            qa = _as_collection(queries_old).get(list(qb.ids))
+            pos_a = {i: j for j, i in enumerate(qa.ids)}
+            both = [j for j, i in enumerate(qb.ids) if i in pos_a]
+            rel_b = rel[both]
+            pool_x, pool_y = X[pool_order], Y[pool_order]
+            report["three_way"] = {
+                "stay_on_old_model": metrics.recall_at_k(qa.vectors[[pos_a[qb.ids[j]] for j in both]], pool_x,
+                                                         rel_b, k),
+                "mapped_upgrade": metrics.recall_at_k(qb.vectors[both], est.transform(pool_x), rel_b, k),
+                "full_re_embed": metrics.recall_at_k(qb.vectors[both], pool_y, rel_b, k),
+                "n_queries": len(both), "pool": len(pool_order),
+            }
+    else:
+        # no queries: neighbourhood overlap, each held-out item's new vector as the query (itself excluded)
+        ov = metrics.topk_overlap(Y[held], mapped_held, Y[held], k=k + 1)
+        report["neighbourhood_overlap"] = {"k": k, "overlap": ov}
+    report["verdict"] = verdict(report)
+    report["advice"] = advice(report)
+    return report
+
+
+def verdict(report: dict) -> dict:
+    """GO / CAUTION / NO-GO with the reason in one sentence."""
+    t = report["thresholds"]
+    top1 = report["held_out"]["top1"]
+    retention = report.get("retrieval", {}).get("predicted")
+    three = report.get("three_way")
+    if three and three["mapped_upgrade"] < three["stay_on_old_model"] - t["worse_than_staying"]:
+        return {"verdict": "NO-GO", "reason": (
+            f"new-model queries over the mapped old vectors retrieve worse than staying on the old model "
+            f"(Recall@{report['retrieval']['k']} {three['mapped_upgrade']:.3f} vs {three['stay_on_old_model']:.3f}; "
+            f"a full re-embed gives {three['full_re_embed']:.3f}): keep the old model or re-embed")}
+    if top1 < t["no_go_top1"]:
+        return {"verdict": "NO-GO", "reason": f"only {top1:.0%} of held-out items find their own new vector "
+                                              f"(top-1 < {t['no_go_top1']:.0%}): the spaces do not align"}
+    if retention is not None and retention < t["no_go_retention"]:
+        return {"verdict": "NO-GO", "reason": f"predicted recall retention@{report['retrieval']['k']} "
+                                              f"{retention:.3f} is below {t['no_go_retention']}"}
+    if top1 >= t["go_top1"] and retention is not None and retention >= t["go_retention"]:
+        return {"verdict": "GO", "reason": f"held-out top-1 {top1:.3f} and predicted retention {retention:.3f} "
+                                           f"meet the GO thresholds ({t['go_top1']}, {t['go_retention']})"}
+    if retention is None:
+        return {"verdict": "CAUTION", "reason": f"held-out top-1 is {top1:.3f}, but without new-model queries "
+                                                f"the retrieval quality kept cannot be measured (give --queries)"}
+    return {"verdict": "CAUTION", "reason": f"held-out top-1 {top1:.3f}, predicted retention {retention:.3f}: "
+                                            f"usable, but below the GO thresholds ({t['go_top1']}, {t['go_retention']})"}
+
+
+def advice(report: dict) -> list[str]:
+    out = []
+    c = report["learning_curve"]
+    key = "retention" if "retention" in c else "top1"
+    if len(c[key]) >= 2 and c[key][-1] - c[key][-2] > 0.01:
+        out.append(f"more anchors would help: {key} rose from {c[key][-2]:.3f} to {c[key][-1]:.3f} between "
+                   f"{c['n_anchors'][-2]:,} and {c['n_anchors'][-1]:,} anchors")
+    if report["fit"]["bound_vacuous"]:
+        out.append("seed 000's worst-case bound is vacuous at this dimension; rely on the held-out numbers")
+    return out
