@@ -445,6 +445,99 @@ def _print_report(rep: dict, html_path):
         con.print(f"HTML report: {html_path}")
 
 
+@main.group()
+def drift():
+    """Scheduled drift checks defined in a TOML file (see vecbridge.checks.drift)."""
+
+
+def _print_drift(result: dict, as_json: bool):
+    if as_json:
+        _print_json(result)
+        return
+    m = result["measures"]
+    shown = ", ".join(f"{k} {m[k]:.4g}" for k in ("residual_ratio", "retention", "centroid_shift", "mmd_pvalue", "top1")
+                      if k in m)
+    status = "[red]BREACH[/]" if result["breached"] else "[green]ok[/]"
+    from rich.markup import escape
+
+    _console().print(f"{status} {escape(result['name'])}: {escape(shown or 'reference sample saved')}", markup=True)
+
+
+@drift.command("run")
+@click.argument("config", type=click.Path(dir_okay=False))
+@click.option("--json", "as_json", is_flag=True)
+@handle_errors
+def drift_run(config, as_json):
+    """Run the check once (for cron or CI); exit 1 on a breach."""
+    from .checks.drift import DriftConfig, run_check
+    from .errors import CheckFailed
+
+    result = run_check(DriftConfig.load(config))
+    _print_drift(result, as_json)
+    if result["breached"]:
+        raise CheckFailed(f"drift: {result['reason']}")
+
+
+@drift.command("watch")
+@click.argument("config", type=click.Path(dir_okay=False))
+@click.option("--every", default="1h", show_default=True, help="Interval: 30s, 15m, 1h, 1d.")
+@click.option("--max-runs", type=int, default=None, help="Stop after this many runs.")
+@click.option("--stop-on-breach", is_flag=True, help="Exit 1 at the first breach instead of continuing.")
+@click.option("--json", "as_json", is_flag=True)
+@handle_errors
+def drift_watch(config, every, max_runs, stop_on_breach, as_json):
+    """Run the check on a schedule until interrupted."""
+    import time as _time
+
+    from .checks.drift import DriftConfig, parse_every, run_check
+    from .errors import CheckFailed
+
+    interval = parse_every(every)
+    cfg = DriftConfig.load(config)
+    runs = 0
+    while True:
+        started = _time.monotonic()
+        result = run_check(cfg)
+        _print_drift(result, as_json)
+        runs += 1
+        if result["breached"] and stop_on_breach:
+            raise CheckFailed(f"drift: {result['reason']}")
+        if max_runs is not None and runs >= max_runs:
+            return
+        _time.sleep(max(0.0, interval - (_time.monotonic() - started)))
+
+
+@drift.command("history")
+@click.argument("config", type=click.Path(dir_okay=False))
+@click.option("--plot", "plot_path", default=None, type=click.Path(dir_okay=False), help="Write an HTML plot.")
+@click.option("--json", "as_json", is_flag=True)
+@handle_errors
+def drift_history(config, plot_path, as_json):
+    """Show past runs (and plot them)."""
+    from pathlib import Path
+
+    from rich.table import Table
+
+    from .checks.drift import DriftConfig, History, render_history_html
+
+    cfg = DriftConfig.load(config)
+    rows = History(cfg.history).rows()
+    if plot_path:
+        Path(plot_path).write_text(render_history_html(cfg.name, rows), encoding="utf-8")
+    if as_json:
+        _print_json(rows)
+        return
+    table = Table(title=f"drift history: {cfg.name} ({len(rows)} runs)")
+    for col in ("run", "at", "residual ratio", "retention", "centroid shift", "MMD p", "status"):
+        table.add_column(col)
+    fmt = lambda m, k: f"{m[k]:.4g}" if k in m else "-"
+    for r in rows:
+        m = r["measures"]
+        table.add_row(str(r["id"]), r["at"], fmt(m, "residual_ratio"), fmt(m, "retention"),
+                      fmt(m, "centroid_shift"), fmt(m, "mmd_pvalue"), "BREACH: " + r["reason"] if r["breached"] else "ok")
+    _console().print(table)
+
+
 @main.command()
 @click.argument("target")
 @click.option("--json", "as_json", is_flag=True)

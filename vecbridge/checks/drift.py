@@ -1,0 +1,247 @@
+"""Scheduled drift checks: is the alignment in production still working?
+
+A check is a small TOML file::
+
+    [check]
+    name = "prod-upgrade"
+    old = "postgresql://app@db/prod?table=docs"   # the old-model collection (read only)
+    new = "qdrant://vec:6333/docs_v2"             # collection holding new-model vectors (native or migrated)
+    alignment = "align.vb"
+    sample = 1000                                  # items sampled per run
+    history = "drift.sqlite"                       # default: <config name>.sqlite beside the TOML
+
+    [probe]                                        # optional: retention on a fixed probe set
+    queries = "file://probe_queries"               # new-model query vectors; id = the relevant document's id
+    k = 10
+
+    [thresholds]                                   # defaults shown
+    max_residual_ratio = 1.5    # residual of the alignment on fresh pairs / its in-sample residual at fit time
+    min_retention = 0.8         # recall retention@k of the probe queries (mapped old vs native new)
+    max_centroid_shift = 3.0    # ||mean_now - mean_ref|| in units of its sampling noise (about 1 when stable)
+    min_mmd_pvalue = 0.01       # permutation p-value of the RBF-kernel MMD between now and the reference sample
+
+Each run samples random items of ``new`` (and their old-model vectors by id), measures the alignment's residual on
+those fresh pairs against the stored fit, the probe retention, and the centroid shift and MMD of the sampled
+new-space vectors against the reference sample saved by the first run; it appends the measurement to the SQLite
+history and reports a breach with a one-line reason (the CLI then exits 1).
+"""
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import sqlite3
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from .. import metrics
+from ..align.artifact import Alignment
+from ..connectors import connect
+from ..errors import InputError
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+DEFAULT_THRESHOLDS = {"max_residual_ratio": 1.5, "min_retention": 0.8, "max_centroid_shift": 3.0,
+                      "min_mmd_pvalue": 0.01}
+
+
+@dataclass
+class DriftConfig:
+    name: str
+    old: str
+    new: str
+    alignment: Path
+    history: Path
+    reference: Path
+    sample: int = 1000
+    probe_queries: str | None = None
+    k: int = 10
+    thresholds: dict = field(default_factory=lambda: dict(DEFAULT_THRESHOLDS))
+
+    @classmethod
+    def load(cls, path) -> "DriftConfig":
+        path = Path(path)
+        if not path.is_file():
+            raise InputError(f"drift config not found: {path}")
+        try:
+            data = tomllib.loads(path.read_text(encoding="utf-8"))
+        except tomllib.TOMLDecodeError as exc:
+            raise InputError(f"{path}: invalid TOML ({exc})") from None
+        check = data.get("check", {})
+        missing = [k for k in ("old", "new", "alignment") if k not in check]
+        if missing:
+            raise InputError(f"{path}: [check] needs {', '.join(missing)}")
+        unknown = set(data.get("thresholds", {})) - set(DEFAULT_THRESHOLDS)
+        if unknown:
+            raise InputError(f"{path}: unknown thresholds {', '.join(sorted(unknown))}")
+        base = path.parent
+        history = base / check.get("history", f"{path.stem}.sqlite")
+        probe = data.get("probe", {})
+        return cls(name=check.get("name", path.stem), old=check["old"], new=check["new"],
+                   alignment=base / check["alignment"], history=history,
+                   reference=history.with_suffix(".reference.npz"), sample=int(check.get("sample", 1000)),
+                   probe_queries=probe.get("queries"), k=int(probe.get("k", 10)),
+                   thresholds={**DEFAULT_THRESHOLDS, **data.get("thresholds", {})})
+
+
+def mmd_test(A: np.ndarray, B: np.ndarray, *, max_n: int = 500, n_permutations: int = 100, seed: int = 0
+             ) -> tuple[float, float]:
+    """Squared MMD (unbiased, RBF kernel with the median-distance bandwidth of the pooled sample) and its
+    permutation p-value: small p means the two samples do not come from one distribution."""
+    rng = np.random.default_rng(seed)
+    A = A[rng.choice(len(A), min(max_n, len(A)), replace=False)].astype(np.float64)
+    B = B[rng.choice(len(B), min(max_n, len(B)), replace=False)].astype(np.float64)
+    Z = np.concatenate([A, B])
+    sq = np.einsum("ij,ij->i", Z, Z)
+    D2 = np.maximum(sq[:, None] + sq[None, :] - 2 * Z @ Z.T, 0)
+    K = np.exp(-D2 / max(float(np.median(D2[np.triu_indices(len(Z), 1)])), 1e-12))
+    np.fill_diagonal(K, 0.0)
+    n, N = len(A), len(Z)
+
+    def stat(idx):
+        a, b = idx[:n], idx[n:]
+        return (K[np.ix_(a, a)].sum() / (n * (n - 1)) + K[np.ix_(b, b)].sum() / ((N - n) * (N - n - 1))
+                - 2 * K[np.ix_(a, b)].mean())
+
+    observed = stat(np.arange(N))
+    exceed = sum(stat(rng.permutation(N)) >= observed for _ in range(n_permutations))
+    return float(observed), float((1 + exceed) / (1 + n_permutations))
+
+
+def centroid_shift(ref: np.ndarray, cur: np.ndarray) -> float:
+    """Distance between the two sample means in units of its sampling noise
+    (``sqrt(tr S_ref / n_ref + tr S_cur / n_cur)``): about 1 for two samples of one distribution."""
+    noise = np.sqrt(ref.var(axis=0).sum() / len(ref) + cur.var(axis=0).sum() / len(cur))
+    return float(np.linalg.norm(cur.mean(axis=0) - ref.mean(axis=0)) / max(noise, 1e-12))
+
+
+class History:
+    """SQLite log of every run (one row per run, measurements as JSON)."""
+
+    def __init__(self, path: Path):
+        self.path = path
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with self._db() as db:
+            db.execute("CREATE TABLE IF NOT EXISTS runs (id INTEGER PRIMARY KEY, at TEXT, name TEXT, "
+                       "measures TEXT, breached INTEGER, reason TEXT)")
+
+    def _db(self):
+        return sqlite3.connect(self.path)
+
+    def append(self, name: str, measures: dict, breached: bool, reason: str) -> None:
+        with self._db() as db:
+            db.execute("INSERT INTO runs (at, name, measures, breached, reason) VALUES (?, ?, ?, ?, ?)",
+                       (_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"), name,
+                        json.dumps(measures), int(breached), reason))
+
+    def rows(self) -> list[dict]:
+        with self._db() as db:
+            cur = db.execute("SELECT id, at, name, measures, breached, reason FROM runs ORDER BY id")
+            return [{"id": r[0], "at": r[1], "name": r[2], "measures": json.loads(r[3]), "breached": bool(r[4]),
+                     "reason": r[5]} for r in cur.fetchall()]
+
+
+def run_check(config: DriftConfig, *, seed: int | None = None) -> dict:
+    """One measurement; returns ``{"breached", "reason", "measures"}`` after appending it to the history."""
+    alignment = Alignment.load(config.alignment)
+    old = connect(config.old, read_only=True)
+    new = connect(config.new, read_only=True)
+    seed = int(time.time_ns() % 2**31) if seed is None else seed
+    sample = new.sample(config.sample, seed=seed)
+    if len(sample) == 0:
+        raise InputError(f"collection is empty: {new.display_url}")
+    if sample.dim != alignment.target_dim:
+        raise InputError(f"{new.display_url} holds {sample.dim}-d vectors but the alignment maps into "
+                         f"{alignment.target_dim}-d space")
+    olds = old.get(list(sample.ids))
+    pos = {i: j for j, i in enumerate(sample.ids)}
+    rows = [pos[i] for i in olds.ids]
+    measures: dict = {"n_sampled": len(sample), "n_pairs": len(olds), "seed": seed}
+    if len(olds):
+        mapped = alignment.transform(olds.vectors)
+        resid = float(np.mean(np.sum((mapped - sample.vectors[rows]) ** 2, axis=1)))
+        fit_resid = alignment.metadata.get("fit", {}).get("residual") or float("nan")
+        measures["residual"] = resid
+        measures["residual_ratio"] = resid / fit_resid if fit_resid else float("nan")
+        measures["top1"] = metrics.pair_quality(mapped, sample.vectors[rows]).top1
+    if config.probe_queries:
+        q = connect(config.probe_queries, read_only=True)
+        probe = q.sample(10_000, seed=0)
+        docs_new = new.get(list(probe.ids))
+        docs_old = old.get(list(docs_new.ids))
+        if len(docs_old) >= 10:
+            keep_ids = list(docs_old.ids)
+            nd = {i: j for j, i in enumerate(docs_new.ids)}
+            qd = {i: j for j, i in enumerate(probe.ids)}
+            native = docs_new.vectors[[nd[i] for i in keep_ids]]
+            Q = probe.vectors[[qd[i] for i in keep_ids]]
+            ret = metrics.recall_retention(Q, alignment.transform(docs_old.vectors), native, k=config.k)
+            measures["retention"] = ret["retention"]
+    # distribution shift of the new-space vectors against the first run's reference sample
+    if config.reference.is_file():
+        with np.load(config.reference, allow_pickle=False) as z:
+            ref = z["vectors"]
+        measures["centroid_shift"] = centroid_shift(ref, sample.vectors)
+        measures["mmd"], measures["mmd_pvalue"] = mmd_test(ref, sample.vectors, seed=seed)
+    else:
+        np.savez(config.reference, vectors=sample.vectors)
+        measures["reference_saved"] = True
+
+    t = config.thresholds
+    breaches = []
+    if measures.get("residual_ratio", 0) > t["max_residual_ratio"]:
+        breaches.append(f"alignment residual is {measures['residual_ratio']:.2f}x the fit's "
+                        f"(> {t['max_residual_ratio']})")
+    if "retention" in measures and measures["retention"] < t["min_retention"]:
+        breaches.append(f"probe retention@{config.k} {measures['retention']:.3f} < {t['min_retention']}")
+    if measures.get("centroid_shift", 0) > t["max_centroid_shift"]:
+        breaches.append(f"centroid shifted by {measures['centroid_shift']:.3f} (> {t['max_centroid_shift']})")
+    if measures.get("mmd_pvalue", 1.0) < t["min_mmd_pvalue"]:
+        breaches.append(f"the distribution differs from the reference sample (MMD p = {measures['mmd_pvalue']:.3f} "
+                        f"< {t['min_mmd_pvalue']})")
+    reason = "; ".join(breaches) if breaches else "ok"
+    History(config.history).append(config.name, measures, bool(breaches), reason)
+    return {"name": config.name, "breached": bool(breaches), "reason": reason, "measures": measures}
+
+
+def parse_every(text: str) -> float:
+    """'90s', '15m', '1h', '1d' -> seconds."""
+    units = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+    text = text.strip().lower()
+    try:
+        if text[-1] in units:
+            value = float(text[:-1]) * units[text[-1]]
+        else:
+            value = float(text)
+    except (ValueError, IndexError):
+        raise InputError(f"--every takes a duration like 30s, 15m, 1h or 1d; got {text!r}") from None
+    if value <= 0:
+        raise InputError("--every must be positive")
+    return value
+
+
+def render_history_html(name: str, rows: list[dict]) -> str:
+    """Self-contained HTML: one chart per measure over the runs, breaches listed."""
+    from html import escape
+
+    from .svg import line_chart
+
+    charts = []
+    for key in ("residual_ratio", "retention", "centroid_shift", "mmd_pvalue", "top1"):
+        pts = [(r["id"], r["measures"][key]) for r in rows if key in r["measures"]]
+        if pts:
+            xs, ys = zip(*pts)
+            charts.append(line_chart(key.replace("_", " "), "run", key, {key: (list(xs), list(ys))}))
+    breaches = "".join(f"<li>run {r['id']} at {escape(r['at'])}: {escape(r['reason'])}</li>"
+                       for r in rows if r["breached"])
+    return (f"<!doctype html><html><head><meta charset='utf-8'><title>drift: {escape(name)}</title></head>"
+            f"<body style='font-family:system-ui,sans-serif'><h1>drift history: {escape(name)}</h1>"
+            f"<p>{len(rows)} runs, {sum(r['breached'] for r in rows)} breaches</p>"
+            f"<div style='display:flex;flex-wrap:wrap;gap:12px'>{''.join(charts)}</div>"
+            f"<ul id='breaches'>{breaches}</ul></body></html>")
