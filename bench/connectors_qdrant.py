@@ -76,6 +76,7 @@ def bench_qdrant_local(n: int, dim: int, repeats: int) -> list[dict]:
             records, offset = client.scroll(coll.name, limit=BATCH, offset=offset, with_payload=True,
                                             with_vectors=True)
             np.asarray([r.vector for r in records], dtype=np.float32)
+            [r.payload for r in records]
             if offset is None:
                 return
 
@@ -113,6 +114,7 @@ def bench_qdrant_edge(n: int, dim: int, repeats: int) -> list[dict]:
             records, offset = shard.scroll(qe.ScrollRequest(offset=offset, limit=BATCH, with_payload=True,
                                                             with_vector=True))
             np.asarray([r.vector for r in records], dtype=np.float32)
+            [r.payload for r in records]  # Edge converts attributes when read: read what the connector reads
             if offset is None:
                 return
 

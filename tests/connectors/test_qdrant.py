@@ -7,7 +7,6 @@ on the embedded Edge engine, whose owner process is killed with SIGKILL.
 from __future__ import annotations
 
 import json
-import os
 import socket
 import subprocess
 import sys
@@ -23,7 +22,8 @@ import pytest
 from vecbridge.connectors import VectorBatch, connect
 from vecbridge.errors import InputError, StoreError
 
-qdrant = pytest.importorskip("vecbridge.connectors.qdrant", exc_type=ImportError)
+pytest.importorskip("qdrant_client")
+from vecbridge.connectors import qdrant  # noqa: E402 - after the skip above
 SECRET = "s3cr3t-key-never-shown"
 
 
@@ -113,6 +113,7 @@ def test_unreachable_host_fails_fast_with_a_clear_error(query):
     assert SECRET not in str(err.value) and "127.0.0.1" in str(err.value)
 
 
+@pytest.mark.filterwarnings("ignore:Api key is used with an insecure connection")
 def test_wrong_credentials_are_a_store_error_without_the_secret(stub, monkeypatch):
     server = stub((403, {"status": {"error": "Invalid api-key"}, "time": 0}))
     monkeypatch.setenv("QDRANT_API_KEY", SECRET)
@@ -134,7 +135,7 @@ def test_missing_collection_on_a_server(stub):
         connect(f"qdrant://127.0.0.1:{server.port}/docs").info()
 
 
-# --- ids, named vectors, metrics (both connectors) ----------------------------------------------------------------------
+# --- ids, named vectors, metrics (both connectors) --------------------------------------------------------------------
 @pytest.fixture(params=["qdrant", "qdrant-edge"])
 def url(request, tmp_path):
     if request.param == "qdrant":
@@ -143,17 +144,25 @@ def url(request, tmp_path):
     return f"qdrant-edge://{tmp_path / 'shard'}"
 
 
-def test_ids_round_trip_and_map_alike_in_both_connectors(url):
-    edge = pytest.importorskip("vecbridge.connectors.qdrant_edge", exc_type=ImportError)
-    ids = [0, 7, 2 ** 63, -3, "doc-1", str(uuid.uuid4()), "ÄÖ ü"]
+IDS = [0, 7, 2 ** 63, -3, "doc-1", str(uuid.uuid4()), "ÄÖ ü"]
+
+
+def test_ids_round_trip(url):
     coll = connect(url).create(dim=4, metric="dot")
-    coll.upsert(VectorBatch(ids, np.arange(28, dtype=np.float32).reshape(7, 4), [{"i": i} for i in range(7)]))
-    got = coll.get(ids[::-1])
-    assert got.ids == ids[::-1] and [p["i"] for p in got.payloads] == list(range(7))[::-1]
-    assert sorted(map(str, (i for b in coll.scan(batch_size=3) for i in b.ids))) == sorted(map(str, ids))
-    assert all(qdrant.point_id(i) == edge.point_id(i) for i in ids)
+    coll.upsert(VectorBatch(IDS, np.arange(28, dtype=np.float32).reshape(7, 4), [{"i": i} for i in range(7)]))
+    got = coll.get(IDS[::-1])
+    assert got.ids == IDS[::-1] and [p["i"] for p in got.payloads] == list(range(7))[::-1]
+    assert sorted(map(str, (i for b in coll.scan(batch_size=3) for i in b.ids))) == sorted(map(str, IDS))
     with pytest.raises(InputError):
         coll.upsert(VectorBatch([-2 ** 64], np.ones((1, 4))))
+
+
+def test_both_connectors_map_ids_to_the_same_point_ids():
+    pytest.importorskip("qdrant_edge")
+    from vecbridge.connectors import qdrant_edge
+
+    assert [qdrant.point_id(i) for i in IDS] == [qdrant_edge.point_id(i) for i in IDS]
+    assert (qdrant.ID_KEY, qdrant.ID_NAMESPACE) == (qdrant_edge.ID_KEY, qdrant_edge.ID_NAMESPACE)
 
 
 def test_wrong_dimension_is_refused_before_writing(url):
@@ -208,7 +217,7 @@ def test_unsupported_manhattan_metric_is_refused():
         coll.info()
 
 
-# --- local directory mode -------------------------------------------------------------------------------------------------
+# --- local directory mode ---------------------------------------------------------------------------------------------
 def _python(code: str, **kwargs) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True,
                           timeout=120, **kwargs)
@@ -253,6 +262,14 @@ def test_edge_scan_resumes_after_the_owner_process_is_killed(tmp_path):
     rest = [i for batch in connect(url).scan(batch_size=100, after=last["cursor"]) for i in batch.ids]
     assert len(last["ids"]) == 300 and len(rest) == 750
     assert sorted(last["ids"] + rest) == sorted(ids)
+
+
+def test_edge_shard_is_locked_by_its_owner(tmp_path):
+    pytest.importorskip("qdrant_edge")
+    url = f"qdrant-edge://{tmp_path / 'shard'}"
+    connect(url).create(dim=4)
+    other = _python(f"from vecbridge.connectors import connect; connect({url!r}).info()")
+    assert other.returncode != 0 and "open in another process" in other.stderr
 
 
 def test_edge_refuses_a_directory_that_is_not_a_shard(tmp_path):

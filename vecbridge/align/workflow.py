@@ -35,6 +35,24 @@ def _as_collection(obj, read_only=True) -> Collection:
     return obj if isinstance(obj, Collection) else connect(obj, read_only=read_only)
 
 
+def _pair_batches(src, tgt, pairs: str, batch_size: int, max_pairs, seed):
+    """Pairs from the collections, or straight from a links file that carries the vectors (re-embedded or
+    reference-corpus anchors: their new-model side is not stored in any collection)."""
+    if pairs.lower().endswith(".npz"):
+        from ..connectors.base import VectorBatch
+        from ..linking.links import Links
+
+        links = Links.load_npz(pairs)
+        if links.has_vectors:
+            n = len(links) if max_pairs is None else min(max_pairs, len(links))
+            for lo in range(0, n, batch_size):
+                hi = min(lo + batch_size, n)
+                yield (VectorBatch(links.source_ids[lo:hi], links.source_vectors[lo:hi]),
+                       VectorBatch(links.target_ids[lo:hi], links.target_vectors[lo:hi]))
+            return
+    yield from iter_pairs(src, tgt, pairs, batch_size=batch_size, limit=max_pairs, seed=seed)
+
+
 def fit_alignment(source, target, *, pairs: str = "ids", method: str = "orthogonal", center: bool = False,
                   scale: bool = False, alpha: float = 0.01, normalization: str = "none", holdout: float = 0.0,
                   max_pairs: int | None = None, seed: int = 0, batch_size: int = 2000,
@@ -56,7 +74,7 @@ def fit_alignment(source, target, *, pairs: str = "ids", method: str = "orthogon
         raise InputError(f"collection is empty: {empty.display_url}")
     moments = PairMoments(src_info.dim, tgt_info.dim)
     n_seen = 0
-    for s_batch, t_batch in iter_pairs(src, tgt, pairs, batch_size=batch_size, limit=max_pairs, seed=seed):
+    for s_batch, t_batch in _pair_batches(src, tgt, pairs, batch_size, max_pairs, seed):
         n_seen += len(s_batch)
         keep = ~in_holdout(s_batch.ids, holdout)
         X, Y = s_batch.vectors[keep], t_batch.vectors[keep]

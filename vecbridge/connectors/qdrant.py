@@ -27,7 +27,13 @@ scan restarts just after it (new points with larger ids written since are includ
 
 Sampling: Qdrant's random ``Sample`` query cannot be seeded, so ``sample`` draws ``n`` positions with a seeded
 generator over the exact count, walks the point ids only (no vectors, no payloads) with ``scroll`` to find the ids at
-those positions, and fetches just those points. This reads every id once but no vector that is not sampled.
+those positions, and fetches just those points: ids are read up to the last position drawn, vectors only for
+the sample.
+
+Named vectors: ``add_vector_field`` creates one on an existing collection (``create_vector_name``: Qdrant and
+qdrant-client >= 1.18; older servers get a clear "not supported"). In a collection with several vectors, a record is
+a point that has the chosen vector, and an upsert keeps the other vectors a point already has (Qdrant's upsert
+replaces whole points, so they are read and written back), which lets a migration fill a new field in place.
 
 Metrics: Cosine / Dot / Euclid map to cosine / dot / l2 (Manhattan is refused). Qdrant normalises vectors of Cosine
 collections on insert, so they read back with unit length. Search scores: cosine similarity, dot product, and the
@@ -47,9 +53,8 @@ import time
 import uuid
 from pathlib import Path
 from typing import Any, Callable, Iterator, Sequence
-from urllib.parse import unquote
+from urllib.parse import unquote, urlsplit
 
-import grpc
 import numpy as np
 from qdrant_client import QdrantClient, models
 from qdrant_client.http.exceptions import ResponseHandlingException, UnexpectedResponse
@@ -66,7 +71,8 @@ ID_NAMESPACE = uuid.UUID("6f1d3f0e-5c3a-4f38-9a53-7c1b8d0e2a41")
 _TO_METRIC = {"Cosine": "cosine", "Dot": "dot", "Euclid": "l2"}
 _TO_DISTANCE = {"cosine": models.Distance.COSINE, "dot": models.Distance.DOT, "l2": models.Distance.EUCLID}
 _TRANSIENT_HTTP = {429, 502, 503, 504}
-_TRANSIENT_GRPC = {grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED, grpc.StatusCode.RESOURCE_EXHAUSTED}
+_TRANSIENT_GRPC = {"UNAVAILABLE", "DEADLINE_EXCEEDED", "RESOURCE_EXHAUSTED"}
+_AUTH_GRPC = {"UNAUTHENTICATED", "PERMISSION_DENIED"}
 _RETRY_DELAYS = (0.5, 1.0, 2.0)
 _PROBE_TIMEOUT_S = 3.0
 _ID_PAGE = 10_000       # ids per scroll page when sampling
@@ -147,7 +153,10 @@ class QdrantCollection(Collection):
         netloc, _, path = rest.partition("/")
         self.vector_name: str | None = self.params.get("vector")
         self._api_key = self.params.get("api_key") or os.environ.get("QDRANT_API_KEY") or None
-        self._timeout = int(float(self.params.get("timeout", "60")))
+        try:
+            self._timeout = max(1, round(float(self.params.get("timeout", "60"))))
+        except ValueError:
+            raise InputError(f"timeout must be a number of seconds in {self.display_url}") from None
         self._client_obj: QdrantClient | None = None
         self._schema_cache: tuple[dict[str, tuple[int, str]], str] | None = None
         if netloc == ":memory:":
@@ -158,7 +167,8 @@ class QdrantCollection(Collection):
             if not name or not directory:
                 raise InputError("expected qdrant:///DIR/COLLECTION for a local Qdrant directory")
             base = "/" if netloc == "" else netloc + "/"
-            self.mode, self.location, self.name = "local", str(Path(base + unquote(directory)).expanduser()), unquote(name)
+            self.mode, self.name = "local", unquote(name)
+            self.location = str(Path(base + unquote(directory)).expanduser())
         else:
             self.mode, self.location = "server", netloc
             self.name = _single_segment(path, "qdrant://HOST:PORT/COLLECTION")
@@ -188,12 +198,12 @@ class QdrantCollection(Collection):
         return self._client_obj
 
     def _server_client(self) -> QdrantClient:
-        host, _, port_text = self.location.rpartition("@")[2].partition(":")
         grpc_mode = bool(_flag(self.params.get("grpc")))
         try:
-            port = int(port_text) if port_text else (6334 if grpc_mode else 6333)
+            parts = urlsplit(f"//{self.location}")
+            host, port = parts.hostname or "localhost", parts.port or (6334 if grpc_mode else 6333)
         except ValueError:
-            raise InputError(f"invalid port in {self.display_url}") from None
+            raise InputError(f"invalid host or port in {self.display_url}") from None
         try:  # fail fast and clearly when nothing listens there (the client would wait for its full timeout)
             socket.create_connection((host, port), timeout=min(_PROBE_TIMEOUT_S, self._timeout)).close()
         except OSError as exc:
@@ -234,15 +244,14 @@ class QdrantCollection(Collection):
             return kind, f"HTTP {code}: {detail}" if kind != "error" else detail
         if isinstance(exc, ResponseHandlingException):
             return "transient", str(exc.source) or type(exc.source).__name__
-        if isinstance(exc, grpc.RpcError) and hasattr(exc, "code"):
-            code = exc.code()
-            kind = ("auth" if code in (grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.PERMISSION_DENIED)
-                    else "missing" if code == grpc.StatusCode.NOT_FOUND
+        if type(exc).__module__.startswith("grpc") and callable(getattr(exc, "code", None)):  # a grpc.RpcError
+            code = getattr(exc.code(), "name", "UNKNOWN")
+            kind = ("auth" if code in _AUTH_GRPC else "missing" if code == "NOT_FOUND"
                     else "transient" if code in _TRANSIENT_GRPC else "error")
-            return kind, f"gRPC {code.name}: {exc.details() if hasattr(exc, 'details') else ''}"
+            return kind, f"gRPC {code}: {exc.details() if callable(getattr(exc, 'details', None)) else ''}"
         text = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        if isinstance(exc, ValueError) and "not found" in text.lower():
-            return "missing", text
+        if isinstance(exc, ValueError) and text.startswith("Collection") and text.endswith("not found"):
+            return "missing", text  # local mode's words for a missing collection
         return "error", text
 
     def _error(self, what: str, kind: str, detail: str) -> StoreError:
@@ -258,7 +267,7 @@ class QdrantCollection(Collection):
             return StoreError(f"lost the connection to Qdrant at {self.display_url} while {what} ({detail})")
         return StoreError(f"{self.display_url}: Qdrant failed while {what}: {detail}")
 
-    # --- schema ---------------------------------------------------------------------------------------------------------
+    # --- schema -------------------------------------------------------------------------------------------------------
     def _schema(self) -> tuple[dict[str, tuple[int, str]], str]:
         """(dense vector fields name -> (dim, metric), the field this URL uses); cached until create/drop."""
         if self._schema_cache is None:
@@ -312,15 +321,14 @@ class QdrantCollection(Collection):
         vectors = np.asarray(rows, dtype=np.float32) if rows else np.empty((0, dim), dtype=np.float32)
         return VectorBatch(ids, vectors, payloads)
 
-    # --- protocol: reading ------------------------------------------------------------------------------------------------
+    # --- protocol: reading --------------------------------------------------------------------------------------------
     def exists(self) -> bool:
         try:
-            client = self._client()
+            return bool(self._call("checking the collection", self._client().collection_exists, self.name))
         except StoreError as exc:
-            if str(exc).startswith("collection not found"):
+            if str(exc).startswith("collection not found"):  # a local directory that does not exist
                 return False
             raise
-        return bool(self._call("checking the collection", client.collection_exists, self.name))
 
     def info(self) -> CollectionInfo:
         fields, _ = self._schema()
@@ -413,7 +421,7 @@ class QdrantCollection(Collection):
         scores[np.isnan(scores)] = -np.inf  # a query that found fewer than the widest row
         return ids, scores
 
-    # --- protocol: writing ------------------------------------------------------------------------------------------------
+    # --- protocol: writing --------------------------------------------------------------------------------------------
     def create(self, dim: int, metric: str = "cosine", *, exist_ok: bool = False) -> "QdrantCollection":
         self._writable()
         metric = check_metric(metric)

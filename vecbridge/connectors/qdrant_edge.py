@@ -11,6 +11,9 @@ A shard is owned by one process (its write-ahead log is locked), so this process
 directory, shared by every URL naming it, flushed and closed at exit. Writes are durable through the WAL. Indexing
 (HNSW) is left to the application (``EdgeShard.optimize()``); an unoptimised shard answers searches exactly.
 
+Named vectors: ``add_vector_field`` adds one to the shard (``UpdateOperation.create_dense_vector``); with several
+vectors, records are the points that have the chosen one, and an upsert keeps a point's other vectors.
+
 The shard's metric and dimension come from its own ``edge_config.json`` (the engine keeps it current, including
 vectors added later). Ids, cursors, sampling and scores follow the ``qdrant://`` connector: unsigned ints and UUIDs
 are point ids as they are, other ids become UUID5 point ids with the original kept in the payload under ``_vb_id``
@@ -119,7 +122,7 @@ class QdrantEdgeCollection(Collection):
         self.vector_name: str | None = self.params.get("vector")
         self._fields_cache: tuple[int, dict[str, tuple[int, str]]] | None = None
 
-    # --- shard ------------------------------------------------------------------------------------------------------------
+    # --- shard --------------------------------------------------------------------------------------------------------
     @property
     def _key(self) -> str:
         return os.path.realpath(self.path)
@@ -129,6 +132,9 @@ class QdrantEdgeCollection(Collection):
             return fn(*args, **kwargs)
         except Exception as exc:  # noqa: BLE001 - the engine raises plain Exception with its message
             detail = (str(exc).splitlines() or [type(exc).__name__])[0][:300]
+            if "WouldBlock" in detail:  # the WAL lock of a shard that another process has open
+                raise StoreError(f"{self.display_url}: the shard is open in another process "
+                                 f"(a Qdrant Edge shard has one owner at a time)") from None
             raise StoreError(f"{self.display_url}: Qdrant Edge failed while {what}: {detail}") from None
 
     def _shard(self) -> qe.EdgeShard:
@@ -195,7 +201,7 @@ class QdrantEdgeCollection(Collection):
         vectors = np.asarray(rows, dtype=np.float32) if rows else np.empty((0, dim), dtype=np.float32)
         return VectorBatch(ids, vectors, payloads)
 
-    # --- protocol: reading ------------------------------------------------------------------------------------------------
+    # --- protocol: reading --------------------------------------------------------------------------------------------
     def exists(self) -> bool:
         return (self.path / CONFIG_FILE).is_file()
 
@@ -283,7 +289,7 @@ class QdrantEdgeCollection(Collection):
         scores[np.isnan(scores)] = -np.inf  # a query that found fewer than the widest row
         return ids, scores
 
-    # --- protocol: writing ------------------------------------------------------------------------------------------------
+    # --- protocol: writing --------------------------------------------------------------------------------------------
     def create(self, dim: int, metric: str = "cosine", *, exist_ok: bool = False) -> "QdrantEdgeCollection":
         self._writable()
         metric = check_metric(metric)

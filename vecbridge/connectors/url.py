@@ -22,7 +22,10 @@ def redact(url: str) -> str:
         f"{k}=***" if _SECRET_KEYS.search(k) else f"{k}={v}"
         for k, vs in parse_qs(parts.query, keep_blank_values=True).items() for v in vs
     )
-    return urlunsplit((parts.scheme, netloc, parts.path, query, ""))
+    out = urlunsplit((parts.scheme, netloc, parts.path, query, ""))
+    if not netloc and url.lower().startswith(f"{parts.scheme}://") and not out.startswith(f"{parts.scheme}://"):
+        out = f"{parts.scheme}://" + out[len(parts.scheme) + 1:]   # keep "scheme:///path" as the user wrote it
+    return out
 
 
 def query_params(url: str) -> dict[str, str]:

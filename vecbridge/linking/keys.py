@@ -95,8 +95,14 @@ def pairs_by_field(source: Collection, target: Collection, field: str, *, batch_
 
 
 def read_pairs_file(path) -> list[tuple[str, str]]:
-    """Id pairs from CSV (columns ``source_id,target_id``, header optional) or JSON (a list of 2-element lists or of
-    ``{"source_id":..., "target_id":...}`` objects)."""
+    """Id pairs from CSV (columns ``source_id,target_id[,confidence]``, header optional), JSON (a list of 2-element
+    lists or of ``{"source_id":..., "target_id":...}`` objects, or ``vecbridge link``'s ``{"links": [...]}``), or a
+    ``.npz`` links file."""
+    if Path(path).suffix.lower() == ".npz":
+        from .links import Links
+
+        links = Links.load_npz(path)
+        return list(zip(links.source_ids, links.target_ids))
     path = Path(path)
     if not path.is_file():
         raise InputError(f"pairs file not found: {path}")
@@ -107,6 +113,8 @@ def read_pairs_file(path) -> list[tuple[str, str]]:
             data = json.loads(text)
         except ValueError as exc:
             raise InputError(f"{path}: invalid JSON ({exc})") from None
+        if isinstance(data, dict):  # the format `vecbridge link` writes: {"mode", "meta", "links": [...]}
+            data = data.get("links", [])
         for item in data:
             if isinstance(item, dict):
                 pairs.append((item["source_id"], item["target_id"]))

@@ -27,7 +27,7 @@ def iter_pairs(source: Collection, target: Collection, spec: str = "ids", *, bat
         if not spec[6:]:
             raise InputError("--pairs field:NAME needs a payload field name")
         return pairs_by_field(source, target, spec[6:], batch_size=batch_size, limit=limit, seed=seed)
-    if Path(spec).suffix.lower() in (".csv", ".json", ".tsv", ".txt") or Path(spec).exists():
+    if Path(spec).suffix.lower() in (".csv", ".json", ".tsv", ".txt", ".npz") or Path(spec).exists():
         pairs = read_pairs_file(spec)
         if limit is not None and limit < len(pairs):
             import numpy as np
