@@ -143,6 +143,12 @@ class Collection(abc.ABC):
         """Add a second vector field / column to an existing collection."""
         raise StoreError(f"{self.scheme}: adding a vector field is not supported by this store")
 
+    #: True where ``create(..., index=False)`` + :meth:`build_index` makes bulk loads faster
+    supports_deferred_index = False
+
+    def build_index(self) -> None:
+        """Build the search index after a bulk load (no-op for stores that maintain it as they go)."""
+
     def with_vector_field(self, name: str) -> "Collection":
         """A view of this collection whose vectors are the named field (reads and upserts touch only that field)."""
         raise StoreError(f"{self.scheme}: named vector fields are not supported by this store")

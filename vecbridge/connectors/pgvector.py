@@ -31,6 +31,8 @@ upserts leave existing payloads alone.
 """
 from __future__ import annotations
 
+import hashlib
+
 import json
 import re
 import struct
@@ -383,8 +385,14 @@ class PgVectorCollection(Collection):
         return ids, scores
 
     # --- writing ------------------------------------------------------------------------------------------------------
-    def create(self, dim: int, metric: str = "cosine", *, exist_ok: bool = False) -> "PgVectorCollection":
-        """Create the table with an HNSW index for the metric (no index above 2000 dimensions: search is exact)."""
+    supports_deferred_index = True
+
+    def create(self, dim: int, metric: str = "cosine", *, exist_ok: bool = False,
+               index: bool = True) -> "PgVectorCollection":
+        """Create the table with an HNSW index for the metric (no index above 2000 dimensions: search is exact).
+
+        ``index=False`` leaves the index to :meth:`build_index` after a bulk load (about 5x faster than
+        maintaining the HNSW graph row by row while loading)."""
         self._writable()
         metric = check_metric(metric)
         if int(dim) <= 0:
@@ -404,22 +412,42 @@ class PgVectorCollection(Collection):
                 conn.execute(sql.SQL("CREATE TABLE {} ({} {} PRIMARY KEY, {} jsonb)").format(
                     self.table_ident, sql.Identifier(self.id_column), sql.SQL(self.new_id_type),
                     sql.Identifier(self.payload_column)))
-                self._add_vector_column(conn, self.vector_column, int(dim), metric)
+                self._add_vector_column(conn, self.vector_column, int(dim), metric, index=index)
 
         self._run(work, "create the table")
         self._register_vector_type()
         self._schema_cache = None
         return self
 
-    def _add_vector_column(self, conn: psycopg.Connection, name: str, dim: int, metric: str) -> None:
+    def _add_vector_column(self, conn: psycopg.Connection, name: str, dim: int, metric: str,
+                           index: bool = True) -> None:
         column = sql.Identifier(name)
         conn.execute(sql.SQL("ALTER TABLE {} ADD COLUMN {} vector({})").format(
             self.table_ident, column, sql.Literal(dim)))
         conn.execute(sql.SQL("COMMENT ON COLUMN {}.{} IS {}").format(
             self.table_ident, column, sql.Literal(f"vecbridge:metric={metric}")))
+        if index:
+            self._create_index(conn, name, dim, metric)
+
+    def _index_name(self, column: str) -> str:
+        return "vb_hnsw_" + hashlib.sha1(f"{self.table}.{column}".encode()).hexdigest()[:16]
+
+    def _create_index(self, conn: psycopg.Connection, column: str, dim: int, metric: str) -> None:
         if dim <= _HNSW_MAX_DIM:
-            conn.execute(sql.SQL("CREATE INDEX ON {} USING hnsw ({} {})").format(
-                self.table_ident, column, sql.SQL(_OPCLASS[metric])))
+            conn.execute(sql.SQL("CREATE INDEX IF NOT EXISTS {} ON {} USING hnsw ({} {})").format(
+                sql.Identifier(self._index_name(column)), self.table_ident, sql.Identifier(column),
+                sql.SQL(_OPCLASS[metric])))
+
+    def build_index(self) -> None:
+        """Create the HNSW index of this view's vector column if it is missing (after a bulk load)."""
+        self._writable()
+        info = self.info()
+
+        def work(conn: psycopg.Connection) -> None:
+            with conn.transaction():
+                self._create_index(conn, self.vector_column, info.dim, info.metric)
+
+        self._run(work, "build the index")
 
     def add_vector_field(self, name: str, dim: int, metric: str = "cosine") -> None:
         """``ALTER TABLE ... ADD COLUMN name vector(dim)`` plus its index; open it with ``?vector=name``."""

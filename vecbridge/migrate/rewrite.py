@@ -167,7 +167,8 @@ def migrate(source, alignment, target=None, *, field: str | None = None, batch_s
                     raise StoreError(f"target already exists: {tgt.display_url} (choose a new collection, "
                                      f"--resume an interrupted run, or --overwrite)")
                 tgt.drop()
-            tgt.create(dim=alignment.target_dim, metric=metric or info.metric)
+            deferred = {"index": False} if tgt.supports_deferred_index else {}
+            tgt.create(dim=alignment.target_dim, metric=metric or info.metric, **deferred)
             created = True
         ckpt = Checkpoint(ckpt_path, identity)
     ckpt.start()
@@ -181,6 +182,7 @@ def migrate(source, alignment, target=None, *, field: str | None = None, batch_s
         if created:  # bad data in the source: never leave a half-written new collection behind
             _discard(tgt, ckpt)
         raise
+    tgt.build_index()
     ckpt.finish()
     seconds = time.perf_counter() - t0
     return {"source": src.display_url, "target": tgt.display_url, "count": info.count, "written": written,
