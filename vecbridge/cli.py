@@ -99,9 +99,10 @@ _pairs_help = "How records correspond: 'ids' (same id), 'field:NAME' (same paylo
 
 
 @main.command()
-@click.option("--source", "source_url", required=True, help="Collection in the OLD model's space (URL).")
-@click.option("--target", "target_url", required=True, help="Collection in the NEW model's space (URL).")
-@click.option("--pairs", default="ids", show_default=True, help=_pairs_help)
+@click.option("--source", "source_url", default=None, help="Collection in the OLD model's space (URL).")
+@click.option("--target", "target_url", default=None, help="Collection in the NEW model's space (URL).")
+@click.option("--pairs", default="ids", show_default=True,
+              help=_pairs_help + " A .npz from 'vecbridge link' with vectors needs no collections.")
 @click.option("--method", type=click.Choice(["orthogonal", "linear", "ridge", "none"]), default="orthogonal",
               show_default=True, help="Map family (orthogonal Procrustes; the others are baselines).")
 @click.option("--center/--no-center", default=False, show_default=True, help="Centre both sides before fitting.")
@@ -124,8 +125,10 @@ def fit(source_url, target_url, pairs, method, center, scale, alpha, normalize, 
     """Fit an alignment from SOURCE's embedding space to TARGET's and save it."""
     from .align.workflow import _as_collection, fit_alignment
 
-    src = _as_collection(source_url)
-    total = min(src.info().count, max_pairs) if max_pairs else src.info().count
+    src = _as_collection(source_url) if source_url else None
+    total = None
+    if src is not None:
+        total = min(src.info().count, max_pairs) if max_pairs else src.info().count
     progress, task = _progress(not as_json, "pairing and fitting", total)
     with progress:
         alignment = fit_alignment(src, target_url, pairs=pairs, method=method, center=center, scale=scale,

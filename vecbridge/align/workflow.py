@@ -35,22 +35,24 @@ def _as_collection(obj, read_only=True) -> Collection:
     return obj if isinstance(obj, Collection) else connect(obj, read_only=read_only)
 
 
-def _pair_batches(src, tgt, pairs: str, batch_size: int, max_pairs, seed):
-    """Pairs from the collections, or straight from a links file that carries the vectors (re-embedded or
-    reference-corpus anchors: their new-model side is not stored in any collection)."""
-    if pairs.lower().endswith(".npz"):
-        from ..connectors.base import VectorBatch
+def _vector_links(pairs: str):
+    """A links file whose anchors carry their vectors (re-embedded or reference-corpus anchors), else None."""
+    if isinstance(pairs, str) and pairs.lower().endswith(".npz"):
         from ..linking.links import Links
 
         links = Links.load_npz(pairs)
-        if links.has_vectors:
-            n = len(links) if max_pairs is None else min(max_pairs, len(links))
-            for lo in range(0, n, batch_size):
-                hi = min(lo + batch_size, n)
-                yield (VectorBatch(links.source_ids[lo:hi], links.source_vectors[lo:hi]),
-                       VectorBatch(links.target_ids[lo:hi], links.target_vectors[lo:hi]))
-            return
-    yield from iter_pairs(src, tgt, pairs, batch_size=batch_size, limit=max_pairs, seed=seed)
+        return links if links.has_vectors else None
+    return None
+
+
+def _vector_batches(links, batch_size: int, max_pairs):
+    from ..connectors.base import VectorBatch
+
+    n = len(links) if max_pairs is None else min(max_pairs, len(links))
+    for lo in range(0, n, batch_size):
+        hi = min(lo + batch_size, n)
+        yield (VectorBatch(links.source_ids[lo:hi], links.source_vectors[lo:hi]),
+               VectorBatch(links.target_ids[lo:hi], links.target_vectors[lo:hi]))
 
 
 def fit_alignment(source, target, *, pairs: str = "ids", method: str = "orthogonal", center: bool = False,
@@ -60,6 +62,8 @@ def fit_alignment(source, target, *, pairs: str = "ids", method: str = "orthogon
                   on_batch: Callable[[int], None] | None = None) -> Alignment:
     """Fit a map from ``source``'s space to ``target``'s space on corresponding records, without holding them all.
 
+    ``pairs`` is ``ids``, ``field:NAME``, a CSV/JSON file of id pairs, or a ``.npz`` links file from
+    ``vecbridge link`` (one that carries vectors, from re-embedding or a reference corpus, needs no collections).
     ``holdout`` keeps a deterministic fraction of pairs (by id hash) out of the fit so that ``evaluate`` can measure
     on unseen items; ``max_pairs`` fits on a seeded uniform sample of the source instead of a full scan.
     """
@@ -67,33 +71,47 @@ def fit_alignment(source, target, *, pairs: str = "ids", method: str = "orthogon
         raise InputError("normalization must be 'none' or 'l2'")
     if not 0.0 <= holdout < 1.0:
         raise InputError("holdout must be in [0, 1)")
-    src, tgt = _as_collection(source), _as_collection(target)
-    src_info, tgt_info = src.info(), tgt.info()
-    if src_info.count == 0 or tgt_info.count == 0:
-        empty = src if src_info.count == 0 else tgt
-        raise InputError(f"collection is empty: {empty.display_url}")
-    moments = PairMoments(src_info.dim, tgt_info.dim)
+    links = _vector_links(pairs)
+    described = {}
+    if links is None:
+        if source is None or target is None:
+            raise InputError("fitting on shared ids, a payload field or id pairs needs --source and --target")
+        src, tgt = _as_collection(source), _as_collection(target)
+        src_info, tgt_info = src.info(), tgt.info()
+        for coll, info in ((src, src_info), (tgt, tgt_info)):
+            if info.count == 0:
+                raise InputError(f"collection is empty: {coll.display_url}")
+        batches = iter_pairs(src, tgt, pairs, batch_size=batch_size, limit=max_pairs, seed=seed)
+        metric = tgt_info.metric
+        described = {"source": {"url": src.display_url, "dim": src_info.dim, "count": src_info.count},
+                     "target": {"url": tgt.display_url, "dim": tgt_info.dim, "count": tgt_info.count}}
+        where = f"between {src.display_url} and {tgt.display_url}"
+    else:
+        batches = _vector_batches(links, batch_size, max_pairs)
+        metric = links.meta.get("metric", "cosine")
+        where = f"in {pairs}"
+    moments = None
     n_seen = 0
-    for s_batch, t_batch in _pair_batches(src, tgt, pairs, batch_size, max_pairs, seed):
+    for s_batch, t_batch in batches:
         n_seen += len(s_batch)
         keep = ~in_holdout(s_batch.ids, holdout)
         X, Y = s_batch.vectors[keep], t_batch.vectors[keep]
         if normalization == "l2":
             X, Y = l2_normalize(X, np.float64), l2_normalize(Y, np.float64)
+        if moments is None:
+            moments = PairMoments(s_batch.dim, t_batch.dim)
         if len(X):
             moments.update(X, Y, offset=moments.n)
         if on_batch:
             on_batch(len(s_batch))
-    if moments.n == 0:
+    if moments is None or moments.n == 0:
         why = "no shared ids" if pairs == "ids" else "no matching pairs"
-        raise InputError(f"cannot fit: {why} between {src.display_url} and {tgt.display_url} "
-                         f"({n_seen} source records examined)")
+        raise InputError(f"cannot fit: {why} {where} ({n_seen} source records examined)")
     estimator = make_estimator(method, center=center, scale=scale, alpha=alpha).fit_moments(moments)
     anchors = describe_pairs(pairs)
+    if links is not None:
+        anchors["method"] = links.mode
     anchors.update({"n_examined": n_seen, "holdout": holdout, "max_pairs": max_pairs, "seed": seed})
     return Alignment.from_estimator(
-        estimator, source_model=source_model, target_model=target_model, metric=tgt_info.metric,
-        normalization=normalization, anchors=anchors,
-        source={"url": src.display_url, "dim": src_info.dim, "count": src_info.count},
-        target={"url": tgt.display_url, "dim": tgt_info.dim, "count": tgt_info.count},
-    )
+        estimator, source_model=source_model, target_model=target_model, metric=metric,
+        normalization=normalization, anchors=anchors, **described)
