@@ -153,6 +153,48 @@ def fit(source_url, target_url, pairs, method, center, scale, alpha, normalize, 
 
 
 @main.command()
+@click.argument("source_url")
+@click.argument("target_url", required=False)
+@click.option("--mode", required=True,
+              help="ids | field:NAME | pairs:FILE | reembed | reference:FILE | geh | unsupervised")
+@click.option("--seeds", default=None, type=click.Path(dir_okay=False), help="Seed id pairs for --mode geh.")
+@click.option("--model", default=None, help="New model (name, path or module:function) for reembed/reference.")
+@click.option("--old-model", default=None, help="Old model, for --mode reference:FILE.")
+@click.option("--text-field", default="text", show_default=True, help="Payload field with the stored text.")
+@click.option("--sample", type=int, default=10_000, show_default=True, help="Records to sample per collection.")
+@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("-o", "--output", required=True, type=click.Path(dir_okay=False),
+              help="Links file: .csv or .json (id links) or .npz (any mode; needed when links carry vectors).")
+@click.option("--json", "as_json", is_flag=True)
+@handle_errors
+def link(source_url, target_url, mode, seeds, model, old_model, text_field, sample, seed, output, as_json):
+    """Find correspondences between SOURCE (old model) and TARGET (new model); 'vecbridge fit --pairs FILE' uses them."""
+    import numpy as np
+
+    from .connectors import connect
+    from .linking.run import link as run_link
+
+    con_err = _console(stderr=True)
+    step = (lambda s: None) if as_json else (lambda s: con_err.print(f"[dim]-[/] {s}"))
+    src = connect(source_url, read_only=True)
+    tgt = connect(target_url, read_only=True) if target_url else None
+    links = run_link(src, tgt, mode, seeds=seeds, model=model, old_model=old_model, text_field=text_field,
+                     sample=sample, seed=seed, on_step=step)
+    if len(links) == 0:
+        from .errors import InputError
+
+        raise InputError(f"--mode {mode} found no links")
+    path = links.save(output)
+    summary = {"links": str(path), "mode": links.mode, "n": len(links),
+               "mean_confidence": float(np.mean(links.confidence)), "carries_vectors": links.has_vectors}
+    if as_json:
+        _print_json(summary)
+    else:
+        _console().print(f"[bold green]linked[/] {len(links):,} pairs ({links.mode}, mean confidence "
+                         f"{summary['mean_confidence']:.2f}) -> {path}", markup=True)
+
+
+@main.command()
 @click.option("--alignment", "alignment_path", required=True, type=click.Path(dir_okay=False))
 @click.option("--source", "source_url", required=True, help="Collection in the OLD model's space.")
 @click.option("--target", "target_url", required=True, help="Collection in the NEW model's space.")
