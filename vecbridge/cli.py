@@ -79,8 +79,7 @@ def _json_default(o):
 
 def _progress(enabled: bool, description: str, total: int | None):
     """A rich progress bar on stderr (rate and ETA); a no-op context when disabled."""
-    from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn,
-                               TransferSpeedColumn)
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
     progress = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                         TextColumn("{task.fields[rate]}"), TimeRemainingColumn(), console=_console(stderr=True),

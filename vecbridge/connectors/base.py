@@ -158,6 +158,21 @@ class Collection(abc.ABC):
         if self.read_only:
             raise StoreError(f"{self.display_url} is opened read-only")
 
+    def _check_create_args(self, dim, metric: str) -> tuple[int, str]:
+        """The shared preamble of ``create``: writable handle, known metric, positive dimension."""
+        self._writable()
+        metric = check_metric(metric)
+        if int(dim) <= 0:
+            raise InputError(f"dimension must be positive, got {dim}")
+        return int(dim), metric
+
+    def _check_existing(self, dim: int, metric: str, have_dim: int, have_metric: str, exist_ok: bool) -> None:
+        """``create`` on a collection that exists: fine only with ``exist_ok`` and the same schema."""
+        if not exist_ok:
+            raise StoreError(f"collection already exists: {self.display_url}")
+        if (int(have_dim), have_metric) != (dim, metric):
+            raise StoreError(f"{self.display_url} exists with dim {have_dim} / {have_metric}, not {dim} / {metric}")
+
     def _check_batch(self, batch: VectorBatch, dim: int) -> np.ndarray:
         """Refuse a wrong-dimension or non-finite batch before anything is written."""
         if len(batch) == 0:

@@ -48,7 +48,7 @@ from chromadb.config import Settings
 from chromadb.errors import NotFoundError
 
 from ..errors import InputError, StoreError, VecbridgeError
-from .base import Collection, CollectionInfo, VectorBatch, check_metric
+from .base import Collection, CollectionInfo, VectorBatch
 from .url import query_params
 
 T = TypeVar("T")
@@ -332,17 +332,10 @@ class ChromaCollection(Collection):
 
     # --- writing ------------------------------------------------------------------------------------------------------
     def create(self, dim: int, metric: str = "cosine", *, exist_ok: bool = False) -> "ChromaCollection":
-        self._writable()
-        metric = check_metric(metric)
-        if int(dim) <= 0:
-            raise InputError(f"dimension must be positive, got {dim}")
+        dim, metric = self._check_create_args(dim, metric)
         if self.exists():
-            if not exist_ok:
-                raise StoreError(f"collection already exists: {self.display_url}")
             info = self.info()
-            if (info.dim, info.metric) != (int(dim), metric):
-                raise StoreError(f"{self.display_url} exists with dim {info.dim} / {info.metric}, "
-                                 f"not {dim} / {metric}")
+            self._check_existing(dim, metric, info.dim, info.metric, exist_ok=exist_ok)
             return self
         client = self.client()
         metadata = {"hnsw:space": _SPACE_OF_METRIC[metric], _DIM_KEY: int(dim)}

@@ -28,7 +28,7 @@ from typing import Any, Iterator, Sequence
 import numpy as np
 
 from ..errors import InputError, StoreError
-from .base import Collection, CollectionInfo, VectorBatch, check_metric
+from .base import Collection, CollectionInfo, VectorBatch
 from .url import query_params
 
 FORMAT = "vecbridge.file"
@@ -278,17 +278,10 @@ class FileCollection(Collection):
 
     # --- protocol: writing --------------------------------------------------------------------------------------------
     def create(self, dim: int, metric: str = "cosine", *, exist_ok: bool = False) -> "FileCollection":
-        self._writable()
-        metric = check_metric(metric)
-        if int(dim) <= 0:
-            raise InputError(f"dimension must be positive, got {dim}")
+        dim, metric = self._check_create_args(dim, metric)
         if self._manifest_path.is_file():
             manifest = self._manifest()
-            if not exist_ok:
-                raise StoreError(f"collection already exists: {self.display_url}")
-            if manifest["dim"] != dim or manifest["metric"] != metric:
-                raise StoreError(f"{self.display_url} exists with dim {manifest['dim']} / {manifest['metric']}, "
-                                 f"not {dim} / {metric}")
+            self._check_existing(dim, metric, manifest["dim"], manifest["metric"], exist_ok=exist_ok)
             return self
         if self.path.exists() and (not self.path.is_dir() or any(self.path.iterdir())):
             raise StoreError(f"{self.path} exists and is not an empty directory; refusing to write into it")

@@ -393,17 +393,10 @@ class PgVectorCollection(Collection):
 
         ``index=False`` leaves the index to :meth:`build_index` after a bulk load (about 5x faster than
         maintaining the HNSW graph row by row while loading)."""
-        self._writable()
-        metric = check_metric(metric)
-        if int(dim) <= 0:
-            raise InputError(f"dimension must be positive, got {dim}")
+        dim, metric = self._check_create_args(dim, metric)
         if self.exists():
-            if not exist_ok:
-                raise StoreError(f"collection already exists: {self.display_url}")
             info = self.info()
-            if (info.dim, info.metric) != (int(dim), metric):
-                raise StoreError(f"{self.display_url} exists with dim {info.dim} / {info.metric}, "
-                                 f"not {dim} / {metric}")
+            self._check_existing(dim, metric, info.dim, info.metric, exist_ok=exist_ok)
             return self
 
         def work(conn: psycopg.Connection) -> None:

@@ -423,18 +423,10 @@ class QdrantCollection(Collection):
 
     # --- protocol: writing --------------------------------------------------------------------------------------------
     def create(self, dim: int, metric: str = "cosine", *, exist_ok: bool = False) -> "QdrantCollection":
-        self._writable()
-        metric = check_metric(metric)
-        if int(dim) <= 0:
-            raise InputError(f"dimension must be positive, got {dim}")
+        dim, metric = self._check_create_args(dim, metric)
         client = self._client(create=True)
         if self._call("checking the collection", client.collection_exists, self.name):
-            if not exist_ok:
-                raise StoreError(f"collection already exists: {self.display_url}")
-            _, have_dim, have_metric = self._field()
-            if (have_dim, have_metric) != (int(dim), metric):
-                raise StoreError(f"{self.display_url} exists with dim {have_dim} / {have_metric}, "
-                                 f"not {dim} / {metric}")
+            self._check_existing(dim, metric, *self._field()[1:], exist_ok=exist_ok)
             return self
         params = models.VectorParams(size=int(dim), distance=_TO_DISTANCE[metric])
         config = {self.vector_name: params} if self.vector_name else params

@@ -291,17 +291,9 @@ class QdrantEdgeCollection(Collection):
 
     # --- protocol: writing --------------------------------------------------------------------------------------------
     def create(self, dim: int, metric: str = "cosine", *, exist_ok: bool = False) -> "QdrantEdgeCollection":
-        self._writable()
-        metric = check_metric(metric)
-        if int(dim) <= 0:
-            raise InputError(f"dimension must be positive, got {dim}")
+        dim, metric = self._check_create_args(dim, metric)
         if self.exists():
-            if not exist_ok:
-                raise StoreError(f"collection already exists: {self.display_url}")
-            _, have_dim, have_metric = self._field()
-            if (have_dim, have_metric) != (int(dim), metric):
-                raise StoreError(f"{self.display_url} exists with dim {have_dim} / {have_metric}, "
-                                 f"not {dim} / {metric}")
+            self._check_existing(dim, metric, *self._field()[1:], exist_ok=exist_ok)
             return self
         if self.path.exists() and (not self.path.is_dir() or any(self.path.iterdir())):
             raise StoreError(f"{self.path} exists and is not an empty directory; refusing to write into it")

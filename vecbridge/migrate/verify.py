@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..align.artifact import Alignment
 from ..connectors import connect
 from ..connectors.base import Collection
 from ..vectors import l2_normalize
