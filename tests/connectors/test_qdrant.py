@@ -157,12 +157,18 @@ def test_ids_round_trip(url):
         coll.upsert(VectorBatch([-2 ** 64], np.ones((1, 4))))
 
 
-def test_both_connectors_map_ids_to_the_same_point_ids():
-    pytest.importorskip("qdrant_edge")
-    from vecbridge.connectors import qdrant_edge
+def test_point_ids_are_native_where_qdrant_allows_and_stable_uuid5_elsewhere():
+    from vecbridge.connectors.qdrant_ids import original_id, point_id
 
-    assert [qdrant.point_id(i) for i in IDS] == [qdrant_edge.point_id(i) for i in IDS]
-    assert (qdrant.ID_KEY, qdrant.ID_NAMESPACE) == (qdrant_edge.ID_KEY, qdrant_edge.ID_NAMESPACE)
+    uid = "0b8f1c2e-3d4a-4b5c-8d6e-7f8091a2b3c4"
+    assert point_id(7) == (7, False) and point_id(uid) == (uid, False)
+    pid, keep = point_id("doc-7")
+    assert keep and pid == point_id("doc-7")[0] and pid != point_id("doc-8")[0]
+    assert point_id(-3)[1] and point_id(-3)[0] != point_id("-3")[0]      # int -3 and string "-3" stay distinct
+    payload = {"_vb_id": "doc-7", "x": 1}
+    assert original_id(pid, payload) == "doc-7" and payload == {"x": 1}
+    with pytest.raises(InputError):
+        point_id(1.5)
 
 
 def test_wrong_dimension_is_refused_before_writing(url):

@@ -45,12 +45,10 @@ UNAVAILABLE); a host that cannot be reached at all fails within a few seconds (a
 from __future__ import annotations
 
 import atexit
-import json
 import os
 import socket
 import threading
 import time
-import uuid
 from pathlib import Path
 from typing import Any, Callable, Iterator, Sequence
 from urllib.parse import unquote, urlsplit
@@ -61,14 +59,9 @@ from qdrant_client.http.exceptions import ResponseHandlingException, UnexpectedR
 
 from ..errors import InputError, StoreError
 from .base import Collection, CollectionInfo, VectorBatch, check_metric
+from .qdrant_ids import ID_KEY, TO_METRIC as _TO_METRIC, decode_cursor, original_id, point_id
 from .url import query_params
 
-#: payload key holding an original id that Qdrant cannot take as a point id
-ID_KEY = "_vb_id"
-#: namespace of the UUID5 point ids derived from other ids (shared with the qdrant-edge connector)
-ID_NAMESPACE = uuid.UUID("6f1d3f0e-5c3a-4f38-9a53-7c1b8d0e2a41")
-
-_TO_METRIC = {"Cosine": "cosine", "Dot": "dot", "Euclid": "l2"}
 _TO_DISTANCE = {"cosine": models.Distance.COSINE, "dot": models.Distance.DOT, "l2": models.Distance.EUCLID}
 _TRANSIENT_HTTP = {429, 502, 503, 504}
 _TRANSIENT_GRPC = {"UNAVAILABLE", "DEADLINE_EXCEEDED", "RESOURCE_EXHAUSTED"}
@@ -91,43 +84,6 @@ def _close_local_clients() -> None:
         for client in _LOCAL_CLIENTS.values():
             client.close()
         _LOCAL_CLIENTS.clear()
-
-
-def point_id(record_id: Any) -> tuple[int | str, bool]:
-    """The Qdrant point id for a record id, and whether the original must be kept in the payload."""
-    if isinstance(record_id, (int, np.integer)) and not isinstance(record_id, (bool, np.bool_)):
-        value = int(record_id)
-        if 0 <= value < 2 ** 64:
-            return value, False
-        if value < -2 ** 63:  # the payload keeps 64-bit integers only
-            raise InputError(f"integer ids must fit in 64 bits, got {value}")
-        return str(uuid.uuid5(ID_NAMESPACE, json.dumps(value))), True
-    if isinstance(record_id, str):
-        try:
-            if str(uuid.UUID(record_id)) == record_id:
-                return record_id, False
-        except ValueError:
-            pass
-        return str(uuid.uuid5(ID_NAMESPACE, json.dumps(record_id))), True
-    raise InputError(f"ids must be strings or integers, got {type(record_id).__name__}")
-
-
-def original_id(pid: Any, payload: dict | None) -> Any:
-    """The record id of a point (removing the reserved key from ``payload``)."""
-    if payload and ID_KEY in payload:
-        return payload.pop(ID_KEY)
-    return pid if isinstance(pid, int) else str(pid)
-
-
-def _decode_cursor(cursor: Any) -> int | str:
-    if isinstance(cursor, int) and not isinstance(cursor, bool) and cursor >= 0:
-        return cursor
-    if isinstance(cursor, str):
-        try:
-            return str(uuid.UUID(cursor))
-        except ValueError:
-            pass
-    raise InputError(f"invalid scan cursor {cursor!r} for a qdrant collection")
 
 
 def _flag(value: str | None) -> bool | None:
@@ -350,7 +306,7 @@ class QdrantCollection(Collection):
             raise InputError("batch_size must be positive")
         offset = None
         if after is not None:
-            last = _decode_cursor(after)
+            last = decode_cursor(after, "qdrant collection")
             probe, _ = self._scroll(last, 2, full=False)  # scroll's offset is inclusive: step past the cursor
             probe = [p for p in probe if p.id != last]
             if not probe:

@@ -28,7 +28,6 @@ import json
 import os
 import shutil
 import threading
-import uuid
 from pathlib import Path
 from typing import Any, Callable, Iterator, Sequence
 from urllib.parse import unquote
@@ -38,15 +37,12 @@ import qdrant_edge as qe
 
 from ..errors import InputError, StoreError
 from .base import Collection, CollectionInfo, VectorBatch, check_metric
+from .qdrant_ids import ID_KEY, TO_METRIC as _TO_METRIC, decode_cursor, point_id
+from .qdrant_ids import json_point_id as _pid, original_id as _original_id
 from .url import query_params
 
-#: payload key holding an original id that Qdrant cannot take as a point id (as in the qdrant:// connector)
-ID_KEY = "_vb_id"
-#: namespace of the UUID5 point ids derived from other ids (as in the qdrant:// connector)
-ID_NAMESPACE = uuid.UUID("6f1d3f0e-5c3a-4f38-9a53-7c1b8d0e2a41")
 CONFIG_FILE = "edge_config.json"
 
-_TO_METRIC = {"Cosine": "cosine", "Dot": "dot", "Euclid": "l2"}
 _TO_DISTANCE = {"cosine": qe.Distance.Cosine, "dot": qe.Distance.Dot, "l2": qe.Distance.Euclid}
 _ID_PAGE = 10_000      # ids per scroll page when sampling
 _WRITE_CHUNK = 2048    # points per update operation
@@ -63,47 +59,6 @@ def _close_shards() -> None:
             shard.flush()
             shard.close()
         _SHARDS.clear()
-
-
-def point_id(record_id: Any) -> tuple[int | str, bool]:
-    """The point id for a record id, and whether the original must be kept in the payload."""
-    if isinstance(record_id, (int, np.integer)) and not isinstance(record_id, (bool, np.bool_)):
-        value = int(record_id)
-        if 0 <= value < 2 ** 64:
-            return value, False
-        if value < -2 ** 63:  # the payload keeps 64-bit integers only
-            raise InputError(f"integer ids must fit in 64 bits, got {value}")
-        return str(uuid.uuid5(ID_NAMESPACE, json.dumps(value))), True
-    if isinstance(record_id, str):
-        try:
-            if str(uuid.UUID(record_id)) == record_id:
-                return record_id, False
-        except ValueError:
-            pass
-        return str(uuid.uuid5(ID_NAMESPACE, json.dumps(record_id))), True
-    raise InputError(f"ids must be strings or integers, got {type(record_id).__name__}")
-
-
-def _pid(engine_id: Any) -> int | str:
-    """The engine's point id (int or UUID object) as a JSON value."""
-    return engine_id if isinstance(engine_id, int) else str(engine_id)
-
-
-def _original_id(engine_id: Any, payload: dict | None) -> Any:
-    if payload and ID_KEY in payload:
-        return payload.pop(ID_KEY)
-    return _pid(engine_id)
-
-
-def _decode_cursor(cursor: Any) -> int | str:
-    if isinstance(cursor, int) and not isinstance(cursor, bool) and cursor >= 0:
-        return cursor
-    if isinstance(cursor, str):
-        try:
-            return str(uuid.UUID(cursor))
-        except ValueError:
-            pass
-    raise InputError(f"invalid scan cursor {cursor!r} for a qdrant-edge shard")
 
 
 class QdrantEdgeCollection(Collection):
@@ -222,7 +177,7 @@ class QdrantEdgeCollection(Collection):
             raise InputError("batch_size must be positive")
         offset = None
         if after is not None:
-            last = _decode_cursor(after)
+            last = decode_cursor(after, "qdrant-edge shard")
             probe, _ = self._scroll(last, 2, full=False)  # scroll's offset is inclusive: step past the cursor
             probe = [p for p in probe if _pid(p.id) != last]
             if not probe:
