@@ -10,38 +10,46 @@ URL forms::
     milvus:///ABS/PATH/FILE.db?collection=NAME    the same, naming the collection as a parameter
 
 Query options: ``vector=FIELD`` (the float-vector field; default ``vector``, or the only one a collection has),
-``id_type=int`` (``create`` makes an INT64 primary key instead of VARCHAR), ``secure=true`` (TLS), ``timeout=S``
-(seconds per request, default 60). Credentials: ``USER:PASSWORD@`` in the URL, else the ``MILVUS_TOKEN``
-environment variable (``user:password`` or an API key).
+``secure=true`` (TLS), ``timeout=S`` (seconds per request, default 60), and for ``create``: ``id_type=int`` (an
+INT64 primary key instead of VARCHAR) and ``index=TYPE`` (default HNSW on a server, FLAT on Lite). Credentials:
+``USER:PASSWORD@`` in the URL, else the ``MILVUS_TOKEN`` environment variable (``user:password`` or an API key).
 
-Schema made by ``create``: primary key ``id`` (VARCHAR by default, INT64 with ``id_type=int``), a FLOAT_VECTOR field
-with an HNSW index (COSINE / IP / L2 for cosine / dot / l2), and a JSON field ``payload``, which keeps nested
-lists, bools and ints as they are. Collections are created with Strong consistency and every read asks for it, so
-counts and reads see all acknowledged writes without a flush. Collections made by other tools are read as they are:
-the payload is the ``payload`` JSON field (if any) merged with every other scalar and dynamic field.
+Schema made by ``create``: primary key ``id``, a FLOAT_VECTOR field with an index of metric COSINE / IP / L2 (for
+cosine / dot / l2), and a JSON field ``payload``, which keeps nested lists, bools and ints as they are. Collections
+made by other tools are read as they are: the payload is the ``payload`` JSON field (if any) merged with every
+other scalar and dynamic field, and payload keys that name a scalar field are written to it. Milvus' L2 distance is
+squared, so l2 search scores are minus the squared distance (as in ``vecbridge.metrics``).
 
 Ids: string ids are VARCHAR keys. Integer ids written to a VARCHAR key are stored as their decimal string with the
 reserved payload key ``_vb_int_id`` (stripped on read), so they come back as ints; in such a collection int 5 and
-string "5" name the same record.
+string "5" name the same record. An INT64 key takes integer ids only.
 
-Scans walk the primary key in order (keyset pages ``id > cursor``, the requests pymilvus' ``query_iterator`` makes):
-a batch's cursor is its last key. The cursor is data, not a server-side session, so it survives a client crash, a server restart and a new
-connection; records written since with larger keys are included and nothing is repeated. (Offsets would shift with
-every write, and iterator sessions expire and die with the server.)
+Consistency: the first request of every read (and every count) is Strong, so it sees every write acknowledged
+before it, without a flush; the further requests of the same read (the next pages of a scan) are Bounded, which
+does not wait for another time tick: what the first request saw stays visible. Milvus Lite re-reads its whole
+in-memory write buffer on every query (2 s per query with 10k x 384 pending), so reads on Lite flush it first.
+
+Scans walk the primary key in order (keyset pages ``id > cursor``, the requests pymilvus' ``query_iterator``
+makes): a batch's cursor is its last key. The cursor is data, not a server-side session, so it survives a client
+crash, a server restart and a new connection; records written since with larger keys are included and nothing is
+repeated. (Offsets shift with every write; iterator sessions expire and die with the server.)
 
 Sampling draws positions with a seeded generator over the sorted primary keys (read without vectors or payloads,
 16k keys per request) and fetches only the sampled records: every key is read once, no vector that is not sampled.
 
-Bulk writes: ``upsert`` (idempotent by id) in requests of at most ~16 MB, well under the server's 64 MB gRPC limit.
-pymilvus retries transient gRPC failures (UNAVAILABLE, rate limits) with backoff inside each call; every call is
-bounded by ``timeout``, so a dead server fails with one clear error instead of hanging. Milvus 2.3 cannot add a
-field to an existing collection, so ``add_vector_field`` is refused as not supported.
+Bulk writes: ``upsert`` (idempotent by id) in requests of ~16 MB, well under the server's 64 MB gRPC limit.
+Requests are bounded by ``timeout``; idempotent ones are retried with backoff while the server is unavailable
+(pymilvus gives up at once when it cannot reconnect), so a dead server fails within seconds with one line.
+Milvus 2.3 cannot add a field to an existing collection, so ``add_vector_field`` is refused as not supported.
 """
 from __future__ import annotations
 
 import json
+import logging
 import os
 import re
+import threading
+import time
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Iterator, Sequence
@@ -74,25 +82,50 @@ _PAGE_BYTES = 16_000_000     # aim for responses well under the 64 MB gRPC limit
 _REQUEST_BYTES = 16_000_000  # the same for upsert requests
 _IDS_PER_GET = 1000          # keys per ``pk in [...]`` expression
 _QUERIES_PER_SEARCH = 1000
-_SECRET_IN_TEXT = re.compile(r"(token|password|authorization)\S*", re.I)
+_RETRY_DELAYS_S = (0.5, 1.0, 2.0)  # between attempts of an idempotent request while the server is unavailable
+
+
+class _QuietWhileHandled(logging.Filter):
+    """Drops pymilvus' log records (a full traceback per failed RPC) while this thread is inside a connector call:
+    the connector reports every failure itself, as one line. Other pymilvus use logs as before."""
+
+    def __init__(self):
+        super().__init__()
+        self.local = threading.local()
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not getattr(self.local, "depth", 0)
+
+
+_QUIET = _QuietWhileHandled()
+for _name in ("pymilvus.decorators", "pymilvus.client.connection_manager", "pymilvus.client.grpc_handler",
+              "milvus_lite.server_manager"):
+    logging.getLogger(_name).addFilter(_QUIET)
 
 
 def _grpc_code(exc: BaseException) -> grpc.StatusCode | None:
-    """The gRPC status somewhere in an exception's chain (pymilvus wraps it; the chain may loop)."""
-    seen: set[int] = set()
-    while exc is not None and id(exc) not in seen:
+    """The gRPC status somewhere in an exception's chain. pymilvus re-raises with ``raise e from e``, which makes
+    ``__cause__`` point at itself, so both links are followed (each exception once)."""
+    todo, seen = [exc], set()
+    while todo:
+        exc = todo.pop(0)
+        if exc is None or id(exc) in seen:
+            continue
         seen.add(id(exc))
-        if isinstance(exc, grpc.RpcError) and hasattr(exc, "code"):
+        if isinstance(exc, grpc.RpcError) and callable(getattr(exc, "code", None)):
             return exc.code()
-        exc = exc.__cause__ or exc.__context__
+        todo += [exc.__cause__, exc.__context__]
     return None
 
 
-def _reason(exc: BaseException) -> str:
-    """pymilvus' message on one short line (its messages can span lines and carry debug strings)."""
-    text = getattr(exc, "message", None) or str(exc)
-    text = " ".join(str(text).split())
-    return _SECRET_IN_TEXT.sub("***", text)[:300]
+def _levels(strong_first: bool = True) -> Iterator[str]:
+    """Consistency levels for the requests of one read: the first is Strong (it waits until every write
+    acknowledged before it is visible, ~one time tick), the rest are Bounded: what the first one saw stays visible
+    (visibility only grows), so waiting again per page would only add a time tick to each request."""
+    if strong_first:
+        yield "Strong"
+    while True:
+        yield "Bounded"
 
 
 def _literal(key) -> str:
@@ -139,6 +172,7 @@ class MilvusCollection(Collection):
         except ValueError:
             raise InputError(f"{self.display_url}: invalid port") from None
         host = parts.hostname or "localhost"
+        host = f"[{host}]" if ":" in host else host  # IPv6
         tls = self.params.get("secure", "").lower() in ("1", "true", "yes")
         self.address = f"{'https' if tls else 'http'}://{host}:{port}"
         self.name = unquote(parts.path.strip("/"))
@@ -148,19 +182,34 @@ class MilvusCollection(Collection):
             self._token = os.environ.get("MILVUS_TOKEN", "")
 
     # --- connection and errors ---------------------------------------------------------------------------------
+    def _reason(self, exc: BaseException) -> str:
+        """pymilvus' message on one short line (its messages span lines), with the credentials masked."""
+        text = " ".join(str(getattr(exc, "message", None) or exc).split())
+        secrets = [self._token, self._token.partition(":")[2]] if self.lite_path is None else []
+        for secret in secrets:
+            if len(secret) >= 3:
+                text = text.replace(secret, "***")
+        return text[:300]
+
     @contextmanager
     def _errors(self, doing: str):
         """Turn pymilvus failures into one-line vecbridge errors that name the redacted URL."""
+        _QUIET.local.depth = getattr(_QUIET.local, "depth", 0) + 1
         try:
             yield
         except (ParamError, DataNotMatchException) as exc:
-            raise InputError(f"{self.display_url}: {doing}: {_reason(exc)}") from None
+            raise InputError(f"{self.display_url}: {doing}: {self._reason(exc)}") from None
         except (MilvusException, grpc.RpcError) as exc:
             code = _grpc_code(exc)
             if code == grpc.StatusCode.UNAUTHENTICATED:
                 raise StoreError(f"{self.display_url}: authentication failed (check USER:PASSWORD in the URL or "
                                  f"MILVUS_TOKEN)") from None
-            raise StoreError(f"{self.display_url}: {doing} failed: {_reason(exc)}") from None
+            if code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED):
+                raise StoreError(f"{self.display_url}: {doing} failed: server unavailable "
+                                 f"({self._reason(exc)})") from None
+            raise StoreError(f"{self.display_url}: {doing} failed: {self._reason(exc)}") from None
+        finally:
+            _QUIET.local.depth -= 1
 
     @property
     def _client(self) -> MilvusClient:
@@ -176,16 +225,33 @@ class MilvusCollection(Collection):
                 except MilvusException as exc:
                     if _grpc_code(exc) == grpc.StatusCode.UNAUTHENTICATED:
                         raise
+                    if self.lite_path is not None:
+                        raise StoreError(f"cannot open the Milvus Lite database {self.lite_path} (a Lite database "
+                                         f"can be open in only one process at a time: is another one using it?): "
+                                         f"{self._reason(exc)}") from None
                     raise StoreError(f"cannot connect to {self.display_url}: server unreachable or not a Milvus "
-                                     f"gRPC port ({_reason(exc)})") from None
+                                     f"gRPC port ({self._reason(exc)})") from None
         return self._client_obj
+
+    def _call(self, doing: str, method: str, *args, **kwargs):
+        """One idempotent request (bounded by the URL's timeout), retried with backoff while the server is
+        unavailable: pymilvus itself gives up at once when it cannot reconnect, e.g. during a restart."""
+        kwargs.setdefault("timeout", self.timeout)
+        with self._errors(doing):
+            for delay in _RETRY_DELAYS_S:
+                try:
+                    return getattr(self._client, method)(*args, **kwargs)
+                except (MilvusException, grpc.RpcError) as exc:
+                    if _grpc_code(exc) != grpc.StatusCode.UNAVAILABLE:
+                        raise
+                time.sleep(delay)
+            return getattr(self._client, method)(*args, **kwargs)
 
     # --- schema ------------------------------------------------------------------------------------------------
     def exists(self) -> bool:
         if self.lite_path is not None and not self.lite_path.exists():
             return False
-        with self._errors("checking the collection"):
-            return bool(self._client.has_collection(self.name, timeout=self.timeout))
+        return bool(self._call("checking the collection", "has_collection", self.name))
 
     def _describe(self) -> dict:
         """Field roles of the collection, cached: pk name/type, the vector field, payload and other scalar fields."""
@@ -193,8 +259,7 @@ class MilvusCollection(Collection):
             return self._schema
         if not self.exists():
             raise StoreError(f"collection not found: {self.display_url}")
-        with self._errors("describing the collection"):
-            desc = self._client.describe_collection(self.name, timeout=self.timeout)
+        desc = self._call("describing the collection", "describe_collection", self.name)
         fields = desc["fields"]
         pk = next(f for f in fields if f.get("is_primary"))
         vectors = {f["name"]: int(f["params"]["dim"]) for f in fields if f["type"] == DataType.FLOAT_VECTOR}
@@ -207,51 +272,47 @@ class MilvusCollection(Collection):
         skip_types = {DataType.FLOAT_VECTOR, DataType.BINARY_VECTOR}
         scalars = [f["name"] for f in fields if f["type"] not in skip_types and f["name"] != pk["name"]]
         has_payload = any(f["name"] == PAYLOAD_FIELD and f["type"] == DataType.JSON for f in fields)
+        indexes = {name: self._index_of(name) for name in vectors}
         self._schema = {
             "pk": pk["name"], "pk_str": pk["type"] == DataType.VARCHAR, "vector": vector, "dim": vectors[vector],
             "vectors": vectors, "payload": PAYLOAD_FIELD if has_payload else None,
             "scalars": [s for s in scalars if s != PAYLOAD_FIELD or not has_payload],
             "dynamic": bool(desc.get("enable_dynamic_field")),
-            "metrics": {name: self._metric_of(name) for name in vectors},
+            "metrics": {name: metric for name, (metric, _) in indexes.items()}, "index_type": indexes[vector][1],
         }
         return self._schema
 
-    def _metric_of(self, field: str) -> str:
-        """The metric of the index on a vector field (a collection without an index falls back to ``?metric=``)."""
-        with self._errors("describing the index"):
-            names = self._client.list_indexes(self.name, field_name=field, timeout=self.timeout)
-            if not names:
-                return check_metric(self.params.get("metric", "cosine"))
-            index = self._client.describe_index(self.name, names[0], timeout=self.timeout)
+    def _index_of(self, field: str) -> tuple[str, str]:
+        """(metric, index type) of a vector field's index; without an index the metric is ``?metric=`` or cosine."""
+        names = self._call("describing the index", "list_indexes", self.name, field_name=field)
+        if not names:
+            return check_metric(self.params.get("metric", "cosine")), ""
+        index = self._call("describing the index", "describe_index", self.name, names[0])
         metric = str(index.get("metric_type", "")).upper()
         if metric not in _TO_METRIC:
             raise StoreError(f"{self.display_url}: unsupported metric {metric!r} on field {field!r}")
-        return _TO_METRIC[metric]
-
-    def _index_type(self) -> str:
-        with self._errors("describing the index"):
-            names = self._client.list_indexes(self.name, field_name=self._describe()["vector"],
-                                              timeout=self.timeout)
-            if not names:
-                return ""
-            return str(self._client.describe_index(self.name, names[0], timeout=self.timeout)
-                       .get("index_type", "")).upper()
+        return _TO_METRIC[metric], str(index.get("index_type", "")).upper()
 
     def _ensure_loaded(self) -> dict:
-        """Milvus serves queries only from loaded collections: load once (a no-op when already loaded)."""
+        """Milvus serves queries only from loaded collections: load once (a no-op when already loaded).
+
+        Milvus Lite re-reads its whole in-memory write buffer for every query (2 s per query with 10k x 384
+        pending), so on Lite every read first flushes pending writes to a segment (a no-op when none are pending).
+        """
         schema = self._describe()
+        if self.lite_path is not None:
+            self._call("flushing", "flush", self.name)
         if not self._loaded:
-            with self._errors("loading the collection"):
-                self._client.load_collection(self.name, timeout=max(self.timeout, _LOAD_TIMEOUT_S))
+            self._call("loading the collection", "load_collection", self.name,
+                       timeout=max(self.timeout, _LOAD_TIMEOUT_S))
             self._loaded = True
         return schema
 
     # --- protocol: reading ---------------------------------------------------------------------------------------
     def info(self) -> CollectionInfo:
         schema = self._ensure_loaded()
-        with self._errors("counting"):
-            rows = self._client.query(self.name, filter="", output_fields=["count(*)"], timeout=self.timeout,
-                                      consistency_level="Strong")
+        rows = self._call("counting", "query", self.name, filter="", output_fields=["count(*)"],
+                          consistency_level="Strong")
         metrics = schema["metrics"]
         return CollectionInfo(name=self.name, dim=schema["dim"], metric=metrics[schema["vector"]],
                               count=int(rows[0]["count(*)"]),
@@ -269,13 +330,15 @@ class MilvusCollection(Collection):
         return max(1, min(batch_size, _MAX_PAGE, _PAGE_BYTES // (schema["dim"] * 4 + 512)))
 
     def _to_batch(self, rows: Sequence[dict], schema: dict) -> VectorBatch:
+        """Rows as records: the payload is the JSON payload field merged with any other scalar / dynamic fields."""
         pk, vec, payload_field = schema["pk"], schema["vector"], schema["payload"]
+        other_fields = bool(schema["scalars"]) or schema["dynamic"] or not payload_field
         skip = {pk, payload_field, *schema["vectors"]}
         ids, payloads = [], []
         for row in rows:
-            payload = {k: v for k, v in row.items() if k not in skip}
-            if payload_field and row.get(payload_field):
-                payload.update(row[payload_field])
+            payload = dict(row.get(payload_field) or {}) if payload_field else {}  # a copy: rows may be shared
+            if other_fields:
+                payload = {**{k: v for k, v in row.items() if k not in skip}, **payload}
             key = row[pk]
             if payload.pop(INT_ID_KEY, False) and schema["pk_str"]:
                 key = int(key)
@@ -300,12 +363,11 @@ class MilvusCollection(Collection):
         its filter unescaped, which breaks on keys holding quotes or backslashes. A short page does not mean the
         end (the server may stop early to keep the order exact); an empty page does.
         """
-        pk = schema["pk"]
+        pk, levels = schema["pk"], _levels()
         while True:
-            with self._errors("scanning"):
-                rows = self._client.query(self.name, filter=f"{pk} > {_literal(after)}" if after is not None else "",
-                                          output_fields=fields, limit=page, timeout=self.timeout,
-                                          consistency_level="Strong", iterator="True", reduce_stop_for_best="True")
+            rows = self._call("scanning", "query", self.name,
+                              filter=f"{pk} > {_literal(after)}" if after is not None else "", output_fields=fields,
+                              limit=page, consistency_level=next(levels), iterator="True", reduce_stop_for_best="True")
             if not rows:
                 return
             yield rows
@@ -323,16 +385,15 @@ class MilvusCollection(Collection):
             batch.cursor = rows[-1][schema["pk"]]
             yield batch
 
-    def _fetch(self, keys: Sequence, schema: dict) -> dict:
+    def _fetch(self, keys: Sequence, schema: dict, levels: Iterator[str]) -> dict:
         """Rows by store key (one ``pk in [...]`` query per chunk), as a dict key -> row."""
         found: dict = {}
         fields = self._output_fields(schema)
         for lo in range(0, len(keys), _IDS_PER_GET):
             chunk = keys[lo:lo + _IDS_PER_GET]
             expr = f"{schema['pk']} in [{', '.join(_literal(k) for k in chunk)}]"
-            with self._errors("reading records"):
-                rows = self._client.query(self.name, filter=expr, output_fields=fields, timeout=self.timeout,
-                                          consistency_level="Strong")
+            rows = self._call("reading records", "query", self.name, filter=expr, output_fields=fields,
+                              consistency_level=next(levels))
             found.update((row[schema["pk"]], row) for row in rows)
         return found
 
@@ -347,7 +408,7 @@ class MilvusCollection(Collection):
     def get(self, ids: Sequence) -> VectorBatch:
         schema = self._ensure_loaded()
         keys = [self._store_key(i, schema) for i in ids]
-        found = self._fetch(list(dict.fromkeys(k for k in keys if k is not None)), schema)
+        found = self._fetch(list(dict.fromkeys(k for k in keys if k is not None)), schema, _levels())
         return self._to_batch([found[k] for k in keys if k in found], schema)
 
     def sample(self, n: int, seed: int = 0) -> VectorBatch:
@@ -360,7 +421,7 @@ class MilvusCollection(Collection):
             return self._to_batch([], schema)
         pick = np.sort(np.random.default_rng(seed).choice(len(keys), size=min(n, len(keys)), replace=False))
         chosen = [keys[i] for i in pick]
-        found = self._fetch(chosen, schema)
+        found = self._fetch(chosen, schema, _levels(strong_first=False))  # the key scan has waited already
         return self._to_batch([found[k] for k in chosen if k in found], schema)
 
     def search(self, vectors, k: int = 10) -> tuple[list[list], np.ndarray]:
@@ -371,18 +432,17 @@ class MilvusCollection(Collection):
         if k <= 0:
             raise InputError("k must be positive")
         metric = schema["metrics"][schema["vector"]]
-        index_type = self._index_type()
+        index_type = schema["index_type"]
         params = {"ef": max(k, 128)} if index_type == "HNSW" else {"nprobe": 64} if index_type.startswith("IVF") else {}
         # the payload tells which VARCHAR keys were int ids
         output = [schema["payload"]] if schema["pk_str"] and schema["payload"] else []
         hits_per_query: list = []
+        levels = _levels()
         for lo in range(0, len(Q), _QUERIES_PER_SEARCH):
-            with self._errors("searching"):
-                hits_per_query.extend(self._client.search(
-                    self.name, data=[q for q in Q[lo:lo + _QUERIES_PER_SEARCH]], limit=k,
-                    anns_field=schema["vector"], output_fields=output, timeout=self.timeout,
-                    search_params={"metric_type": _FROM_METRIC[metric], "params": params},
-                    consistency_level="Strong"))
+            hits_per_query.extend(self._call(
+                "searching", "search", self.name, data=list(Q[lo:lo + _QUERIES_PER_SEARCH]), limit=k,
+                anns_field=schema["vector"], output_fields=output, consistency_level=next(levels),
+                search_params={"metric_type": _FROM_METRIC[metric], "params": params}))
         width = max((len(h) for h in hits_per_query), default=0)
         scores = np.full((len(Q), width), -np.inf, dtype=np.float32)
         ids: list[list] = []
@@ -398,34 +458,28 @@ class MilvusCollection(Collection):
 
     # --- protocol: writing ---------------------------------------------------------------------------------------
     def create(self, dim: int, metric: str = "cosine", *, exist_ok: bool = False) -> "MilvusCollection":
-        self._writable()
-        metric = check_metric(metric)
-        if int(dim) <= 0:
-            raise InputError(f"dimension must be positive, got {dim}")
+        dim, metric = self._check_create_args(dim, metric)
         if self.exists():
-            if not exist_ok:
-                raise StoreError(f"collection already exists: {self.display_url}")
             schema = self._describe()
-            if schema["dim"] != dim or schema["metrics"][schema["vector"]] != metric:
-                raise StoreError(f"{self.display_url} exists with dim {schema['dim']} / "
-                                 f"{schema['metrics'][schema['vector']]}, not {dim} / {metric}")
+            self._check_existing(dim, metric, schema["dim"], schema["metrics"][schema["vector"]], exist_ok)
             return self
         id_type = self.params.get("id_type", "str").lower()
         if id_type not in ("str", "int"):
             raise InputError(f"{self.display_url}: id_type must be str or int, got {id_type!r}")
         vector = self.vector_name or "vector"
+        index_type = self.params.get("index", "FLAT" if self.lite_path is not None else "HNSW").upper()
         schema = MilvusClient.create_schema(auto_id=False, enable_dynamic_field=False,
                                             description="created by vecbridge")
         if id_type == "int":
             schema.add_field("id", DataType.INT64, is_primary=True)
         else:
             schema.add_field("id", DataType.VARCHAR, is_primary=True, max_length=_VARCHAR_MAX)
-        schema.add_field(vector, DataType.FLOAT_VECTOR, dim=int(dim))
+        schema.add_field(vector, DataType.FLOAT_VECTOR, dim=dim)
         schema.add_field(PAYLOAD_FIELD, DataType.JSON)
         with self._errors("creating the collection"):
             index = self._client.prepare_index_params()
-            index.add_index(field_name=vector, index_type="HNSW", metric_type=_FROM_METRIC[metric],
-                            params=dict(_HNSW_BUILD))
+            index.add_index(field_name=vector, index_type=index_type, metric_type=_FROM_METRIC[metric],
+                            params=dict(_HNSW_BUILD) if index_type == "HNSW" else {})
             self._client.create_collection(self.name, schema=schema, index_params=index,
                                            consistency_level="Strong", timeout=max(self.timeout, _LOAD_TIMEOUT_S))
         self._schema, self._loaded = None, False
@@ -433,25 +487,23 @@ class MilvusCollection(Collection):
 
     def _rows(self, batch: VectorBatch, vectors: np.ndarray, schema: dict) -> list[dict]:
         """Milvus rows for a batch: known scalar fields by name, the rest into the payload JSON (or dynamic)."""
-        pk, vec, payload_field = schema["pk"], schema["vector"], schema["payload"]
+        pk, vec, payload_field, pk_str = schema["pk"], schema["vector"], schema["payload"], schema["pk_str"]
         scalars = set(schema["scalars"])
         rows = []
         for id_, vector, payload in zip(batch.ids, vectors, batch.payloads):
             key = self._store_key(id_, schema)
-            if key is None or (not schema["pk_str"] and not _INT64_RANGE[0] <= key <= _INT64_RANGE[1]):
-                kind = "strings or integers" if schema["pk_str"] else "64-bit integers"
+            if key is None or (not pk_str and not _INT64_RANGE[0] <= key <= _INT64_RANGE[1]):
+                kind = "strings or integers" if pk_str else "64-bit integers"
                 raise InputError(f"{self.display_url}: ids must be {kind} for this collection, got {id_!r}")
             if not isinstance(payload, dict):
                 raise InputError(f"payloads must be dicts, got {type(payload).__name__}")
             row = {pk: key, vec: vector}
-            rest = {}
-            for name, value in payload.items():
-                if name in scalars:
-                    row[name] = value
-                else:
-                    rest[name] = value
-            if isinstance(id_, (int, np.integer)) and schema["pk_str"]:
-                rest[INT_ID_KEY] = True
+            rest = payload
+            if scalars:
+                row.update((k, v) for k, v in payload.items() if k in scalars)
+                rest = {k: v for k, v in payload.items() if k not in scalars}
+            if pk_str and not isinstance(id_, str):
+                rest = {**rest, INT_ID_KEY: True}
             if payload_field:
                 row[payload_field] = rest
             elif schema["dynamic"]:
@@ -462,6 +514,13 @@ class MilvusCollection(Collection):
             rows.append(row)
         return rows
 
+    def _rows_per_request(self, batch: VectorBatch, schema: dict) -> int:
+        """Rows per upsert request for ~16 MB requests, from the vector size and a sample of payload sizes (twice
+        the sample's mean, leaving the 64 MB limit far away for batches whose payloads vary)."""
+        sample = batch.payloads[::max(1, len(batch) // 64)]
+        mean_payload = sum(len(json.dumps(p, ensure_ascii=False, default=str)) for p in sample) / len(sample)
+        return max(1, int(_REQUEST_BYTES // (schema["dim"] * 4 + 2 * mean_payload + 256)))
+
     def upsert(self, batch: VectorBatch) -> int:
         self._writable()
         schema = self._describe()
@@ -469,19 +528,9 @@ class MilvusCollection(Collection):
         if len(batch) == 0:
             return 0
         rows = self._rows(batch, vectors, schema)
-        try:
-            payload_bytes = [len(json.dumps(p, ensure_ascii=False)) for p in batch.payloads]
-        except (TypeError, ValueError) as exc:
-            raise InputError(f"payloads must be JSON-serialisable ({exc})") from None
-        lo = 0
-        while lo < len(rows):
-            size, hi = 0, lo
-            while hi < len(rows) and (hi == lo or size < _REQUEST_BYTES):
-                size += schema["dim"] * 4 + len(str(rows[hi][schema["pk"]])) + payload_bytes[hi] + 64
-                hi += 1
-            with self._errors("writing records"):
-                self._client.upsert(self.name, rows[lo:hi], timeout=self.timeout)
-            lo = hi
+        step = self._rows_per_request(batch, schema)
+        for lo in range(0, len(rows), step):
+            self._call("writing records", "upsert", self.name, rows[lo:lo + step])
         return len(batch)
 
     def drop(self) -> None:

@@ -3,10 +3,12 @@
 ``milvus-server`` (a Python launcher) unpacks the server binaries into its data directory and runs the child
 ``milvus run standalone``. Every listening port is chosen free and passed explicitly, every component's ``ip`` is
 127.0.0.1 (without that they talk over the external interface), and the embedded etcd gets its own config file
-(``ETCD_CONFIG_PATH``: the launcher has no option for etcd's peer port, fixed at 2380 otherwise) so that several
-servers can run side by side. The gRPC servers themselves listen on all interfaces: Milvus 2.3.5 has no setting to
-bind them to one address. Stopping sends SIGINT to the launcher (which stops its child) and then makes sure the
-child is gone; a plain SIGTERM to the launcher would orphan it.
+and endpoint (``ETCD_CONFIG_PATH``, ``ETCD_ENDPOINTS``: the launcher's etcd options leave etcd itself on 2379/2380)
+so that several servers can run side by side. The launcher moves a port it finds busy to the next free one (a
+restart soon after a crash finds the old ports in TIME_WAIT), so the proxy port is read back from the config it
+wrote. etcd listens on 127.0.0.1 only; the gRPC and metrics servers listen on all interfaces, as Milvus 2.3.5 has
+no setting to bind them to one address. Stopping sends SIGINT to the launcher (which stops its child) and then
+makes sure the child is gone; a plain SIGTERM to the launcher would orphan it.
 
 The binaries (~250 MB, ~5 s of CPU to unpack) are unpacked once per process and hard-linked into later servers'
 data directories.
@@ -27,9 +29,14 @@ from pathlib import Path
 NAME = "milvus_server"
 COMPONENTS = ("rootCoord", "proxy", "queryCoord", "queryNode", "indexCoord", "indexNode", "dataCoord", "dataNode")
 PORT_OPTIONS = ("proxy-port", "proxy-internal-port", "root-coord-port", "query-coord-port", "query-node-port",
-                "index-coord-port", "index-node-port", "data-coord-port", "data-node-port", "etcd-port")
+                "index-coord-port", "index-node-port", "data-coord-port", "data-node-port")
 LAUNCHER = "import sys; from milvus import main; sys.argv[0] = 'milvus-server'; main()"
 ROOT_PASSWORD = "Milvus"  # the default password of the ``root`` user when authorization is enabled
+#: settings for test servers (benchmarks keep the defaults): tick every 50 ms instead of 200 ms, since a
+#: Strong-consistency read waits for the next tick and the tests make hundreds of small reads (~5% more of a core
+#: while idle); sessions expire after 10 s instead of 30 s, since a server restarted after a crash waits for the
+#: dead one's sessions to expire
+TEST_CONFIG = {"proxy.timeTickInterval": 50, "common.session.ttl": 10}
 
 
 def unavailable() -> str | None:
@@ -75,14 +82,15 @@ def _alive(pid: int) -> bool:
 
 
 class MilvusServer:
-    """One private Milvus standalone: start, SIGKILL (like a crash), stop, restart on the same data and ports."""
+    """One private Milvus standalone: start, SIGKILL (like a crash), stop, and start again on the same data."""
 
-    def __init__(self, workdir: Path, *, auth: bool = False):
+    def __init__(self, workdir: Path, *, auth: bool = False, config: dict | None = None):
         self.workdir = Path(workdir)
         self.data = self.workdir / "data"
         self.auth = auth
+        self.config = dict(config or {})
         self.ports = {option: free_port() for option in PORT_OPTIONS}
-        self.etcd_peer_port = free_port()
+        self.etcd_ports = (free_port(), free_port())  # client, peer: fixed for the life of the data directory
         self.launcher: subprocess.Popen | None = None
         self.standalone_pid: int | None = None
 
@@ -96,8 +104,7 @@ class MilvusServer:
         return f"milvus://{user}127.0.0.1:{self.port}/{collection}" + (f"?{query}" if query else "")
 
     def _write_etcd_config(self) -> Path:
-        client = f"http://127.0.0.1:{self.ports['etcd-port']}"
-        peer = f"http://127.0.0.1:{self.etcd_peer_port}"
+        client, peer = (f"http://127.0.0.1:{port}" for port in self.etcd_ports)
         path = self.workdir / "etcd.yaml"
         path.write_text(f"name: default\nlisten-client-urls: {client}\nadvertise-client-urls: {client}\n"
                         f"listen-peer-urls: {peer}\ninitial-advertise-peer-urls: {peer}\n"
@@ -106,6 +113,7 @@ class MilvusServer:
 
     def start(self, timeout: float = 240.0) -> "MilvusServer":
         global _binaries
+        self.workdir.mkdir(parents=True, exist_ok=True)
         _seed_binaries(self.data)
         cmd = [sys.executable, "-c", LAUNCHER, "--data", str(self.data)]
         for option, port in self.ports.items():
@@ -114,7 +122,10 @@ class MilvusServer:
             cmd += ["--extra-config", f"{component}.ip=127.0.0.1"]
         if self.auth:
             cmd += ["--authorization-enabled", "true"]
-        env = dict(os.environ, ETCD_CONFIG_PATH=str(self._write_etcd_config()))
+        for key, value in self.config.items():
+            cmd += ["--extra-config", f"{key}={value}"]
+        env = dict(os.environ, ETCD_CONFIG_PATH=str(self._write_etcd_config()),
+                   ETCD_ENDPOINTS=f"127.0.0.1:{self.etcd_ports[0]}")
         log_path = self.workdir / "milvus-server.log"
         with open(log_path, "w") as log:
             self.launcher = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env,
@@ -125,6 +136,7 @@ class MilvusServer:
             match = re.search(r"Process:\s+(\d+)", log_path.read_text(errors="replace"))
             if match:
                 self.standalone_pid = int(match.group(1))
+                self.ports["proxy-port"] = self._configured_proxy_port()
                 if _binaries is None:
                     _binaries = self.data / "bin"
                 return self
@@ -135,6 +147,10 @@ class MilvusServer:
         tail = (self.data / "logs" / "milvus-stderr.log")
         detail = tail.read_text(errors="replace")[-1500:] if tail.exists() else log_path.read_text()[-1500:]
         raise RuntimeError(f"milvus-server did not start within {timeout:.0f} s:\n{detail}")
+
+    def _configured_proxy_port(self) -> int:
+        section = re.search(r"^proxy:\n(.*?)^\S", (self.data / "configs" / "milvus.yaml").read_text(), re.M | re.S)
+        return int(re.search(r"^  port: (\d+)", section.group(1), re.M).group(1))
 
     def kill(self) -> None:
         """SIGKILL the server process (a crash), then let the launcher exit."""
@@ -180,4 +196,4 @@ class Engine:
 
 
 def start(workdir: Path) -> Engine:
-    return Engine(MilvusServer(workdir).start())
+    return Engine(MilvusServer(workdir, config=TEST_CONFIG).start())
