@@ -4,7 +4,8 @@ Layout of a vecbridge directory::
 
     DIR/manifest.json              {"format": "vecbridge.file", "version": 1, "dim": ..., "metric": ...}
     DIR/segments/000001.npy        float32 vectors of one upsert
-    DIR/segments/000001.meta.npz   ids and payloads of the same rows (loaded with allow_pickle=False)
+    DIR/segments/000001.meta.npz   ids of the same rows, and their payloads as one UTF-8 JSON array
+                                   (loaded with allow_pickle=False)
 
 Each upsert writes one segment: vectors first, then the ``.meta.npz`` that commits it, both via temporary file +
 rename, so a crash leaves either a whole segment or none. Reading merges segments in order, later rows replacing
@@ -64,18 +65,18 @@ def _atomic_write(path: Path, write) -> None:
 class _Segment:
     """One committed segment: ids, memory-mapped vectors, payloads decoded on demand."""
 
-    def __init__(self, ids: list, vectors: np.ndarray, payload_blob=None, payload_off=None, payload_list=None):
+    def __init__(self, ids: list, vectors: np.ndarray, payload_json: np.ndarray | None = None,
+                 payload_list: list | None = None):
         self.ids = ids
         self.vectors = vectors
-        self._blob, self._off, self._list = payload_blob, payload_off, payload_list
+        self._json, self._list = payload_json, payload_list
 
     def payloads(self, rows: np.ndarray) -> list[dict]:
-        if self._list is not None:
-            return [self._list[r] for r in rows]
-        if self._blob is None:
-            return [{} for _ in rows]
-        raw = self._blob
-        return [json.loads(raw[self._off[r]:self._off[r + 1]].tobytes()) for r in rows]
+        if self._list is None:
+            # one json.loads per segment (C speed), on first use only
+            self._list = json.loads(self._json.tobytes()) if self._json is not None else [{}] * len(self.ids)
+            self._json = None
+        return [dict(self._list[r]) for r in rows]   # copies: callers may edit what they get
 
 
 class FileCollection(Collection):
@@ -161,11 +162,11 @@ class FileCollection(Collection):
             with np.load(seg_dir / f"{name}.meta.npz", allow_pickle=False) as meta:
                 ids = (meta["ids_int"].tolist() if "ids_int" in meta
                        else _decode_strings(meta["ids_utf8"], meta["ids_off"]))
-                blob, off = meta["payload_utf8"], meta["payload_off"]
+                payload_json = meta["payloads_json"]
             vectors = np.load(seg_dir / f"{name}.npy", mmap_mode="r", allow_pickle=False)
         except (OSError, ValueError, KeyError) as exc:
             raise StoreError(f"{self.display_url}: segment {name} is unreadable ({exc})") from None
-        return _Segment(ids, vectors, blob, off)
+        return _Segment(ids, vectors, payload_json)
 
     def _build_index(self) -> None:
         """id -> (segment, row) for the live record of every id; live rows sorted in (segment, row) order."""
@@ -186,23 +187,20 @@ class FileCollection(Collection):
         return self._live_seg, self._live_row
 
     def _gather(self, seg_idx: np.ndarray, rows: np.ndarray) -> VectorBatch:
+        """Records at (segment, row) positions, in the order given; one pass per segment involved."""
         segs = self._segments()
         dim = self._manifest()["dim"]
-        ids, payloads = [], []
         vectors = np.empty((len(rows), dim), dtype=np.float32)
-        for s in np.unique(seg_idx):
-            mask = seg_idx == s
-            r = rows[mask]
-            vectors[mask] = segs[s].vectors[r]
-        for s, r in zip(seg_idx.tolist(), rows.tolist()):
-            ids.append(segs[s].ids[r])
-        # payloads per segment in one pass, then put back in order
-        out_pay: list = [None] * len(rows)
+        ids: list = [None] * len(rows)
+        payloads: list = [None] * len(rows)
         for s in np.unique(seg_idx):
             pos = np.flatnonzero(seg_idx == s)
-            for p, pay in zip(pos, segs[s].payloads(rows[pos])):
-                out_pay[p] = pay
-        payloads = out_pay
+            r = rows[pos]
+            vectors[pos] = segs[s].vectors[r]
+            seg_ids = segs[s].ids
+            for p, row, pay in zip(pos.tolist(), r.tolist(), segs[s].payloads(r)):
+                ids[p] = seg_ids[row]
+                payloads[p] = pay
         return VectorBatch(ids, vectors, payloads)
 
     # --- protocol: reading --------------------------------------------------------------------------------------------
@@ -297,7 +295,7 @@ class FileCollection(Collection):
         if len(batch) == 0:
             return 0
         try:
-            payload_blob, payload_off = _encode_strings([json.dumps(p, ensure_ascii=False) for p in batch.payloads])
+            payload_json = np.frombuffer(json.dumps(batch.payloads, ensure_ascii=False).encode("utf-8"), np.uint8)
         except TypeError as exc:
             raise InputError(f"payloads must be JSON-serialisable ({exc})") from None
         if all(isinstance(i, (int, np.integer)) and not isinstance(i, bool) for i in batch.ids):
@@ -312,7 +310,7 @@ class FileCollection(Collection):
         seg_dir = self.path / "segments"
         _atomic_write(seg_dir / f"{name}.npy", lambda fh: np.save(fh, np.ascontiguousarray(vectors, np.float32)))
         _atomic_write(seg_dir / f"{name}.meta.npz",
-                      lambda fh: np.savez(fh, payload_utf8=payload_blob, payload_off=payload_off, **id_arrays))
+                      lambda fh: np.savez(fh, payloads_json=payload_json, **id_arrays))
         return len(batch)
 
     def drop(self) -> None:
