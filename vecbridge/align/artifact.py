@@ -4,6 +4,11 @@ Format: a safetensors file (no pickle, no code execution on load) holding float6
 one JSON document in the safetensors header under the key ``vecbridge``. The metadata carries a SHA-256 over the
 canonical metadata and every tensor's dtype, shape and bytes, so a truncated, edited or corrupted file is refused
 with a clear message instead of silently mapping vectors wrong.
+
+Kinds: ``orthogonal``, ``linear``, ``identity`` (one matrix and two means) and ``clustered``
+(:class:`~vecbridge.align.clustered.ClusteredProcrustes`: the same four tensors, ``matrix`` being the global map a
+wrapper translates queries with, plus ``centroids``, ``rotations``, ``translations`` and ``cluster_sizes``; the
+assignment settings live in the metadata under ``fit.clustered``).
 """
 from __future__ import annotations
 
@@ -23,15 +28,18 @@ from .base import LinearAlignment, apply_linear
 
 FORMAT = "vecbridge.alignment"
 SCHEMA_VERSION = 1
-KINDS = ("orthogonal", "linear", "identity")
+KINDS = ("orthogonal", "linear", "identity", "clustered")
 NORMALIZATIONS = ("none", "l2")
 METRICS = ("cosine", "dot", "l2")
 
 
 def _kind_of(estimator) -> str:
     from .baselines import LinearMap, NoMap
+    from .clustered import ClusteredProcrustes
     from .procrustes import OrthogonalProcrustes
 
+    if isinstance(estimator, ClusteredProcrustes):
+        return "clustered"
     if isinstance(estimator, OrthogonalProcrustes):
         return "orthogonal"
     if isinstance(estimator, NoMap):
@@ -91,6 +99,14 @@ class Alignment:
                 fit[attr.rstrip("_")] = getattr(estimator, attr)
         if hasattr(estimator, "singular_values_"):
             tensors["singular_values"] = estimator.singular_values_
+        if kind == "clustered":
+            tensors.update(centroids=estimator.centroids_, rotations=estimator.rotations_,
+                           translations=estimator.translations_, cluster_sizes=estimator.cluster_sizes_)
+            fit["clustered"] = {"n_clusters": int(estimator.centroids_.shape[0]), "assignment": estimator.assignment,
+                                "temperature": float(estimator.temperature), "top_m": int(estimator.top_m),
+                                "family": estimator.family, "shrinkage": float(estimator.shrinkage),
+                                "min_cluster_size": int(estimator.min_cluster_size),
+                                "fallback_clusters": int(np.sum(estimator.fallback_))}
         meta = {
             "format": FORMAT,
             "schema_version": SCHEMA_VERSION,
@@ -103,7 +119,8 @@ class Alignment:
             "normalization": normalization,
             "centered": bool(np.any(estimator.source_mean_) or np.any(estimator.target_mean_)),
             "scale": float(estimator.scale_),
-            "is_projection": bool(estimator.n_features_in_ > estimator.n_features_out_ and kind == "orthogonal"),
+            "is_projection": bool(estimator.n_features_in_ > estimator.n_features_out_
+                                  and kind in ("orthogonal", "clustered")),
             "fit": fit,
             "anchors": anchors or {"method": "unspecified"},
             "created_at": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
@@ -129,6 +146,9 @@ class Alignment:
     def fingerprint(self) -> str:
         """A stable identity of the map itself (tensors and the settings that change what it computes)."""
         core = {k: self.metadata[k] for k in ("kind", "source_dim", "target_dim", "normalization", "scale")}
+        if self.kind == "clustered":  # how points are assigned to clusters changes what the map computes
+            c = self.metadata["fit"]["clustered"]
+            core["clustered"] = {k: c[k] for k in ("assignment", "temperature", "top_m")}
         return _digest(core, self.tensors)[:32]
 
     # --- applying -------------------------------------------------------------------------------------------------
@@ -146,10 +166,24 @@ class Alignment:
             self._cast[key] = self.tensors[name].astype(dtype)
         return self._cast[key]
 
+    def _apply_clustered(self, X, dtype, inverse: bool):
+        from .clustered import apply_clustered
+
+        c = self.metadata["fit"]["clustered"]
+        mean_in, mean_out = ("target_mean", "source_mean") if inverse else ("source_mean", "target_mean")
+        return apply_clustered(X.astype(dtype, copy=False), self._tensor("centroids", dtype),
+                               self._tensor("rotations", dtype), self._tensor("translations", dtype),
+                               self._tensor(mean_in, dtype), self._tensor(mean_out, dtype),
+                               assignment=c["assignment"], temperature=c["temperature"], top_m=c["top_m"],
+                               inverse=inverse, global_rotation=self._tensor("matrix", dtype),
+                               name="target vectors" if inverse else "source vectors")
+
     def transform(self, X) -> np.ndarray:
         """Source-model vectors -> target space (float32 in, float32 out; float64 in, float64 out)."""
         X = self._prepare(X, self.source_dim, "source vectors")
         dtype = np.float64 if X.dtype == np.float64 else np.float32
+        if self.kind == "clustered":
+            return self._apply_clustered(X, dtype, inverse=False)
         return apply_linear(X, self._tensor("matrix", dtype), self._tensor("source_mean", dtype),
                             self._tensor("target_mean", dtype), self.metadata["scale"], "source vectors")
 
@@ -157,6 +191,8 @@ class Alignment:
         """Target-model vectors (e.g. new-model queries) -> source space."""
         Q = self._prepare(Q, self.target_dim, "target vectors")
         dtype = np.float64 if Q.dtype == np.float64 else np.float32
+        if self.kind == "clustered":
+            return self._apply_clustered(Q, dtype, inverse=True)
         return apply_linear(Q, self._tensor("inverse_matrix", dtype), self._tensor("target_mean", dtype),
                             self._tensor("source_mean", dtype), 1.0 / self.metadata["scale"], "target vectors")
 
@@ -220,6 +256,15 @@ class Alignment:
                 raise ArtifactError(f"{path}: tensor {name!r} missing or of the wrong shape")
         if self.kind not in KINDS:
             raise ArtifactError(f"{path}: unknown alignment kind {self.kind!r}")
+        if self.kind == "clustered":
+            c = (self.metadata.get("fit") or {}).get("clustered")
+            if not isinstance(c, dict) or c.get("assignment") not in ("soft", "hard"):
+                raise ArtifactError(f"{path}: clustered alignment without its assignment settings")
+            k = int(c.get("n_clusters", -1))
+            shapes = {"centroids": (k, d_in), "rotations": (k, d_in, d_out), "translations": (k, d_out)}
+            for name, shape in shapes.items():
+                if name not in self.tensors or self.tensors[name].shape != shape:
+                    raise ArtifactError(f"{path}: tensor {name!r} missing or of the wrong shape")
 
     def summary(self) -> dict:
         """The metadata a report shows (no tensors)."""

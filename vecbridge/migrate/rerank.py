@@ -1,0 +1,217 @@
+"""Query-time options that keep more retrieval quality than the mapped vectors alone.
+
+Three scorers, each usable on arrays (benchmarks, reports) and on a collection (wrapped or migrated search):
+
+* **Re-ranking with the new model** (:func:`rerank_candidates`, :class:`RerankedSearch`): take the top ``K``
+  candidates of the mapped (or wrapped) search and re-score them with the new model's vectors of their texts:
+  stored ones where items were re-embedded, otherwise embedded at query time (and cached, so a popular item is
+  embedded once). Recall@k after re-ranking is the native recall restricted to the candidates, so it rises to the
+  full re-embed's as ``K`` grows; the price is ``K`` encoder calls per query for uncached items.
+* **Hub penalty** (:func:`hub_penalty`, CSLS applied on the document side, Lample et al. 2018 as used by seed 003):
+  ``score(q, d) = cos(q, d) - w * r(d)`` where ``r(d)`` is the mean cosine of the mapped document to its ``k``
+  nearest *reference queries* (a sample of new-model queries from the search log, or, without a log, new-model
+  vectors of the anchors). A map adds noise, and noisy vectors of some documents become "hubs" that are near every
+  query; the penalty demotes them. It is query-independent, so it can be stored with the documents:
+  :func:`augment_documents` / :func:`augment_queries` append one coordinate so that a plain inner-product index
+  computes the penalised score (dimension + 1, metric ``dot``).
+* **Dual-query fusion** (:func:`fused_scores`, :func:`fused_search`): if the old model still runs at query time,
+  encode each query with both models and score ``cos(q_new, T(x)) + beta * cos(q_old, x)``. The old vectors are
+  exactly what the old index stores, so this needs no re-embedding and no extra storage for a wrapped collection;
+  on wordnet it keeps more than a full re-embed's recall in two of the four directions (the two models' errors are
+  partly independent). It costs one extra (old-model) query encoding.
+"""
+from __future__ import annotations
+
+import time
+from typing import Callable, Sequence
+
+import numpy as np
+
+from ..errors import InputError
+from ..linking.neighbors import knn
+from ..metrics import _prep, _scores
+from ..vectors import l2_normalize
+
+
+# --- hub penalty ------------------------------------------------------------------------------------------------------
+def hub_penalty(docs, reference, k: int = 10, *, backend: str = "auto") -> np.ndarray:
+    """``r(d)``: mean cosine of each document to its ``k`` nearest reference vectors (new-model queries from a log,
+    or new-model anchor vectors). One exact kNN of the documents against the reference set (the shared helper)."""
+    ref = np.asarray(reference)
+    if ref.ndim != 2 or ref.shape[0] == 0:
+        raise InputError("hub_penalty needs a non-empty 2-D array of reference vectors")
+    return knn(docs, ref, min(k, ref.shape[0]), backend=backend)[1].mean(axis=1).astype(np.float32)
+
+
+def augment_documents(docs, penalty, weight: float = 0.5) -> np.ndarray:
+    """Unit-normalised documents with one more coordinate ``-weight * penalty``: with :func:`augment_queries`, an
+    inner-product (``dot``) index scores ``cos(q, d) - weight * r(d)`` exactly."""
+    D = l2_normalize(docs)
+    p = np.asarray(penalty, dtype=D.dtype).reshape(-1, 1)
+    if p.shape[0] != D.shape[0]:
+        raise InputError(f"{D.shape[0]} documents but {p.shape[0]} penalties")
+    return np.hstack([D, -weight * p])
+
+
+def augment_queries(queries) -> np.ndarray:
+    """Unit-normalised queries with one more coordinate equal to 1 (see :func:`augment_documents`)."""
+    Q = l2_normalize(queries)
+    return np.hstack([Q, np.ones((Q.shape[0], 1), dtype=Q.dtype)])
+
+
+# --- dual-query fusion ------------------------------------------------------------------------------------------------
+def fused_scores(q_new, mapped_docs, q_old, old_docs, beta: float = 1.0, penalty=None, weight: float = 0.0):
+    """(n_queries, n_docs) scores ``cos(q_new, T(x)) + beta * cos(q_old, x) - weight * r(T(x))``: for benchmarks and
+    small pools (a full score matrix)."""
+    S = l2_normalize(q_new) @ l2_normalize(mapped_docs).T
+    if beta:
+        S += beta * (l2_normalize(q_old) @ l2_normalize(old_docs).T)
+    if penalty is not None and weight:
+        S -= weight * np.asarray(penalty, dtype=S.dtype)[None, :]
+    return S
+
+
+def fused_search(old_collection, alignment, q_new, q_old, k: int = 10, *, beta: float = 1.0,
+                 k_candidates: int = 100):
+    """Search an untouched old-model collection with both encodings of each query.
+
+    Candidates: the top ``k_candidates`` for the translated new-model query (as :func:`~vecbridge.migrate.wrap`
+    does) and for the old-model query, merged; each candidate's stored old vector ``x`` is re-scored exactly as
+    ``cos(q_new, T(x)) + beta * cos(q_old, x)``. Returns ``(ids, scores)`` like ``Collection.search``.
+    """
+    from .rewrite import load_alignment
+    from .wrap import translate_queries
+
+    alignment, _ = load_alignment(alignment)
+    Qn = np.asarray(q_new, dtype=np.float32)
+    Qo = np.asarray(q_old, dtype=np.float32)
+    if Qn.ndim != 2 or Qo.ndim != 2 or Qn.shape[0] != Qo.shape[0]:
+        raise InputError("q_new and q_old must be 2-D with one row per query each")
+    if Qn.shape[1] != alignment.target_dim or Qo.shape[1] != alignment.source_dim:
+        raise InputError(f"q_new must be {alignment.target_dim}-d and q_old {alignment.source_dim}-d")
+    ids_a, _ = old_collection.search(translate_queries(alignment, Qn, "cosine"), k_candidates)
+    ids_b, _ = old_collection.search(Qo, k_candidates)
+    cand = [list(dict.fromkeys(list(a) + list(b))) for a, b in zip(ids_a, ids_b)]
+    flat = list(dict.fromkeys(i for row in cand for i in row))
+    got = old_collection.get(flat)
+    pos = {i: j for j, i in enumerate(got.ids)}
+    X = l2_normalize(got.vectors)
+    M = l2_normalize(alignment.transform(got.vectors))
+    Qn_u, Qo_u = l2_normalize(Qn), l2_normalize(Qo)
+    out_ids, out_scores = [], np.full((len(Qn), k), -np.inf, dtype=np.float32)
+    for qi, row in enumerate(cand):
+        rows = [pos[i] for i in row if i in pos]
+        sc = M[rows] @ Qn_u[qi] + beta * (X[rows] @ Qo_u[qi])
+        order = np.argsort(-sc, kind="stable")[:k]
+        out_ids.append([got.ids[rows[j]] for j in order])
+        out_scores[qi, :len(order)] = sc[order]
+    return out_ids, out_scores
+
+
+# --- re-ranking with the new model ------------------------------------------------------------------------------------
+def rerank_candidates(queries, candidates, vectors_of: Callable[[np.ndarray], np.ndarray], k: int = 10, *,
+                      metric: str = "cosine") -> tuple[np.ndarray, np.ndarray]:
+    """Re-score each query's candidate rows (``candidates``: (n_queries, K) ints, -1 = none) with the vectors
+    ``vectors_of(unique_rows)`` returns (the new model's vectors of those items) and keep the best ``k``.
+
+    Returns ``(rows, scores)``, both (n_queries, k), best first; missing entries are -1 / -inf.
+    """
+    C = np.asarray(candidates, dtype=np.int64)
+    Q = _prep(queries, metric)
+    if C.ndim != 2 or C.shape[0] != Q.shape[0]:
+        raise InputError(f"candidates must be (n_queries, K), got {C.shape} for {Q.shape[0]} queries")
+    uniq = np.unique(C[C >= 0])
+    V = _prep(vectors_of(uniq), metric) if uniq.size else np.zeros((0, Q.shape[1]), np.float32)
+    if V.shape[0] != uniq.size or (uniq.size and V.shape[1] != Q.shape[1]):
+        raise InputError(f"vectors_of returned shape {V.shape} for {uniq.size} items of dimension {Q.shape[1]}")
+    d_sq = np.einsum("ij,ij->i", V, V) if metric == "l2" else None
+    where = np.searchsorted(uniq, np.where(C >= 0, C, uniq[0] if uniq.size else 0))
+    out = np.full((C.shape[0], k), -1, dtype=np.int64)
+    out_s = np.full((C.shape[0], k), -np.inf, dtype=np.float32)
+    for qi in range(C.shape[0]):
+        ok = C[qi] >= 0
+        rows = where[qi][ok]
+        if rows.size == 0:
+            continue
+        sc = _scores(Q[qi:qi + 1], V[rows], metric, d_sq[rows] if d_sq is not None else None)[0]
+        order = np.argsort(-sc, kind="stable")[:k]
+        out[qi, :order.size] = C[qi][ok][order]
+        out_s[qi, :order.size] = sc[order]
+    return out, out_s
+
+
+class RerankedSearch:
+    """Search a collection (migrated, or a :class:`~vecbridge.migrate.wrap.WrappedCollection`) with new-model
+    queries, then re-score the top ``k_candidates`` with the new model's vectors of the candidates' texts.
+
+    ``embed`` maps a list of texts to new-model vectors (e.g. ``SentenceTransformer.encode``); the text of a record
+    is ``payload[text_field]``. Vectors are cached by id (``cache=True``), so each item is embedded at most once;
+    ``native`` may pre-fill the cache with items that were already re-embedded (``{id: vector}``).
+    ``stats`` counts what was embedded, what came from the cache and the time spent encoding.
+    """
+
+    def __init__(self, collection, embed: Callable[[list[str]], np.ndarray], *, text_field: str = "text",
+                 k_candidates: int = 50, cache: bool = True, native: dict | None = None):
+        if k_candidates < 1:
+            raise InputError("k_candidates must be at least 1")
+        from .wrap import WrappedCollection
+
+        self.collection = collection
+        # records (texts) come from the stored collection, also behind a wrapper
+        self._records = collection.collection if isinstance(collection, WrappedCollection) else collection
+        self.embed = embed
+        self.text_field = text_field
+        self.k_candidates = k_candidates
+        self.cache_enabled = cache
+        self.cache: dict = dict(native or {})
+        self.stats = {"queries": 0, "embedded": 0, "cached": 0, "missing_text": 0, "encode_s": 0.0,
+                      "search_s": 0.0}
+
+    def _vectors(self, ids: Sequence) -> tuple[list, np.ndarray]:
+        need = [i for i in ids if i not in self.cache]
+        self.stats["cached"] += len(ids) - len(need)
+        known: dict = {}
+        if need:
+            got = self._records.get(need)
+            have = [(i, p.get(self.text_field)) for i, p in zip(got.ids, got.payloads)]
+            texts = [(i, t) for i, t in have if isinstance(t, str) and t]
+            self.stats["missing_text"] += len(need) - len(texts)
+            if texts:
+                t0 = time.perf_counter()
+                V = np.asarray(self.embed([t for _, t in texts]), dtype=np.float32)
+                self.stats["encode_s"] += time.perf_counter() - t0
+                self.stats["embedded"] += len(texts)
+                if V.shape[0] != len(texts):
+                    raise InputError(f"embed returned {V.shape[0]} vectors for {len(texts)} texts")
+                known = {i: v for (i, _), v in zip(texts, V)}
+                if self.cache_enabled:
+                    self.cache.update(known)
+        keep = [i for i in ids if i in self.cache or i in known]
+        if not keep:
+            return [], np.zeros((0, 0), np.float32)
+        return keep, np.stack([self.cache[i] if i in self.cache else known[i] for i in keep])
+
+    def search(self, queries, k: int = 10) -> tuple[list[list], np.ndarray]:
+        """Top ``k`` records by the new model's own score among the first stage's ``k_candidates``. Candidates
+        without a text keep no score and are dropped (their first-stage score is in another space)."""
+        Q = np.asarray(queries, dtype=np.float32)
+        t0 = time.perf_counter()
+        cand, _ = self.collection.search(Q, max(self.k_candidates, k))
+        self.stats["search_s"] += time.perf_counter() - t0
+        flat = list(dict.fromkeys(i for row in cand for i in row))
+        ids, V = self._vectors(flat)
+        pos = {i: j for j, i in enumerate(ids)}
+        Qn = l2_normalize(Q)
+        Vn = l2_normalize(V) if len(ids) else V
+        out_ids, out_scores = [], np.full((len(Q), k), -np.inf, dtype=np.float32)
+        for qi, row in enumerate(cand):
+            rows = [pos[i] for i in row if i in pos]
+            if not rows:
+                out_ids.append([])
+                continue
+            sc = Vn[rows] @ Qn[qi]
+            order = np.argsort(-sc, kind="stable")[:k]
+            out_ids.append([ids[rows[j]] for j in order])
+            out_scores[qi, :len(order)] = sc[order]
+        self.stats["queries"] += len(Q)
+        return out_ids, out_scores
