@@ -88,7 +88,9 @@ def find_correspondences(old: Collection, new: Collection | None, *, sample: int
 
 def _geh_correspondences(old, new, seeds, sample, seed) -> Correspondences:
     from ..linking import read_pairs_file
-    from ..linking.geh import GEH
+    from ..linking.run import _optional
+
+    GEH = _optional("geh", "GEH")
 
     pairs = read_pairs_file(seeds)
     a = old.sample(sample, seed=seed)

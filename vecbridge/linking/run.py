@@ -13,6 +13,16 @@ from .links import Links
 MODES = ("ids", "field:NAME", "pairs:FILE", "reembed", "reference:FILE", "geh", "unsupervised")
 
 
+def _optional(module: str, name: str):
+    """A linking estimator that may not be part of this build yet: a clear error instead of an ImportError."""
+    import importlib
+
+    try:
+        return getattr(importlib.import_module(f"{__package__}.{module}"), name)
+    except ImportError:
+        raise InputError(f"{name} is not available in this version of vecbridge yet") from None
+
+
 def _id_links(parts, mode: str) -> Links:
     src = [i for a, _ in parts for i in a.ids]
     tgt = [i for _, b in parts for i in b.ids]
@@ -64,7 +74,7 @@ def link(source: Collection, target: Collection | None, mode: str, *, seeds: str
     if target is None:
         raise InputError(f"--mode {mode} needs a target collection")
     if mode == "geh":
-        from .geh import GEH
+        GEH = _optional("geh", "GEH")
 
         if not seeds:
             raise InputError("--mode geh needs --seeds FILE (15-30 known id pairs)")
@@ -77,8 +87,9 @@ def link(source: Collection, target: Collection | None, mode: str, *, seeds: str
         return Links([a.ids[i] for i in geh.links_[:, 0]], [b.ids[j] for j in geh.links_[:, 1]],
                      np.asarray(geh.confidence_, np.float32), "geh", meta={"n_seeds": len(pairs)})
     if mode == "unsupervised":
-        from .minivec2vec import MiniVec2Vec
         from .neighbors import mutual_nearest_neighbours
+
+        MiniVec2Vec = _optional("minivec2vec", "MiniVec2Vec")
 
         a, b = source.sample(sample, seed=seed), target.sample(sample, seed=seed + 1)
         on_step(f"unsupervised alignment (mini-vec2vec) of {len(a):,} and {len(b):,} vectors")
