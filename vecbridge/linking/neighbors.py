@@ -117,72 +117,6 @@ def mutual_nearest_neighbours(X, Y, *, k_csls: int | None = 10, max_block_bytes:
     return np.stack([i[mutual], best_y[mutual]], axis=1), score_x[mutual]
 
 
-def knn_in_cells(queries, base, k: int, query_cells, base_cells, *, backend: str = "auto"):
-    """The ``k`` best rows of ``base`` for every query by inner product, scanning only the base rows whose cell is
-    one of the query's cells (an inverted-file search with the cell assignments given, not learned).
-
-    ``query_cells`` is (n_queries, p) int (the cells each query probes; -1 = none), ``base_cells`` is (n_base,) int
-    (one cell per base row). Exact within the scanned rows; queries that scan fewer than ``k`` rows are padded with
-    index -1 and similarity -inf. Vectors are used as given (normalise first for cosine). Returns
-    ``(indices, similarities)``, both (n_queries, k), best first. faiss (IVF lists with preassigned cells) when
-    installed, else numpy block by block; both give the same neighbours up to float32 ties.
-    """
-    Q = np.ascontiguousarray(queries, dtype=np.float32)
-    B = np.ascontiguousarray(base, dtype=np.float32)
-    qc = np.ascontiguousarray(np.atleast_2d(query_cells), dtype=np.int64)
-    bc = np.ascontiguousarray(base_cells, dtype=np.int64)
-    if Q.ndim != 2 or B.ndim != 2 or Q.shape[1] != B.shape[1]:
-        raise InputError(f"knn_in_cells: incompatible shapes {Q.shape} and {B.shape}")
-    if qc.shape[0] != Q.shape[0] or bc.shape != (B.shape[0],):
-        raise InputError("knn_in_cells: one cell list per query and one cell per base row are needed")
-    n_cells = int(max(bc.max(initial=-1), qc.max(initial=-1))) + 1
-    idx = np.full((Q.shape[0], k), -1, dtype=np.int64)
-    sims = np.full((Q.shape[0], k), -np.inf, dtype=np.float32)
-    if Q.shape[0] == 0 or B.shape[0] == 0 or k <= 0 or n_cells == 0:
-        return idx, sims
-    faiss = _faiss() if backend in ("auto", "faiss") else None
-    if backend == "faiss" and faiss is None:
-        raise InputError('backend "faiss" needs faiss: pip install "vecbridge[faiss]"')
-    if faiss is not None:
-        index = faiss.IndexIVFFlat(faiss.IndexFlatIP(B.shape[1]), B.shape[1], n_cells, faiss.METRIC_INNER_PRODUCT)
-        index.is_trained = True           # the coarse assignment is given: nothing to learn
-        keep = np.flatnonzero(bc >= 0)
-        Bk, cells = np.ascontiguousarray(B[keep]), np.ascontiguousarray(bc[keep])
-        # ids default to the insertion order (passing an id array to add_core crashes some faiss builds)
-        index.add_core(len(Bk), faiss.swig_ptr(Bk), None, faiss.swig_ptr(cells))
-        index.nprobe = qc.shape[1]
-        D, I = index.search_preassigned(Q, k, qc, np.zeros(qc.shape, dtype=np.float32))
-        found = I >= 0
-        idx[found], sims[found] = keep[I[found]], D[found]
-        return idx, sims
-    # numpy: for each probe slot, group the queries by the cell they probe there, one block product per cell
-    order = np.argsort(bc, kind="stable")
-    starts = np.searchsorted(bc[order], np.arange(n_cells + 1))
-    cand_i = np.full((Q.shape[0], qc.shape[1] * k), -1, dtype=np.int64)
-    cand_s = np.full((Q.shape[0], qc.shape[1] * k), -np.inf, dtype=np.float32)
-    for slot in range(qc.shape[1]):
-        cells = qc[:, slot]
-        q_order = np.argsort(cells, kind="stable")
-        q_starts = np.searchsorted(cells[q_order], np.arange(n_cells + 1))
-        for c in range(n_cells):
-            rows = q_order[q_starts[c]:q_starts[c + 1]]
-            members = order[starts[c]:starts[c + 1]]
-            if len(rows) == 0 or len(members) == 0:
-                continue
-            S = Q[rows] @ B[members].T
-            kk = min(k, len(members))
-            part = np.argpartition(-S, kk - 1, axis=1)[:, :kk] if kk < len(members) else \
-                np.broadcast_to(np.arange(len(members)), S.shape)
-            cand_i[rows, slot * k:slot * k + kk] = members[part]
-            cand_s[rows, slot * k:slot * k + kk] = np.take_along_axis(S, part, axis=1)
-    kk = min(k, cand_s.shape[1])
-    best = np.argsort(-cand_s, axis=1, kind="stable")[:, :kk]
-    idx[:, :kk] = np.take_along_axis(cand_i, best, axis=1)
-    sims[:, :kk] = np.take_along_axis(cand_s, best, axis=1)
-    sims[idx < 0] = -np.inf
-    return idx, sims
-
-
 def csls_mutual_from_knn(idx_xy, sim_xy, idx_yx, sim_yx, k_csls: int = 10):
     """CSLS mutual nearest neighbours from precomputed top-k lists in both directions (pad: index -1).
 
@@ -213,56 +147,6 @@ def csls_mutual_from_knn(idx_xy, sim_xy, idx_yx, sim_yx, k_csls: int = 10):
     x = np.flatnonzero(best_y >= 0)
     x = x[best_x[best_y[x]] == x]
     return (np.stack([x, best_y[x]], axis=1).astype(np.int64), cs_x[x, jx[x]].astype(np.float32), r_y, r_x)
-
-
-def knn_by_cell_blocks(queries, base, k: int, query_cell, base_cell, probe):
-    """The ``k`` best rows of ``base`` for every query by inner product, where every query of cell ``c`` scans the
-    base rows of the cells ``probe[c]`` (a cell-level inverted file: one dense block product per query cell).
-
-    ``query_cell`` (n_queries,) and ``base_cell`` (n_base,) give one cell per row (-1: never matched);
-    ``probe`` (n_cells, p) lists the cells each query cell scans (-1 entries ignored; list a cell once). Exact
-    within the scanned rows; short lists are padded with index -1 and similarity -inf. Returns
-    ``(indices, similarities)``, both (n_queries, k), best first.
-    """
-    Q = np.asarray(queries, dtype=np.float32)
-    B = np.asarray(base, dtype=np.float32)
-    qc = np.asarray(query_cell, dtype=np.int64)
-    bc = np.asarray(base_cell, dtype=np.int64)
-    probe = np.atleast_2d(np.asarray(probe, dtype=np.int64))
-    if Q.ndim != 2 or B.ndim != 2 or Q.shape[1] != B.shape[1]:
-        raise InputError(f"knn_by_cell_blocks: incompatible shapes {Q.shape} and {B.shape}")
-    n_cells = probe.shape[0]
-    idx = np.full((Q.shape[0], k), -1, dtype=np.int64)
-    sims = np.full((Q.shape[0], k), -np.inf, dtype=np.float32)
-    if Q.shape[0] == 0 or B.shape[0] == 0 or k <= 0:
-        return idx, sims
-    b_order = np.argsort(bc, kind="stable")
-    b_starts = np.searchsorted(bc[b_order], np.arange(n_cells + 1))
-    q_order = np.argsort(qc, kind="stable")
-    q_starts = np.searchsorted(qc[q_order], np.arange(n_cells + 1))
-    Bs = B[b_order]
-    for c in range(n_cells):
-        qa, qb = q_starts[c], q_starts[c + 1]
-        if qa == qb:
-            continue
-        cells = probe[c][probe[c] >= 0]
-        ranges = [np.arange(b_starts[j], b_starts[j + 1]) for j in cells if b_starts[j + 1] > b_starts[j]]
-        if not ranges:
-            continue
-        cand = np.concatenate(ranges) if len(ranges) > 1 else ranges[0]
-        rows = q_order[qa:qb]
-        S = Q[rows] @ Bs[cand].T
-        kk = min(k, len(cand))
-        if kk < len(cand):
-            part = np.argpartition(-S, kk - 1, axis=1)[:, :kk]
-            ps = np.take_along_axis(S, part, axis=1)
-        else:
-            part = np.broadcast_to(np.arange(len(cand)), S.shape)
-            ps = S
-        o = np.argsort(-ps, axis=1, kind="stable")
-        idx[rows, :kk] = b_order[cand[np.take_along_axis(part, o, axis=1)]]
-        sims[rows, :kk] = np.take_along_axis(ps, o, axis=1)
-    return idx, sims
 
 
 class KnnIndex:

@@ -1,0 +1,658 @@
+"""Unsupervised alignment without any pairs: mini-vec2vec (seed 002, Dar 2025), extended to unequal dimensions.
+
+Two collections embedded by two models share *no* item and *no* id; only their geometry is shared ("universal
+geometry", seed 002 section 2). :class:`MiniVec2Vec` finds a linear, (softly) orthogonal map from the source space
+to the target space from the two unpaired samples alone, step by step as in the paper (listings 1 and 2):
+
+1. **Preprocessing** (section 3.1): centre each side on its own mean, scale every row to unit length.
+2. **Approximate matching** (section 3.2): ``n_runs`` times, k-means with ``n_clusters`` on a fresh subsample of each
+   side, centroid-centroid similarity matrices ``S_A``, ``S_B``, and the permutation maximising
+   ``sum_ij S_A[i, j] S_B[p(i), p(j)]`` (a quadratic assignment problem, approximated by 2-opt local search from
+   ``qap_restarts`` random starts, best objective kept). The matched centroids of all runs are the anchors.
+3. **Relative representations and kNN pseudo-pairs** (sections 3.2 "Option 1" and 3.3): every vector becomes its
+   cosines to its own side's anchors (``n_runs * n_clusters`` numbers); each source vector is paired with the
+   uniform mean of the ``n_neighbors`` target vectors nearest to it in that shared relative space (mean taken in the
+   absolute target space). ``anchor_mode="centroids"`` is the paper's "centroid-only" Option 2 (the matched
+   centroids themselves are the pairs).
+4. **Initial transformation** (section 3.3): orthogonal Procrustes on the pseudo-pairs
+   (:class:`vecbridge.align.OrthogonalProcrustes`, row convention ``X @ W``; the paper's ``W* = V U^T`` is the same
+   map in column convention).
+5. **Refine-1** (section 3.4, listing 2): iterative closest point: map a random sample of ``refine1_sample`` source
+   vectors, average their ``refine1_neighbors`` cosine-nearest target vectors (now in the absolute target space),
+   Procrustes, and exponential smoothing ``W <- (1 - alpha) W + alpha W_new``; ``refine1_iter`` iterations.
+6. **Refine-2** (section 3.4): k-means with ``refine2_clusters`` on the source, k-means on the target initialised
+   at the mapped source centroids ``C_A @ W``, Procrustes on the centroid pairs, the same smoothing; **once**
+   (``refine2_iter=1``; the paper finds two or more slightly worse).
+
+The result ``W`` is an exponentially smoothed average of orthogonal matrices: softly orthogonal, never
+re-orthogonalised (paper section 3, "Motivation"), unless ``orthogonalize=True``.
+
+Applying the map (the paper maps ``normalize(x - mu_A) @ W`` into the *centred, normalised* target space; section
+3.1 and the extraction's 6.1). To be a :class:`~vecbridge.align.base.LinearAlignment` that a store migration and
+the alignment artifact can apply to raw vectors, :meth:`transform` is the affine map
+``y = scale_ * (x - mu_A) @ W + mu_B``: it adds the target mean back (not in the paper) and replaces the per-row
+normalisation by one global ``scale_ = mean ||x_B - mu_B|| / mean ||(x_A - mu_A) W||`` over the training rows (not
+in the paper; per-row normalisation is not linear). Cosine retrieval against raw target vectors is what a user gets;
+the benchmark reports both that and the paper's centred protocol (``bench/minivec2vec.py``).
+
+Extension to unequal dimensions (not in the paper, which assumes one dimension d and a square orthogonal W,
+section 3 "Problem Formulation" and "Motivation"). Where it departs:
+
+* Steps 1-3 never compare a source vector with a target vector directly: centroids, similarity matrices (C x C),
+  the QAP and the relative representations (n x s*C) are computed *within* each space, so they are unchanged.
+* Every Procrustes step (4, 5, 6) solves the padded problem of seed 000 (thin SVD of the ``d_src x d_tgt`` matrix
+  ``P^T Q``, as :class:`~vecbridge.align.OrthogonalProcrustes` does): ``W`` has orthonormal rows when
+  ``d_src <= d_tgt`` (an isometric embedding, ``W W^T = I`` but not ``W^T W = I``) and orthonormal columns when
+  ``d_src > d_tgt`` (a projection that drops ``d_src - d_tgt`` source directions, ``W^T W = I`` only). The paper's
+  "W W^T = W^T W = I" therefore holds on one side only.
+* Smoothing averages these rectangular matrices exactly as the square ones; Refine-2 initialises the target
+  k-means at ``C_A @ W`` in the target dimension, unchanged.
+* The inverse map is ``W^T`` (the smoothed average of the inverses of the averaged orthogonal maps; for a
+  rectangular W the adjoint, as in seed 000's padding), and ``scale_`` measures the mapped norm after ``W``, so a
+  projection's shrinkage is compensated.
+
+Departures from the paper that are not about dimensions (each measured; numbers in ``bench/minivec2vec.py``'s
+results and the class docstring):
+
+* k-means is this module's own seeded Lloyd with greedy k-means++ seeding (scikit-learn's algorithm, which the paper
+  used; scikit-learn is not a dependency here), capped at ``kmeans_max_iter=30`` Lloyd iterations (scikit-learn: 300).
+* The QAP is approximated by a vectorised *best*-improvement 2-opt over pairwise swaps, all restarts at once;
+  scipy's ``quadratic_assignment(method="2opt")``, which the paper used, takes the *first* improving swap. Same
+  neighbourhood, both end in a 2-opt local optimum; on 40 noisy 20-centroid problems the two found the planted
+  matching equally often (12 vs 13 at 16-d, 15 vs 8 at 48-d) while this one was 60x faster (whole ensemble: ~0.5 s
+  instead of ~45 s). ``qap_solver="scipy"`` runs scipy's.
+* Ambiguities resolved as the extraction recommends: centroid similarity = cosine (the paper; the official code's
+  double-centred Gram is ``similarity="gram"``); kNN in relative space = cosine between relative vectors (the code);
+  k-means subsample = 10,000 rows per side and run (the code; the paper is silent); Refine-1 sample = 1,000 rows (the
+  code; the paper says 10,000); each side's mean from its own rows only (the code mixes both halves).
+* Refine-1 stops early once it has converged (``refine1_tol``; the paper always runs 50-100 iterations).
+* ``max_samples`` caps the rows used by the quadratic steps on large collections (the paper ran 25,904 per side).
+* The affine output (mean added back, one global scale) described above.
+"""
+from __future__ import annotations
+
+import math
+import time
+import warnings
+
+import numpy as np
+
+from ..align.base import LinearAlignment
+from ..align.procrustes import FewPairsWarning, OrthogonalProcrustes
+from ..errors import InputError
+from ..validation import check_vectors
+from ..vectors import l2_normalize
+from .neighbors import knn
+
+QAP_SOLVERS = ("2opt", "scipy")
+SIMILARITIES = ("cosine", "gram")
+ANCHOR_MODES = ("relative", "centroids")
+SMALL_K = 64           # k-means with at most this many centres assigns with numpy even when faiss is available
+REFINE1_WINDOW = 5      # Refine-1 convergence is checked every this many iterations ...
+REFINE1_PROBE = 1000    # ... on this many fixed source rows ...
+REFINE1_MIN_ITER = 20   # ... and never before this many iterations
+
+
+# ------------------------------------------------------------------------------------------------------------------
+# k-means (Lloyd with greedy k-means++), seeded
+# ------------------------------------------------------------------------------------------------------------------
+def _sq_dists(C: np.ndarray, X: np.ndarray, x_sq: np.ndarray) -> np.ndarray:
+    """Squared Euclidean distances between every row of C and every row of X (len(C) x len(X)), clipped at 0."""
+    D = C @ X.T
+    D *= -2.0
+    D += x_sq[None, :]
+    D += np.einsum("ij,ij->i", C, C)[:, None]
+    np.maximum(D, 0.0, out=D)
+    return D
+
+
+def kmeans_plusplus(X: np.ndarray, n_clusters: int, rng: np.random.Generator, n_local_trials: int | None = None):
+    """Greedy k-means++ seeding (Arthur & Vassilvitskii 2007; ``2 + ln k`` candidates per step, keep the one that
+    lowers the potential most, as scikit-learn does). Returns the initial centres (n_clusters x d)."""
+    n = X.shape[0]
+    if n_local_trials is None:
+        n_local_trials = 2 + int(math.log(n_clusters))
+    x_sq = np.einsum("ij,ij->i", X, X)
+    centers = np.empty((n_clusters, X.shape[1]), dtype=X.dtype)
+    first = int(rng.integers(n))
+    centers[0] = X[first]
+    closest = _sq_dists(X[first:first + 1], X, x_sq)[0]
+    potential = float(closest.sum())
+    for c in range(1, n_clusters):
+        if potential <= 0:  # every point already coincides with a centre: duplicates, take random rows
+            centers[c] = X[int(rng.integers(n))]
+            continue
+        cand = np.searchsorted(np.cumsum(closest, dtype=np.float64), rng.random(n_local_trials) * potential)
+        cand = np.minimum(cand, n - 1)
+        d_cand = np.minimum(closest[None, :], _sq_dists(X[cand], X, x_sq))
+        pots = d_cand.sum(axis=1, dtype=np.float64)
+        best = int(np.argmin(pots))
+        centers[c] = X[cand[best]]
+        closest = d_cand[best]
+        potential = float(pots[best])
+    return centers
+
+
+def kmeans(X, n_clusters: int, rng: np.random.Generator, *, init=None, max_iter: int = 100, tol: float = 1e-4,
+           backend: str = "auto"):
+    """Lloyd's k-means (Euclidean), seeded. ``init``: initial centres, or None for greedy k-means++.
+
+    The assignment step is a 1-nearest-neighbour search by inner product on augmented vectors
+    (``[x, 1] . [c, -||c||^2 / 2]`` is largest for the nearest centre), through the shared
+    :func:`vecbridge.linking.neighbors.knn`. Stops when no label changes or the total squared centre shift falls
+    below ``tol`` times the mean per-feature variance (scikit-learn's criterion). An empty cluster keeps its
+    previous centre. Returns ``(centers, labels, n_iter)``.
+    """
+    X = np.ascontiguousarray(X, dtype=np.float32)
+    n, d = X.shape
+    if n < n_clusters:
+        raise InputError(f"k-means: {n} points cannot form {n_clusters} clusters")
+    centers = kmeans_plusplus(X, n_clusters, rng) if init is None else np.array(init, dtype=np.float32, copy=True)
+    if centers.shape != (n_clusters, d):
+        raise InputError(f"k-means: init must have shape {(n_clusters, d)}, got {centers.shape}")
+    threshold = tol * float(np.mean(X.var(axis=0, dtype=np.float64)))
+    if backend == "auto" and n_clusters <= SMALL_K:
+        backend = "numpy"  # a handful of centres: faiss's per-call overhead dominates (measured 2x slower at k = 20)
+    X_aug = np.hstack([X, np.ones((n, 1), np.float32)])
+    labels = np.full(n, -1, dtype=np.int64)
+    n_iter = 0
+    for n_iter in range(1, max_iter + 1):
+        C_aug = np.hstack([centers, -0.5 * np.einsum("ij,ij->i", centers, centers)[:, None]])
+        new_labels = knn(X_aug, C_aug, 1, normalize=False, backend=backend)[0][:, 0]
+        counts = np.bincount(new_labels, minlength=n_clusters)
+        sums = _sum_by_label(new_labels, X, n_clusters)
+        new_centers = centers.copy()
+        filled = counts > 0
+        new_centers[filled] = sums[filled] / counts[filled, None].astype(np.float32)
+        shift = float(np.sum((new_centers - centers) ** 2))
+        changed = bool(np.any(new_labels != labels))
+        centers, labels = new_centers, new_labels
+        if not changed or shift <= threshold:
+            break
+    return centers, labels, n_iter
+
+
+def _sum_by_label(labels: np.ndarray, X: np.ndarray, n_clusters: int) -> np.ndarray:
+    """Row c = sum of the rows of X labelled c (a sparse one-hot product: O(n d))."""
+    from scipy.sparse import csr_matrix
+
+    onehot = csr_matrix((np.ones(labels.size, dtype=X.dtype), (labels, np.arange(labels.size))),
+                        shape=(n_clusters, labels.size))
+    return np.asarray(onehot @ X)
+
+
+# ------------------------------------------------------------------------------------------------------------------
+# Quadratic assignment by 2-opt
+# ------------------------------------------------------------------------------------------------------------------
+def qap_objective(A: np.ndarray, B: np.ndarray, perm: np.ndarray) -> float:
+    """``sum_ij A[i, j] B[perm[i], perm[j]]`` (the quantity the matching maximises)."""
+    return float(np.sum(A * B[np.ix_(perm, perm)]))
+
+
+def qap_2opt(A, B, *, n_restarts: int = 30, rng: np.random.Generator, maximize: bool = True, max_steps: int = 10_000):
+    """Approximate QAP for symmetric A, B: 2-opt local search over pairwise swaps from ``n_restarts`` random
+    permutations, best objective kept (seed 002 section 4: "re-run the 2-OPT alignment algorithm 30 times and choose
+    the permutation with the highest alignment score").
+
+    All restarts run together and every step evaluates all ``n(n-1)/2`` swaps at once in closed form, then takes
+    the best improving one (best-improvement 2-opt; scipy's ``method="2opt"`` takes the first improving swap: same
+    neighbourhood, same stopping rule, i.e. both end in a 2-opt local optimum). Returns ``(perm, objective)`` with
+    ``B[perm][:, perm]`` aligned to ``A``: row i of A's items matches row ``perm[i]`` of B's.
+    """
+    A = np.asarray(A, dtype=np.float64)
+    B = np.asarray(B, dtype=np.float64)
+    n = A.shape[0]
+    if A.shape != (n, n) or B.shape != (n, n):
+        raise InputError(f"QAP needs two square matrices of one size, got {A.shape} and {B.shape}")
+    if not (np.allclose(A, A.T) and np.allclose(B, B.T)):
+        raise InputError("qap_2opt needs symmetric matrices")
+    sign = 1.0 if maximize else -1.0
+    R = max(1, int(n_restarts))
+    perms = np.stack([rng.permutation(n) for _ in range(R)])
+    if n < 2:
+        return perms[0], qap_objective(A, B, perms[0])
+    iu, ju = np.triu_indices(n, 1)
+    dA = np.diag(A)
+    active = np.ones(R, dtype=bool)
+    for _ in range(max_steps):
+        idx = np.flatnonzero(active)
+        if idx.size == 0:
+            break
+        P = perms[idx]
+        E = B[P[:, :, None], P[:, None, :]]                       # permuted B, (r, n, n)
+        G = np.einsum("ik,rjk->rij", A, E)                        # G[r, i, j] = sum_k A[i, k] E[r, j, k]
+        g = np.einsum("ik,rik->ri", A, E)                         # diag of G
+        dE = np.einsum("rii->ri", E)
+        # swap i <-> j: delta = 2 * sum_{k != i, j} (A_ik - A_jk)(E_jk - E_ik) + (A_ii - A_jj)(E_jj - E_ii)
+        T = G + np.swapaxes(G, 1, 2) - g[:, :, None] - g[:, None, :]
+        Ai_j = A[None, :, :]                                      # A[i, j]
+        Eij = E
+        c_i = (dA[None, :, None] - Ai_j) * (Eij - dE[:, :, None])    # k = i term: (A_ii - A_ji)(E_ji - E_ii)
+        c_j = (Ai_j - dA[None, None, :]) * (dE[:, None, :] - Eij)    # k = j term: (A_ij - A_jj)(E_jj - E_ij)
+        delta = 2.0 * (T - c_i - c_j) + (dA[None, :, None] - dA[None, None, :]) * (dE[:, None, :] - dE[:, :, None])
+        cand = sign * delta[:, iu, ju]                            # (r, n_pairs)
+        best = np.argmax(cand, axis=1)
+        gain = cand[np.arange(idx.size), best]
+        improve = gain > 1e-12 * max(1.0, float(np.abs(A).sum() * np.abs(B).max()))
+        for r_local in np.flatnonzero(improve):
+            r = idx[r_local]
+            i, j = iu[best[r_local]], ju[best[r_local]]
+            perms[r, i], perms[r, j] = perms[r, j], perms[r, i]
+        active[idx[~improve]] = False
+    scores = np.array([qap_objective(A, B, p) for p in perms])
+    k = int(np.argmax(sign * scores))
+    return perms[k].copy(), float(scores[k])
+
+
+def _qap_scipy(A, B, n_restarts: int, rng: np.random.Generator):
+    from scipy.optimize import quadratic_assignment
+
+    best = None
+    for _ in range(max(1, int(n_restarts))):
+        seed = int(rng.integers(2**32 - 1))
+        res = quadratic_assignment(A, B, method="2opt", options={"maximize": True, "rng": np.random.default_rng(seed)})
+        if best is None or res.fun > best.fun:
+            best = res
+    return np.asarray(best.col_ind), float(best.fun)
+
+
+def _centroid_similarity(C: np.ndarray, kind: str) -> np.ndarray:
+    """Seed 002 section 3.2: cosine between centroids (paper); ``"gram"``: the official code's double-centred dot
+    products ``H C C^T H`` with ``H = I - 11^T / C``."""
+    C = np.asarray(C, dtype=np.float64)
+    if kind == "cosine":
+        Cn = l2_normalize(C)
+        return Cn @ Cn.T
+    G = C @ C.T
+    G = G - G.mean(axis=0, keepdims=True)
+    return G - G.mean(axis=1, keepdims=True)
+
+
+def _neighbour_mean(Y: np.ndarray, idx: np.ndarray, block: int = 512) -> np.ndarray:
+    """Row i = uniform mean of ``Y[idx[i]]`` (the pseudo-target of seed 002 sections 3.3 and 3.4), block by block."""
+    out = np.empty((idx.shape[0], Y.shape[1]), dtype=np.float32)
+    for lo in range(0, idx.shape[0], block):
+        out[lo:lo + block] = Y[idx[lo:lo + block]].mean(axis=1)
+    return out
+
+
+def _procrustes(P, Q) -> OrthogonalProcrustes:
+    """Orthogonal Procrustes through the package estimator (row convention ``P @ W ~ Q``; thin SVD when the two
+    dimensions differ). FewPairsWarning is silenced: Refine-2's 500 centroid pairs in 768-d are by design."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FewPairsWarning)
+        return OrthogonalProcrustes().fit(P, Q)
+
+
+def _polar(W: np.ndarray) -> np.ndarray:
+    """The nearest (semi-)orthogonal matrix to W in Frobenius norm: ``U V^T`` from ``W = U S V^T``."""
+    U, _, Vt = np.linalg.svd(W, full_matrices=False)
+    return U @ Vt
+
+
+# ------------------------------------------------------------------------------------------------------------------
+# The estimator
+# ------------------------------------------------------------------------------------------------------------------
+class MiniVec2Vec(LinearAlignment):
+    """Unsupervised linear alignment from two unpaired samples (seed 002's mini-vec2vec; see the module docstring
+    for every step, the paper sections and where this implementation departs).
+
+    ``MiniVec2Vec(...).fit(X_src, X_tgt)``: ``X_src`` (n_src x d_src, source model) and ``X_tgt`` (n_tgt x d_tgt,
+    target model) are embeddings of *different* items from one distribution; no row of one corresponds to a row of
+    the other. ``transform(X)`` then maps source-model vectors into the target space, like
+    :class:`~vecbridge.align.OrthogonalProcrustes`.
+
+    Parameters (paper value in brackets where it differs or matters)
+    ----------
+    n_runs : int, default 30
+        Ensemble size s of the cluster-and-match step [30].
+    n_clusters : int, default 20
+        Clusters per run c [20; 30 for the paper's gtr <-> gte pair].
+    qap_restarts : int, default 30
+        Random 2-opt restarts per run; the best objective is kept [30].
+    qap_solver : {"2opt", "scipy"}, default "2opt"
+        This module's vectorised 2-opt, or scipy's ``quadratic_assignment(method="2opt")`` as in the paper (same
+        local-search neighbourhood; about 50 ms per restart on 2 busy cores, i.e. ~45 s for 30 x 30).
+    similarity : {"cosine", "gram"}, default "cosine"
+        Centroid similarity for the QAP: the paper's cosine, or the official code's double-centred Gram matrix.
+    kmeans_sample : int, default 10000
+        Rows subsampled (per side, fresh per run) for the anchor k-means [official code: 10,000; paper silent].
+    anchor_mode : {"relative", "centroids"}, default "relative"
+        Pseudo-pairs from kNN in relative space (paper's Option 1), or the matched centroids themselves ("centroid-
+        only", Option 2, which the paper tested less).
+    n_neighbors : int, default 50
+        k of the kNN pseudo-targets in relative space [50].
+    refine1_iter : int, default 100
+        Maximum Refine-1 iterations [50-100; official code 100].
+    refine1_sample : int, default 1000
+        Source rows sampled per Refine-1 iteration [paper 10,000; official code 1,000]. Measured (minilm6 -> mpnet,
+        4,000 rows per side, 2 seeds): all 4,000 rows gave top-1 0.950 / 0.948 against 0.942 / 0.948 at 1,000, for
+        2.2x the CPU time (Refine-1 needed 70 iterations instead of 45-55).
+    refine1_neighbors : int, default 50
+        k' of Refine-1 [50]. Measured from one initial map (50 iterations): k' = 10 / 20 / 50 reached top-1
+        0.876 / 0.932 / 0.953; k' = 100 gave 0.957 and 0.944 on two seeds (0.942 and 0.948 at 50): no clear gain.
+    refine1_tol : float, default 5e-4
+        Stop Refine-1 (after at least 20 iterations) once the mean cosine of a fixed probe of 1,000 mapped source
+        rows to their nearest target row has gained less than this over 5 iterations (label-free; 0 disables the
+        early stop and always runs ``refine1_iter`` iterations, as the paper does). Measured over 100 iterations
+        (minilm6 -> mpnet): held-out top-1 0.939 / 0.945 / 0.947 / 0.949 at iterations 40 / 55 / 60 / 100 while the
+        probe gained 0.0020, 0.0001, ... per window: the stop lands at 35-55 iterations and costs <= 0.005 top-1.
+        The per-iteration objective (``refine1_objective_``) is too noisy for this (+-0.002 between iterations).
+    refine2_clusters : int, default 500
+        c' of Refine-2 [500].
+    refine2_iter : int, default 1
+        Refine-2 repetitions [exactly 1: "two or more lead to a slight deterioration"].
+    alpha : float, default 0.5
+        Exponential smoothing ``W <- (1 - alpha) W + alpha W_new`` in both refinements [0.5].
+    kmeans_max_iter : int, default 30
+        Lloyd iterations at most, for every k-means (scikit-learn's default is 300). Measured on wordnet
+        (minilm6 -> mpnet, 4,000 rows per side): 20 clusters take 28-45 iterations to converge fully, yet capping at
+        20 left the initial transformation as good (top-1 0.28 vs 0.25 and 0.15 vs 0.13 on two seeds) at half the
+        matching time.
+    max_samples : int or None, default 25000
+        Cap on the rows of each side used by the quadratic steps (pseudo-pair kNN, Refine-1's search base, Refine-2's
+        k-means), drawn at random once; None uses all rows. The paper ran 25,904 rows per side, so the default keeps
+        its scale and bounds the cost on larger collections. Means are always computed on all rows. Measured
+        (minilm6 -> mpnet, growth beyond 10,000 rows synthetic, 2 busy cores): 72 s CPU at 10,000 rows per side,
+        94 s at 20,000, 124 s at 50,000, 122 s at 100,000.
+    orthogonalize : bool, default False
+        Replace the final smoothed W by its nearest (semi-)orthogonal matrix (not in the paper).
+    backend : {"auto", "faiss", "numpy"}, default "auto"
+        Nearest-neighbour backend of :func:`vecbridge.linking.neighbors.knn`.
+    random_state : int, numpy Generator or None
+        Seeds every stochastic step (subsamples, k-means seeding, 2-opt starts, Refine-1 samples).
+
+    Attributes
+    ----------
+    matrix_ : (d_src, d_tgt) the final W (rows orthonormal up to smoothing when d_src <= d_tgt).
+    source_mean_, target_mean_ : mu_A and mu_B (the preprocessing means; added back by ``transform``).
+    scale_ : global scale replacing the per-row normalisation (see the module docstring).
+    procrustes_ : an :class:`~vecbridge.align.OrthogonalProcrustes` holding the nearest orthogonal version of the
+        final map (``U V^T`` from ``W = U S V^T``; same means, its own global scale): ``Alignment.from_estimator(
+        est.procrustes_)`` freezes it as an artifact of kind "orthogonal" (the artifact does not know this class).
+        Measured on wordnet it retrieves as well as W itself (top-1 within 0.003 on every pair of the benchmark).
+    anchors_src_, anchors_tgt_ : (n_runs * n_clusters, d) matched centroids (normalised spaces).
+    qap_scores_ : best QAP objective of each run (a label-free diagnostic of the matching).
+    history_ : list of dicts, one per stage (``initial``, ``refine1``, ``refine2``): the mean cosine of a source
+        sample to its nearest target after the stage (label-free) and the change of W.
+    stage_matrices_ : W after each stage (``initial``, ``refine1``, ``refine2``), for the paper's per-stage report.
+    refine1_n_iter_ : Refine-1 iterations actually run.
+    refine1_objective_ : the ICP objective of every Refine-1 iteration (mean cosine of the sample to its k' targets).
+    refine1_probe_cosine_ : the probe's mean nearest-target cosine at the start and every 5 iterations.
+    timings_ : wall seconds of each stage (matching, initial, refine1, refine2).
+    kmeans_consistency_ : Refine-2's self-consistency, mean cos(C_A @ W, C_B) (the official code's diagnostic).
+    singular_values_ : singular values of W (all 1 for an orthogonal map; smoothing shrinks the weakly determined
+        directions).
+    orthogonality_gap_ : max |singular value of W - 1| (0 for an exactly orthogonal map).
+    n_pairs_ : number of pseudo-pairs of the initial Procrustes (no true pair is ever used).
+    n_samples_src_, n_samples_tgt_ : rows seen on each side.
+    n_features_in_, n_features_out_ : d_src, d_tgt.
+    """
+
+    def __init__(self, n_runs: int = 30, n_clusters: int = 20, qap_restarts: int = 30, qap_solver: str = "2opt",
+                 similarity: str = "cosine", kmeans_sample: int = 10_000, anchor_mode: str = "relative",
+                 n_neighbors: int = 50, refine1_iter: int = 100, refine1_sample: int = 1_000,
+                 refine1_neighbors: int = 50, refine1_tol: float = 5e-4, refine2_clusters: int = 500,
+                 refine2_iter: int = 1, alpha: float = 0.5, kmeans_max_iter: int = 30,
+                 max_samples: int | None = 25_000, orthogonalize: bool = False, backend: str = "auto",
+                 random_state=None):
+        self.n_runs = n_runs
+        self.n_clusters = n_clusters
+        self.qap_restarts = qap_restarts
+        self.qap_solver = qap_solver
+        self.similarity = similarity
+        self.kmeans_sample = kmeans_sample
+        self.anchor_mode = anchor_mode
+        self.n_neighbors = n_neighbors
+        self.refine1_iter = refine1_iter
+        self.refine1_sample = refine1_sample
+        self.refine1_neighbors = refine1_neighbors
+        self.refine1_tol = refine1_tol
+        self.refine2_clusters = refine2_clusters
+        self.refine2_iter = refine2_iter
+        self.alpha = alpha
+        self.kmeans_max_iter = kmeans_max_iter
+        self.max_samples = max_samples
+        self.orthogonalize = orthogonalize
+        self.backend = backend
+        self.random_state = random_state
+
+    # --- checks -----------------------------------------------------------------------------------------------------
+    def _check_params(self):
+        for name in ("n_runs", "n_clusters", "qap_restarts", "kmeans_sample", "n_neighbors", "refine1_sample",
+                     "refine1_neighbors", "kmeans_max_iter"):
+            value = getattr(self, name)
+            if not isinstance(value, (int, np.integer)) or value < 1:
+                raise InputError(f"{name} must be a positive integer, got {value!r}")
+        for name in ("refine1_iter", "refine2_iter", "refine2_clusters"):
+            value = getattr(self, name)
+            if not isinstance(value, (int, np.integer)) or value < 0:
+                raise InputError(f"{name} must be a non-negative integer, got {value!r}")
+        if self.n_clusters < 2:
+            raise InputError("n_clusters must be at least 2 (one cluster has nothing to match)")
+        if self.refine2_iter > 0 and self.refine2_clusters < 2:
+            raise InputError("refine2_clusters must be at least 2 when refine2_iter > 0")
+        if not 0.0 < float(self.alpha) <= 1.0:
+            raise InputError(f"alpha must be in (0, 1], got {self.alpha!r}")
+        if self.refine1_tol < 0:
+            raise InputError(f"refine1_tol must be >= 0, got {self.refine1_tol!r}")
+        if self.qap_solver not in QAP_SOLVERS:
+            raise InputError(f"qap_solver must be one of {', '.join(QAP_SOLVERS)}, got {self.qap_solver!r}")
+        if self.similarity not in SIMILARITIES:
+            raise InputError(f"similarity must be one of {', '.join(SIMILARITIES)}, got {self.similarity!r}")
+        if self.anchor_mode not in ANCHOR_MODES:
+            raise InputError(f"anchor_mode must be one of {', '.join(ANCHOR_MODES)}, got {self.anchor_mode!r}")
+        if self.kmeans_sample < 2 * self.n_clusters:
+            raise InputError(f"kmeans_sample={self.kmeans_sample} is too small for n_clusters={self.n_clusters}")
+        if self.max_samples is not None and self.max_samples < 1:
+            raise InputError(f"max_samples must be a positive integer or None, got {self.max_samples!r}")
+
+    def _check_sizes(self, n: int, side: str):
+        """Every clustering and neighbour step needs enough rows; name the parameter that asks for the most."""
+        needs = {"n_clusters": 2 * self.n_clusters, "n_neighbors": self.n_neighbors,
+                 "refine1_neighbors": self.refine1_neighbors if self.refine1_iter else 0,
+                 "refine2_clusters": self.refine2_clusters if self.refine2_iter else 0}
+        name, need = max(needs.items(), key=lambda kv: kv[1])
+        usable = min(n, self.max_samples) if self.max_samples else n
+        if usable < need:
+            capped = "" if usable == n else f" (max_samples={self.max_samples})"
+            raise InputError(f"{side} has {n} vectors{capped}: too few for {name}={getattr(self, name)} (mini-vec2vec "
+                             f"needs at least {need} per side here; lower {name} or give more vectors)")
+
+    # --- fitting ------------------------------------------------------------------------------------------------------
+    def fit(self, X_src, X_tgt):
+        """Fit from two *unpaired* samples (rows of X_src and X_tgt are different items). Returns self."""
+        self._check_params()
+        X_src = check_vectors(X_src, "X_src", dtype=np.float32)
+        X_tgt = check_vectors(X_tgt, "X_tgt", dtype=np.float32)
+        self._check_sizes(X_src.shape[0], "X_src")
+        self._check_sizes(X_tgt.shape[0], "X_tgt")
+        rng = np.random.default_rng(self.random_state)
+        # independent streams per step, so changing one step's settings does not reshuffle the others
+        r_cap, r_anchor, r_refine1, r_refine2, r_diag = rng.spawn(5)
+
+        # 1. preprocessing (section 3.1): own mean per side, unit rows
+        mu_a = X_src.mean(axis=0, dtype=np.float64)
+        mu_b = X_tgt.mean(axis=0, dtype=np.float64)
+        A = l2_normalize(X_src - mu_a.astype(np.float32))
+        B = l2_normalize(X_tgt - mu_b.astype(np.float32))
+        A, B = self._cap(A, r_cap), self._cap(B, r_cap)
+
+        clock = time.perf_counter()
+        self.timings_ = {}
+
+        def lap(stage):
+            nonlocal clock
+            now = time.perf_counter()
+            self.timings_[stage] = now - clock
+            clock = now
+
+        # 2-4. approximate matching, pseudo-pairs, initial transformation
+        anc_a, anc_b, scores = self._anchors(A, B, r_anchor)
+        lap("matching")
+        self.anchors_src_, self.anchors_tgt_, self.qap_scores_ = anc_a, anc_b, np.asarray(scores)
+        if self.anchor_mode == "relative":
+            R_a = A @ l2_normalize(anc_a).T
+            R_b = B @ l2_normalize(anc_b).T
+            nbr = knn(R_a, R_b, self.n_neighbors, backend=self.backend)[0]
+            P, Q = A, _neighbour_mean(B, nbr)
+        else:
+            P, Q = anc_a, anc_b
+        W = _procrustes(P, Q).rotation_
+        self.n_pairs_ = int(P.shape[0])
+        self.history_ = [self._diagnose("initial", A, B, W, None, r_diag)]
+        self.stage_matrices_ = {"initial": W}
+        lap("initial")
+
+        # 5. Refine-1: ICP with kNN averaging and exponential smoothing
+        W = self._refine1(A, B, W, r_refine1, r_diag)
+        self.stage_matrices_["refine1"] = W
+        lap("refine1")
+        # 6. Refine-2: cluster-based correction, once
+        last = None
+        self.kmeans_consistency_ = None
+        for _ in range(self.refine2_iter):
+            W_prev = W
+            C_a = kmeans(A, self.refine2_clusters, r_refine2, max_iter=self.kmeans_max_iter, backend=self.backend)[0]
+            C_b = kmeans(B, self.refine2_clusters, r_refine2, init=C_a @ W, max_iter=self.kmeans_max_iter,
+                         backend=self.backend)[0]
+            last = _procrustes(C_a, C_b)
+            W = (1.0 - self.alpha) * W + self.alpha * last.rotation_
+            self.kmeans_consistency_ = float(np.mean(np.einsum(
+                "ij,ij->i", l2_normalize(C_a @ W), l2_normalize(C_b))))
+            self.history_.append(self._diagnose("refine2", A, B, W, W_prev, r_diag))
+        self.stage_matrices_["refine2"] = W
+
+        lap("refine2")
+        if self.orthogonalize:
+            W = _polar(W)
+        self._finish(W, X_src, X_tgt, mu_a, mu_b, r_diag)
+        return self
+
+    def _cap(self, X: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+        if self.max_samples is None or X.shape[0] <= self.max_samples:
+            return X
+        return X[np.sort(rng.choice(X.shape[0], self.max_samples, replace=False))]
+
+    def _anchors(self, A: np.ndarray, B: np.ndarray, rng: np.random.Generator):
+        """Section 3.2: ``n_runs`` x (k-means on each side, centroid similarities, QAP), matched centroids stacked."""
+        anc_a, anc_b, scores = [], [], []
+        for _ in range(self.n_runs):
+            sub_a, sub_b = self._subsample(A, rng), self._subsample(B, rng)
+            C_a = kmeans(sub_a, self.n_clusters, rng, max_iter=self.kmeans_max_iter, backend=self.backend)[0]
+            C_b = kmeans(sub_b, self.n_clusters, rng, max_iter=self.kmeans_max_iter, backend=self.backend)[0]
+            S_a, S_b = _centroid_similarity(C_a, self.similarity), _centroid_similarity(C_b, self.similarity)
+            if self.qap_solver == "2opt":
+                perm, score = qap_2opt(S_a, S_b, n_restarts=self.qap_restarts, rng=rng)
+            else:
+                perm, score = _qap_scipy(S_a, S_b, self.qap_restarts, rng)
+            anc_a.append(C_a)
+            anc_b.append(C_b[perm])
+            scores.append(score)
+        return np.vstack(anc_a), np.vstack(anc_b), scores
+
+    def _subsample(self, X: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+        if X.shape[0] <= self.kmeans_sample:
+            return X
+        return X[rng.choice(X.shape[0], self.kmeans_sample, replace=False)]
+
+    def _refine1(self, A, B, W, rng, r_diag):
+        """Section 3.4 Refine-1 (listing 2), with the optional early stop.
+
+        Every ``REFINE1_WINDOW`` iterations the mean cosine of a fixed probe of source rows (mapped) to their nearest
+        target row is measured (label-free, and free of the sampling noise of the per-iteration objective). With
+        ``refine1_tol > 0`` the loop stops once that has gained less than ``refine1_tol`` over one window (the paper
+        reports Refine-1 as monotone and converging to a stationary point; measured on wordnet, the held-out top-1
+        stops rising where this gain falls below about 5e-4).
+        """
+        n_s = min(self.refine1_sample, A.shape[0])
+        probe = A[rng.choice(A.shape[0], min(REFINE1_PROBE, A.shape[0]), replace=False)]
+
+        def probe_cosine(W):
+            return float(knn(probe @ W.astype(np.float32), B, 1, backend=self.backend)[1].mean())
+
+        objective = []
+        checks = [probe_cosine(W)] if self.refine1_iter else []
+        W_start = W
+        for t in range(self.refine1_iter):
+            idx = rng.choice(A.shape[0], n_s, replace=False)
+            Xs = A[idx]
+            nbr, sims = knn(Xs @ W.astype(np.float32), B, self.refine1_neighbors, backend=self.backend)
+            objective.append(float(sims.mean()))
+            W_new = _procrustes(Xs, _neighbour_mean(B, nbr)).rotation_
+            W = (1.0 - self.alpha) * W + self.alpha * W_new
+            if self.refine1_tol > 0 and (t + 1) % REFINE1_WINDOW == 0:
+                checks.append(probe_cosine(W))
+                if t + 1 >= REFINE1_MIN_ITER and checks[-1] - checks[-2] < self.refine1_tol:
+                    break
+        self.refine1_n_iter_ = len(objective)
+        self.refine1_objective_ = np.asarray(objective)
+        self.refine1_probe_cosine_ = np.asarray(checks)
+        if self.refine1_iter:
+            self.history_.append(self._diagnose("refine1", A, B, W, W_start, r_diag))
+        return W
+
+    def _diagnose(self, stage, A, B, W, W_prev, rng, n: int = 1000) -> dict:
+        """Label-free progress: mean cosine of mapped source rows to their nearest target row (extraction 6.10)."""
+        idx = rng.choice(A.shape[0], min(n, A.shape[0]), replace=False)
+        sims = knn(A[idx] @ W.astype(np.float32), B, 1, backend=self.backend)[1][:, 0]
+        out = {"stage": stage, "mean_nn_cosine": float(sims.mean())}
+        if W_prev is not None:
+            out["w_change"] = float(np.linalg.norm(W - W_prev) / math.sqrt(min(W.shape)))
+        return out
+
+    def _finish(self, W, X_src, X_tgt, mu_a, mu_b, rng, n: int = 20_000):
+        W = np.asarray(W, dtype=np.float64)
+        U, svals, Vt = np.linalg.svd(W, full_matrices=False)
+        self.singular_values_ = svals
+        self.orthogonality_gap_ = float(np.max(np.abs(svals - 1.0)))
+        # The paper maps normalize(x - mu_A) @ W. Linear stand-in for the per-row normalisation: one global scale
+        # giving the mapped centred source rows the mean centred norm of the target rows (measured on <= n rows).
+        ia = rng.choice(X_src.shape[0], min(n, X_src.shape[0]), replace=False)
+        ib = rng.choice(X_tgt.shape[0], min(n, X_tgt.shape[0]), replace=False)
+        mapped_norm = np.linalg.norm((X_src[ia] - mu_a.astype(np.float32)) @ W.astype(np.float32), axis=1).mean()
+        target_norm = np.linalg.norm(X_tgt[ib] - mu_b.astype(np.float32), axis=1).mean()
+        self.matrix_ = W
+        self.source_mean_ = mu_a
+        self.target_mean_ = mu_b
+        self.scale_ = float(target_norm / mapped_norm) if mapped_norm > 0 else 1.0
+        self.n_samples_src_ = int(X_src.shape[0])
+        self.n_samples_tgt_ = int(X_tgt.shape[0])
+        self.n_features_in_ = int(W.shape[0])
+        self.n_features_out_ = int(W.shape[1])
+        self.procrustes_ = self._orthogonal_version(U @ Vt, svals, X_src, X_tgt, mu_a, mu_b, ia, ib)
+
+    def _orthogonal_version(self, R, svals, X_src, X_tgt, mu_a, mu_b, ia, ib) -> OrthogonalProcrustes:
+        """An OrthogonalProcrustes holding the nearest orthogonal map to W (``R = U V^T``) with this map's means and
+        its own global scale, so that ``Alignment.from_estimator`` (which knows the package's estimator kinds) can
+        freeze it. No pair was fitted: ``n_pairs_`` is the number of pseudo-pairs of the initial transformation."""
+        op = OrthogonalProcrustes(center=True, scale=True)
+        mapped_norm = np.linalg.norm((X_src[ia] - mu_a.astype(np.float32)) @ R.astype(np.float32), axis=1).mean()
+        target_norm = np.linalg.norm(X_tgt[ib] - mu_b.astype(np.float32), axis=1).mean()
+        op.matrix_ = op.rotation_ = R
+        op.source_mean_, op.target_mean_ = mu_a, mu_b
+        op.scale_ = float(target_norm / mapped_norm) if mapped_norm > 0 else 1.0
+        op.n_pairs_ = self.n_pairs_
+        op.n_features_in_, op.n_features_out_ = self.n_features_in_, self.n_features_out_
+        op.singular_values_ = svals
+        op.rank_ = int(np.sum(svals > svals[0] * max(R.shape) * np.finfo(float).eps))
+        op.is_projection_ = self.n_features_in_ > self.n_features_out_
+        return op
+
+    # --- applying -------------------------------------------------------------------------------------------------
+    @property
+    def inverse_matrix_(self) -> np.ndarray:
+        """Target -> source: ``W^T``. W is an exponentially smoothed average of orthogonal maps, so ``W^T`` is the same
+        average of their inverses (a pseudo-inverse would blow up the directions the smoothing shrank)."""
+        self._check_fitted()
+        return self.matrix_.T
+
+    # --- what a paired estimator offers but an unsupervised one cannot ----------------------------------------------
+    def partial_fit(self, X_src, Y_tgt):
+        raise InputError("MiniVec2Vec fits from two whole unpaired samples: call fit(X_src, X_tgt)")
+
+    def fit_stream(self, batches):
+        raise InputError("MiniVec2Vec fits from two whole unpaired samples: call fit(X_src, X_tgt)")
+
+    def fit_moments(self, moments):
+        raise InputError("MiniVec2Vec fits from two whole unpaired samples, not from paired moments")
