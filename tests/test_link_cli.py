@@ -77,3 +77,57 @@ def test_link_errors_are_one_line(stores):
     r = run("link", stores["old"], "--mode", "reembed", "--model", "tests.embedders:mpnet_lookup",
             "-o", stores["root"] / "x.csv")
     assert r.exit_code == 3 and "carry vectors" in r.output
+
+
+def _read_links_csv(path):
+    import csv
+
+    with open(path, newline="") as f:
+        rows = list(csv.DictReader(f))
+    return [r["source_id"] for r in rows], [r["target_id"] for r in rows], np.array([float(r["confidence"]) for r in rows])
+
+
+def test_link_geh_grows_seed_ids_into_links_and_fit_uses_them(stores, sample):
+    """OLD holds items 0..1499, NEW items 500..1499 under other ids: 20 known pairs grow into ~1,000 links."""
+    seeds = stores["root"] / "seeds.csv"
+    chosen = np.random.default_rng(0).choice(np.arange(500, 1500), 20, replace=False)
+    seeds.write_text("source_id,target_id\n" + "".join(f"{sample.ids[i]},n{i}\n" for i in chosen))
+    path = stores["root"] / "geh.csv"
+    r = run("link", stores["old"], stores["new"], "--mode", "geh", "--seeds", seeds, "-o", path, "--json")
+    assert r.exit_code == 0, r.output
+    src, tgt, conf = _read_links_csv(path)
+    truth = {sample.ids[i]: f"n{i}" for i in range(500, 1500)}
+    correct = sum(truth.get(s) == t for s, t in zip(src, tgt))
+    assert correct / len(src) >= 0.9 and correct >= 700, (correct, len(src))
+    assert len(src) < 1500 and np.all((conf > 0) & (conf <= 1))
+    assert _fit_and_check(stores, path, stores["new"])["fit"]["n_pairs"] == len(src)
+
+
+def test_link_geh_needs_seeds_and_known_ids(stores):
+    r = run("link", stores["old"], stores["new"], "--mode", "geh", "-o", stores["root"] / "x.csv")
+    assert r.exit_code == 3 and "needs --seeds" in r.output
+    bad = stores["root"] / "bad_seeds.csv"
+    bad.write_text("source_id,target_id\n" + "".join(f"nope{i},n{500 + i}\n" for i in range(20)))
+    r = run("link", stores["old"], stores["new"], "--mode", "geh", "--seeds", bad, "-o", stores["root"] / "x.csv")
+    assert r.exit_code == 3 and "missing" in r.output and len(r.output.strip().splitlines()) == 1
+    r = run("link", stores["old"], stores["new"], "--mode", "geh", "--seeds", bad, "--param", "bogus=1",
+            "-o", stores["root"] / "x.csv")
+    assert r.exit_code == 3 and "no parameter bogus" in r.output
+
+
+def test_link_unsupervised_recovers_a_hidden_rotation_without_any_pairs(stores, sample):
+    """NEW = OLD's real vectors under a random isometry into 768-d, ids scrambled: nothing is shared but geometry."""
+    rng = np.random.default_rng(3)
+    Q = np.linalg.qr(rng.standard_normal((768, 768)))[0][:384]
+    perm = rng.permutation(1500)
+    hidden = write_collection(f"file://{stores['root']}/hidden", [f"h{i}" for i in perm],
+                              (sample.docs_old[perm] @ Q).astype(np.float32))
+    path = stores["root"] / "unsup.csv"
+    fast = ["--param", "n_runs=5", "--param", "qap_restarts=10", "--param", "refine1_iter=10",
+            "--param", "refine2_clusters=100"]          # the test's budget; the defaults are the paper's
+    r = run("link", stores["old"], hidden.url, "--mode", "unsupervised", *fast, "-o", path, "--json")
+    assert r.exit_code == 0, r.output
+    src, tgt, _ = _read_links_csv(path)
+    index = {sid: i for i, sid in enumerate(sample.ids)}
+    correct = sum(t == f"h{index[s]}" for s, t in zip(src, tgt))
+    assert len(src) >= 1000 and correct / len(src) >= 0.95, (correct, len(src))

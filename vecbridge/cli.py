@@ -151,6 +151,24 @@ def fit(source_url, target_url, pairs, method, center, scale, alpha, normalize, 
                   markup=True)
 
 
+def _parse_params(items) -> dict:
+    """``KEY=VALUE`` strings to a dict; values read as JSON (numbers, true/false/null) and as text otherwise."""
+    import json
+
+    from .errors import InputError
+
+    out = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            raise InputError(f"--param expects KEY=VALUE, got {item!r}")
+        try:
+            out[key.strip()] = json.loads(value)
+        except ValueError:
+            out[key.strip()] = value
+    return out
+
+
 @main.command()
 @click.argument("source_url")
 @click.argument("target_url", required=False)
@@ -162,11 +180,13 @@ def fit(source_url, target_url, pairs, method, center, scale, alpha, normalize, 
 @click.option("--text-field", default="text", show_default=True, help="Payload field with the stored text.")
 @click.option("--sample", type=int, default=10_000, show_default=True, help="Records to sample per collection.")
 @click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--param", "params", multiple=True, metavar="KEY=VALUE",
+              help="Estimator parameter for --mode geh / unsupervised (repeatable), e.g. --param n_runs=10.")
 @click.option("-o", "--output", required=True, type=click.Path(dir_okay=False),
               help="Links file: .csv or .json (id links) or .npz (any mode; needed when links carry vectors).")
 @click.option("--json", "as_json", is_flag=True)
 @handle_errors
-def link(source_url, target_url, mode, seeds, model, old_model, text_field, sample, seed, output, as_json):
+def link(source_url, target_url, mode, seeds, model, old_model, text_field, sample, seed, params, output, as_json):
     """Find correspondences between SOURCE (old model) and TARGET (new model); 'vecbridge fit --pairs FILE' uses them."""
     import numpy as np
 
@@ -178,7 +198,7 @@ def link(source_url, target_url, mode, seeds, model, old_model, text_field, samp
     src = connect(source_url, read_only=True)
     tgt = connect(target_url, read_only=True) if target_url else None
     links = run_link(src, tgt, mode, seeds=seeds, model=model, old_model=old_model, text_field=text_field,
-                     sample=sample, seed=seed, on_step=step)
+                     sample=sample, seed=seed, params=_parse_params(params), on_step=step)
     if len(links) == 0:
         from .errors import InputError
 

@@ -13,14 +13,17 @@ from .links import Links
 MODES = ("ids", "field:NAME", "pairs:FILE", "reembed", "reference:FILE", "geh", "unsupervised")
 
 
-def _optional(module: str, name: str):
-    """A linking estimator that may not be part of this build yet: a clear error instead of an ImportError."""
-    import importlib
-
+def _estimator(cls, params: dict, seed: int):
+    """``cls(random_state=seed, **params)``, an unknown parameter name as a one-line error."""
     try:
-        return getattr(importlib.import_module(f"{__package__}.{module}"), name)
-    except ImportError:
-        raise InputError(f"{name} is not available in this version of vecbridge yet") from None
+        return cls(**{"random_state": seed, **params})
+    except TypeError:
+        import inspect
+
+        known = sorted(p for p in inspect.signature(cls).parameters if p != "self")
+        bad = sorted(set(params) - set(known))
+        raise InputError(f"{cls.__name__} has no parameter {', '.join(bad) or '?'} "
+                         f"(known: {', '.join(known)})") from None
 
 
 def _id_links(parts, mode: str) -> Links:
@@ -37,14 +40,21 @@ def _with_seeds(coll: Collection, sample: int, seed: int, seed_ids: list) -> Vec
         raise InputError(f"{len(seed_ids) - len(seeds)} seed ids are missing from {coll.display_url} "
                          f"(e.g. {missing})")
     rest = coll.sample(sample, seed=seed)
-    keep = np.array([i not in set(seed_ids) for i in rest.ids], dtype=bool)
+    given = set(seed_ids)
+    keep = np.array([i not in given for i in rest.ids], dtype=bool)
     return VectorBatch.concat([seeds, rest.take(keep)])
 
 
 def link(source: Collection, target: Collection | None, mode: str, *, seeds: str | None = None,
          model: str | None = None, old_model: str | None = None, text_field: str = "text", sample: int = 10_000,
-         seed: int = 0, on_step: Callable[[str], None] = lambda s: None) -> Links:
-    """Correspondences between ``source`` (old model) and ``target`` (new model) by ``mode`` (see :data:`MODES`)."""
+         seed: int = 0, params: dict | None = None, on_step: Callable[[str], None] = lambda s: None) -> Links:
+    """Correspondences between ``source`` (old model) and ``target`` (new model) by ``mode`` (see :data:`MODES`).
+
+    ``params`` go to the estimator of ``geh`` (:class:`~vecbridge.linking.geh.GEH`) or ``unsupervised``
+    (:class:`~vecbridge.linking.minivec2vec.MiniVec2Vec`); the papers' defaults otherwise."""
+    params = dict(params or {})
+    if params and mode not in ("geh", "unsupervised"):
+        raise InputError(f"--param applies to --mode geh or unsupervised, not {mode!r}")
     if mode == "ids":
         return _id_links(list(pairs_by_ids(source, target, limit=sample, seed=seed)), "ids")
     if mode.startswith("field:"):
@@ -74,26 +84,27 @@ def link(source: Collection, target: Collection | None, mode: str, *, seeds: str
     if target is None:
         raise InputError(f"--mode {mode} needs a target collection")
     if mode == "geh":
-        GEH = _optional("geh", "GEH")
+        from .geh import GEH
 
         if not seeds:
             raise InputError("--mode geh needs --seeds FILE (15-30 known id pairs)")
+        est = _estimator(GEH, params, seed)
         pairs = read_pairs_file(seeds)
         a = _with_seeds(source, sample, seed, [p[0] for p in pairs])
         b = _with_seeds(target, sample, seed, [p[1] for p in pairs])
         on_step(f"growing {len(pairs)} seed pairs with GEH over {len(a):,} x {len(b):,} vectors")
         idx = np.arange(len(pairs))
-        geh = GEH(random_state=seed).fit(a.vectors, b.vectors, np.stack([idx, idx], axis=1))
+        geh = est.fit(a.vectors, b.vectors, np.stack([idx, idx], axis=1))
         return Links([a.ids[i] for i in geh.links_[:, 0]], [b.ids[j] for j in geh.links_[:, 1]],
                      np.asarray(geh.confidence_, np.float32), "geh", meta={"n_seeds": len(pairs)})
     if mode == "unsupervised":
         from .neighbors import mutual_nearest_neighbours
 
-        MiniVec2Vec = _optional("minivec2vec", "MiniVec2Vec")
-
+        from .minivec2vec import MiniVec2Vec
+        est = _estimator(MiniVec2Vec, params, seed)
         a, b = source.sample(sample, seed=seed), target.sample(sample, seed=seed + 1)
         on_step(f"unsupervised alignment (mini-vec2vec) of {len(a):,} and {len(b):,} vectors")
-        est = MiniVec2Vec(random_state=seed).fit(a.vectors, b.vectors)
+        est.fit(a.vectors, b.vectors)
         pairs, scores = mutual_nearest_neighbours(est.transform(a.vectors), b.vectors)
         conf = np.clip((scores + 1) / 2, 0, 1).astype(np.float32)     # CSLS in [-1, 1] -> [0, 1]
         return Links([a.ids[i] for i in pairs[:, 0]], [b.ids[j] for j in pairs[:, 1]], conf, "unsupervised")
