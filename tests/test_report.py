@@ -70,13 +70,40 @@ def test_report_by_payload_key_and_by_re_embedding(tmp_path, sample):
     new = write_collection(f"file://{tmp_path}/new", [f"n{i}" for i in range(1500)], sample.docs_new,
                            [{"url": f"u{i}"} for i in range(1500)])
     with pytest.raises(InputError, match="no correspondences"):
-        compatibility_report(old.url, new.url, sample=500)
+        compatibility_report(old.url, new.url, sample=500, unsupervised=False)
     by_key = compatibility_report(old.url, new.url, key="url", sample=1000)
     assert by_key["correspondences"]["mode"] == "payload-key" and by_key["held_out"]["top1"] > 0.9
     by_model = compatibility_report(old.url, None, model="tests.embedders:mpnet_lookup", text_field="text",
                                     sample=1000)
     assert by_model["correspondences"]["mode"] == "re-embedded-sample"
     assert by_model["held_out"]["top1"] > 0.9
+
+
+FAST_UNSUPERVISED = dict(n_runs=5, qap_restarts=10, refine1_iter=10, refine2_clusters=100)
+
+
+def test_report_falls_back_to_unsupervised_and_never_says_go(tmp_path, sample):
+    """Nothing shared: NEW is OLD's real vectors under a hidden isometry into 768-d with other ids. The report says
+    it used pseudo-pairs, measures Recall@10 of new-space queries over the mapped vectors (here it must match the
+    old model's own Recall@10, the map being recoverable) and stays at CAUTION."""
+    rng = np.random.default_rng(3)
+    Q = np.linalg.qr(rng.standard_normal((768, 768)))[0][:384]
+    old = write_collection(f"file://{tmp_path}/old", sample.ids, sample.docs_old)
+    new = write_collection(f"file://{tmp_path}/new", [f"h{i}" for i in range(1500)], sample.docs_old @ Q)
+    queries = write_collection(f"file://{tmp_path}/q", sample.ids[1000:], sample.queries_old @ Q)
+    queries_old = write_collection(f"file://{tmp_path}/qo", sample.ids[1000:], sample.queries_old)
+    r = compatibility_report(old.url, new.url, queries_new=queries.url, queries_old=queries_old.url, sample=1500,
+                             unsupervised_params=FAST_UNSUPERVISED)
+    c = r["correspondences"]
+    assert c["mode"] == "unsupervised" and c["pseudo"] and c["mutual_fraction"] > 0.6
+    t = r["three_way"]
+    assert t["full_re_embed"] is None and abs(t["mapped_upgrade"] - t["stay_on_old_model"]) < 0.03
+    assert r["retrieval_unsupervised"]["recall_mapped"] == t["mapped_upgrade"]
+    assert r["verdict"]["verdict"] in ("CAUTION", "NO-GO") and "GO" != r["verdict"]["verdict"]
+    if r["verdict"]["verdict"] == "CAUTION":
+        assert "pseudo-pairs" in r["verdict"]["reason"]
+    html = render_html(r)
+    assert "unsupervised" in html and "not measurable without true pairs" in html
 
 
 def test_cli_report_json_html_and_gate(tmp_path, sample_stores):

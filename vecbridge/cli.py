@@ -443,13 +443,15 @@ def search(wrapped, native, vectors_path, k, as_json):
 @click.option("--sample", type=int, default=5000, show_default=True)
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--center/--no-center", default=False, show_default=True)
+@click.option("--unsupervised/--no-unsupervised", default=True, show_default=True,
+              help="Fall back to unsupervised mini-vec2vec when no other correspondences exist.")
 @click.option("--html", "html_path", default=None, type=click.Path(dir_okay=False), help="Write an HTML report.")
 @click.option("--fail-on", type=click.Choice(["no-go", "caution"]), default=None,
               help="Exit 1 when the verdict is this bad (for CI gates).")
 @click.option("--json", "as_json", is_flag=True)
 @handle_errors
 def report(old_url, new_url, key, model, text_field, seeds, queries_url, old_queries_url, sample, seed, center,
-           html_path, fail_on, as_json):
+           unsupervised, html_path, fail_on, as_json):
     """Dry-run compatibility report: will the upgrade work, and how much retrieval quality is kept?"""
     from pathlib import Path
 
@@ -461,7 +463,8 @@ def report(old_url, new_url, key, model, text_field, seeds, queries_url, old_que
     step = (lambda s: None) if as_json else (lambda s: con_err.print(f"[dim]-[/] {s}"))
     rep = compatibility_report(old_url, new_url, sample=sample, seed=seed, key=key, model=model,
                                text_field=text_field, seeds=seeds, queries_new=queries_url,
-                               queries_old=old_queries_url, center=center, on_step=step)
+                               queries_old=old_queries_url, center=center, unsupervised=unsupervised,
+                               on_step=step)
     if html_path:
         Path(html_path).write_text(render_html(rep), encoding="utf-8")
     if as_json:
@@ -486,7 +489,8 @@ def _print_report(rep: dict, html_path):
     table = Table(title="held-out quality")
     table.add_column("metric")
     table.add_column("value", justify="right")
-    table.add_row("top-1 of the true partner", f"{ho['top1']:.3f}")
+    partner = "pseudo-partner (unsupervised)" if c.get("pseudo") else "true partner"
+    table.add_row(f"top-1 of the {partner}", f"{ho['top1']:.3f}")
     table.add_row("mean rank", f"{ho['mean_rank']:.2f}")
     table.add_row("mean cosine", f"{ho['mean_cosine']:.3f}")
     table.add_row("residual (held-out / in-sample / bound)",
@@ -495,10 +499,14 @@ def _print_report(rep: dict, html_path):
         r = rep["retrieval"]
         table.add_row(f"recall retention@{r['k']} (measured on {int(r['pool_sizes'][-1]):,} docs)", f"{r['measured']:.3f}")
         table.add_row(f"recall retention@{r['k']} (predicted for {r['full_size']:,} docs)", f"{r['predicted']:.3f}")
+    if "retrieval_unsupervised" in rep:
+        r = rep["retrieval_unsupervised"]
+        table.add_row(f"Recall@{r['k']} of new-model queries over mapped old vectors", f"{r['recall_mapped']:.3f}")
     if "three_way" in rep:
         t = rep["three_way"]
+        full = "n/a" if t["full_re_embed"] is None else f"{t['full_re_embed']:.3f}"
         table.add_row("Recall@k: stay / mapped / re-embed",
-                      f"{t['stay_on_old_model']:.3f} / {t['mapped_upgrade']:.3f} / {t['full_re_embed']:.3f}")
+                      f"{t['stay_on_old_model']:.3f} / {t['mapped_upgrade']:.3f} / {full}")
     if "neighbourhood_overlap" in rep:
         table.add_row("neighbourhood top-k overlap", f"{rep['neighbourhood_overlap']['overlap']:.3f}")
     con.print(table)

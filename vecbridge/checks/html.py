@@ -47,12 +47,17 @@ def render_html(report: dict) -> str:
             parts.append(_row([f"{int(size):,}", f"{rm:.3f}", f"{rn:.3f}", f"{ret:.3f}"]))
         parts.append(_row([f"{r['full_size']:,} (whole collection, predicted)", "", "", f"{r['predicted']:.3f}"]))
         parts.append("</table>")
+    if "retrieval_unsupervised" in report:
+        r = report["retrieval_unsupervised"]
+        parts.append(f"<h2>Retrieval (unsupervised correspondences)</h2><p>Recall@{r['k']} of {r['n_queries']:,} "
+                     f"new-model queries over {r['pool']:,} mapped old vectors: {r['recall_mapped']:.3f}. Retention "
+                     f"against a re-embed needs true pairs.</p>")
     if "three_way" in report:
         t = report["three_way"]
         parts.append("<h2>Three-way comparison</h2><table><tr><th>setting</th><th>Recall@k</th></tr>")
         for name, key in (("stay on the old model", "stay_on_old_model"), ("mapped upgrade", "mapped_upgrade"),
                           ("full re-embed", "full_re_embed")):
-            parts.append(_row([name, f"{t[key]:.3f}"]))
+            parts.append(_row([name, "not measurable without true pairs" if t[key] is None else f"{t[key]:.3f}"]))
         parts.append("</table>")
     if "neighbourhood_overlap" in report:
         no = report["neighbourhood_overlap"]

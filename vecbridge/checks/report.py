@@ -4,7 +4,10 @@ Nothing is written to any store. The report
 
 1. samples both collections and finds correspondences with the best mode available, saying which and why:
    a payload key (``key``), shared ids, a re-embedded sample of stored texts (``model`` + ``text_field``), seed pairs
-   grown by GEH (``seeds``), or none at all (unsupervised mini-vec2vec, whose quality cannot be measured);
+   grown by GEH (``seeds``), or none at all (unsupervised mini-vec2vec: its pseudo-pairs are the map's own mutual
+   nearest neighbours, so "held-out" agreement with them is not evidence of quality; the report then measures only
+   what needs no true pairs -- Recall@k of new-model queries over the mapped old vectors, and against staying on
+   the old model -- and never says GO);
 2. fits orthogonal Procrustes on a training split and measures the held-out split: top-1 and mean rank of the true
    partner, mean cosine, held-out residual, seed 000's residual/bound and singular-value spectrum, and how quality
    grows with the number of anchors;
@@ -45,6 +48,8 @@ class Correspondences:
     X: np.ndarray          # old-space vectors
     Y: np.ndarray          # new-space vectors
     ids: list              # old ids (the held-out split is drawn over these)
+    pseudo: bool = False   # True when Y are estimated partners (unsupervised), not the same items
+    diagnostics: dict | None = None
 
 
 def _by_ids(old: Collection, new: Collection, sample: int, seed: int):
@@ -57,8 +62,9 @@ def _by_ids(old: Collection, new: Collection, sample: int, seed: int):
 
 def find_correspondences(old: Collection, new: Collection | None, *, sample: int = 5000, seed: int = 0,
                          key: str | None = None, model: str | None = None, text_field: str | None = None,
-                         seeds: str | None = None) -> Correspondences:
-    """The best available source of pairs, in order of reliability."""
+                         seeds: str | None = None, unsupervised: bool = True,
+                         unsupervised_params: dict | None = None) -> Correspondences:
+    """The best available source of pairs, in order of reliability; unsupervised mini-vec2vec last."""
     if key:
         from ..linking import pairs_by_field
 
@@ -82,8 +88,27 @@ def find_correspondences(old: Collection, new: Collection | None, *, sample: int
                                f"({text_field!r}) re-embedded with {model}", olds.vectors, news, list(olds.ids))
     if seeds and new is not None:
         return _geh_correspondences(old, new, seeds, sample, seed)
+    if unsupervised and new is not None:
+        return _unsupervised_correspondences(old, new, sample, seed, unsupervised_params or {})
     raise InputError("no correspondences: the collections share no ids; give --key FIELD, --model and "
-                     "--text-field (re-embed a sample), --seeds FILE (GEH), or use --unsupervised")
+                     "--text-field (re-embed a sample), or --seeds FILE (GEH)")
+
+
+def _unsupervised_correspondences(old, new, sample, seed, params) -> Correspondences:
+    """mini-vec2vec (seed 002) on a sample of each side, then the mutual nearest neighbours under its map."""
+    from ..linking.minivec2vec import MiniVec2Vec
+    from ..linking.neighbors import mutual_nearest_neighbours
+
+    a, b = old.sample(sample, seed=seed), new.sample(sample, seed=seed + 1)
+    est = MiniVec2Vec(**{"random_state": seed, **params}).fit(a.vectors, b.vectors)
+    pairs, scores = mutual_nearest_neighbours(est.transform(a.vectors), b.vectors)
+    frac = len(pairs) / max(min(len(a), len(b)), 1)
+    diag = {"mutual_pairs": int(len(pairs)), "mutual_fraction": float(frac),
+            "mean_csls": float(np.mean(scores)) if len(scores) else 0.0}
+    return Correspondences("unsupervised", f"no shared ids, texts or seeds; mini-vec2vec aligned {len(a):,} and "
+                           f"{len(b):,} unpaired vectors and {len(pairs):,} mutual nearest neighbours "
+                           f"({frac:.0%}) serve as pseudo-pairs", a.vectors[pairs[:, 0]], b.vectors[pairs[:, 1]],
+                           [a.ids[i] for i in pairs[:, 0]], pseudo=True, diagnostics=diag)
 
 
 def _geh_correspondences(old, new, seeds, sample, seed) -> Correspondences:
@@ -142,7 +167,8 @@ def _retention_curve(Qn, mapped, native, rel, k, rng, full_size) -> dict:
 def compatibility_report(old, new=None, *, sample: int = 5000, seed: int = 0, holdout: float = 0.2,
                          key: str | None = None, model: str | None = None, text_field: str | None = None,
                          seeds: str | None = None, queries_new=None, queries_old=None, k: int = 10,
-                         center: bool = False, on_step=lambda s: None) -> dict:
+                         center: bool = False, unsupervised: bool = True, unsupervised_params: dict | None = None,
+                         on_step=lambda s: None) -> dict:
     """Everything a user needs to decide on an upgrade, as a JSON-serialisable dict (see the module docstring)."""
     import warnings
 
@@ -153,7 +179,8 @@ def compatibility_report(old, new=None, *, sample: int = 5000, seed: int = 0, ho
         raise InputError(f"collection is empty: {old_c.display_url}")
     on_step("finding correspondences")
     corr = find_correspondences(old_c, new_c, sample=sample, seed=seed, key=key, model=model,
-                                text_field=text_field, seeds=seeds)
+                                text_field=text_field, seeds=seeds, unsupervised=unsupervised,
+                                unsupervised_params=unsupervised_params)
     n = len(corr.X)
     if n < MIN_PAIRS:
         raise InputError(f"only {n} correspondences: at least {MIN_PAIRS} are needed for a report")
@@ -176,7 +203,7 @@ def compatibility_report(old, new=None, *, sample: int = 5000, seed: int = 0, ho
         "old": old_c.display_url, "new": new_c.display_url if new_c else None,
         "old_info": old_info.as_dict(), "new_info": new_c.info().as_dict() if new_c else None,
         "correspondences": {"mode": corr.mode, "reason": corr.reason, "n": n, "train": len(train),
-                            "held_out": len(held)},
+                            "held_out": len(held), "pseudo": corr.pseudo, **(corr.diagnostics or {})},
         "held_out": {**pq.as_dict(), "residual": held_resid,
                      "cosine_histogram": np.histogram(cos, bins=20, range=(-1, 1))[0].tolist()},
         "fit": {"residual": est.residual_, "relative_residual": est.relative_residual_, "delta": est.delta_,
@@ -212,7 +239,24 @@ def compatibility_report(old, new=None, *, sample: int = 5000, seed: int = 0, ho
             curve["retention"].append(metrics.recall_retention(qb.vectors, mapped_s, Y[held], rel, k=k)["retention"])
     report["learning_curve"] = curve
 
-    if qb is not None:
+    if qb is not None and corr.pseudo:
+        # pseudo-pairs: the partners are estimates, so no "native" pool exists; measure what needs no true pairs
+        on_step("retrieval with new-model queries (mapped old vectors only)")
+        pool_order = np.concatenate([held, train])
+        mapped_pool = est.transform(X[pool_order])
+        report["retrieval_unsupervised"] = {"k": k, "n_queries": len(qb), "pool": len(pool_order),
+                                            "recall_mapped": metrics.recall_at_k(qb.vectors, mapped_pool, rel, k)}
+        if queries_old is not None:
+            qa = _as_collection(queries_old).get(list(qb.ids))
+            pos_a = {i: j for j, i in enumerate(qa.ids)}
+            both = [j for j, i in enumerate(qb.ids) if i in pos_a]
+            report["three_way"] = {
+                "stay_on_old_model": metrics.recall_at_k(qa.vectors[[pos_a[qb.ids[j]] for j in both]],
+                                                         X[pool_order], rel[both], k),
+                "mapped_upgrade": metrics.recall_at_k(qb.vectors[both], mapped_pool, rel[both], k),
+                "full_re_embed": None, "n_queries": len(both), "pool": len(pool_order), "k": k,
+            }
+    elif qb is not None:
         on_step("retrieval with new-model queries")
         # the retrieval pool is every sampled pair (held-out first, so rel indexes it), the closest stand-in for
         # the whole collection
@@ -232,7 +276,7 @@ def compatibility_report(old, new=None, *, sample: int = 5000, seed: int = 0, ho
                                                          rel_b, k),
                 "mapped_upgrade": metrics.recall_at_k(qb.vectors[both], est.transform(pool_x), rel_b, k),
                 "full_re_embed": metrics.recall_at_k(qb.vectors[both], pool_y, rel_b, k),
-                "n_queries": len(both), "pool": len(pool_order),
+                "n_queries": len(both), "pool": len(pool_order), "k": k,
             }
     else:
         # no queries: neighbourhood overlap, each held-out item's new vector as the query (itself excluded)
@@ -250,10 +294,19 @@ def verdict(report: dict) -> dict:
     retention = report.get("retrieval", {}).get("predicted")
     three = report.get("three_way")
     if three and three["mapped_upgrade"] < three["stay_on_old_model"] - t["worse_than_staying"]:
+        full = three.get("full_re_embed")
         return {"verdict": "NO-GO", "reason": (
             f"new-model queries over the mapped old vectors retrieve worse than staying on the old model "
-            f"(Recall@{report['retrieval']['k']} {three['mapped_upgrade']:.3f} vs {three['stay_on_old_model']:.3f}; "
-            f"a full re-embed gives {three['full_re_embed']:.3f}): keep the old model or re-embed")}
+            f"(Recall@{three.get('k', report.get('retrieval', {}).get('k', 10))} {three['mapped_upgrade']:.3f} vs {three['stay_on_old_model']:.3f}"
+            + (f"; a full re-embed gives {full:.3f}" if full is not None else "") + "): keep the old model or re-embed")}
+    if report.get("correspondences", {}).get("pseudo"):
+        c = report["correspondences"]
+        ru = report.get("retrieval_unsupervised")
+        got = f"; new-model queries over the mapped vectors reach Recall@{ru['k']} {ru['recall_mapped']:.3f}" if ru else ""
+        return {"verdict": "CAUTION", "reason": (
+            f"the correspondences are unsupervised pseudo-pairs ({c['mutual_fraction']:.0%} of the sample found a "
+            f"mutual partner){got}; retention against a re-embed cannot be measured without true pairs: give "
+            f"--model/--text-field or --seeds to measure it")}
     if top1 < t["no_go_top1"]:
         return {"verdict": "NO-GO", "reason": f"only {top1:.0%} of held-out items find their own new vector "
                                               f"(top-1 < {t['no_go_top1']:.0%}): the spaces do not align"}
