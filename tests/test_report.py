@@ -37,6 +37,20 @@ def test_report_uses_shared_ids_and_measures_held_out(full_report):
     assert 0.6 < ret["predicted"] <= 1.0 and ret["full_size"] == 1500
 
 
+def test_report_measures_the_options_and_recommends_one(full_report):
+    opt = full_report["options"]
+    rec = opt["recommendation"]
+    names = [o["name"] for o in rec["options"]]
+    assert "orthogonal (one global Q)" in names and "full re-embed" in names and rec["choice"] in names
+    curve = opt["reembed_curve"]["retention"]
+    assert set(curve) >= {"random", "anchor_residual"} and len(curve["random"]) == 4
+    assert all(0 < r <= 1.2 for ys in curve.values() for r in ys)
+    chosen = next(o for o in rec["options"] if o["name"] == rec["choice"])
+    if rec["meets_target"]:   # the cheapest of those meeting the target
+        assert all(o["total_s"] >= chosen["total_s"] for o in rec["options"] if o["retention"] >= opt["target"])
+    assert any(a.startswith("recommended option") for a in full_report["advice"])
+
+
 def test_three_way_comparison_drives_the_verdict(full_report):
     t = full_report["three_way"]
     assert t["full_re_embed"] > t["mapped_upgrade"]
@@ -143,7 +157,8 @@ def test_html_report_renders_in_headless_chromium(tmp_path, full_report):
              f"--user-data-dir={tmp_path / 'profile'}"]
     dom = subprocess.run([browser, *flags, "--dump-dom", page.as_uri()], capture_output=True, text=True, timeout=120)
     assert f">{full_report['verdict']['verdict']}</div>" in dom.stdout
-    assert dom.stdout.count("<svg") == 3 and "<polyline" in dom.stdout
+    assert dom.stdout.count("<svg") == 4 and "<polyline" in dom.stdout     # anchors, cosines, spectrum, re-embed
+    assert "Recommended:" in dom.stdout
     shot = tmp_path / "shot.png"
     subprocess.run([browser, *flags, f"--screenshot={shot}", "--window-size=1100,1600", page.as_uri()],
                    capture_output=True, timeout=120)

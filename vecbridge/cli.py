@@ -443,6 +443,8 @@ def search(wrapped, native, vectors_path, k, as_json):
 @click.option("--sample", type=int, default=5000, show_default=True)
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--center/--no-center", default=False, show_default=True)
+@click.option("--target", "target_retention", type=float, default=0.95, show_default=True,
+              help="Retention@k the recommended option must keep (measured with --queries).")
 @click.option("--unsupervised/--no-unsupervised", default=True, show_default=True,
               help="Fall back to unsupervised mini-vec2vec when no other correspondences exist.")
 @click.option("--html", "html_path", default=None, type=click.Path(dir_okay=False), help="Write an HTML report.")
@@ -451,7 +453,7 @@ def search(wrapped, native, vectors_path, k, as_json):
 @click.option("--json", "as_json", is_flag=True)
 @handle_errors
 def report(old_url, new_url, key, model, text_field, seeds, queries_url, old_queries_url, sample, seed, center,
-           unsupervised, html_path, fail_on, as_json):
+           target_retention, unsupervised, html_path, fail_on, as_json):
     """Dry-run compatibility report: will the upgrade work, and how much retrieval quality is kept?"""
     from pathlib import Path
 
@@ -464,7 +466,7 @@ def report(old_url, new_url, key, model, text_field, seeds, queries_url, old_que
     rep = compatibility_report(old_url, new_url, sample=sample, seed=seed, key=key, model=model,
                                text_field=text_field, seeds=seeds, queries_new=queries_url,
                                queries_old=old_queries_url, center=center, unsupervised=unsupervised,
-                               on_step=step)
+                               target_retention=target_retention, on_step=step)
     if html_path:
         Path(html_path).write_text(render_html(rep), encoding="utf-8")
     if as_json:

@@ -63,6 +63,17 @@ def render_html(report: dict) -> str:
         no = report["neighbourhood_overlap"]
         parts.append(f"<h2>Neighbourhoods</h2><p>top-{no['k']} overlap of held-out items' neighbourhoods, mapped vs "
                      f"native: {no['overlap']:.3f} (no queries given, so recall retention was not measured)</p>")
+    opt = report.get("options")
+    if opt:
+        rec = opt["recommendation"]
+        parts.append(f"<h2>Options that keep more quality (target retention {opt['target']:.2f})</h2>"
+                     f"<p><b>Recommended: {escape(rec['choice'])}</b> &mdash; {escape(rec['reason'])}</p><table>"
+                     "<tr><th>option</th><th>retention@k</th><th>compute for the collection</th>"
+                     "<th>extra storage</th></tr>")
+        for o in sorted(rec["options"], key=lambda o: -o["retention"]):
+            parts.append(_row([o["name"], f"{o['retention']:.3f}", f"{o['total_s']:.0f} s",
+                               f"{o['extra_storage_bytes'] / 1e6:.1f} MB"]))
+        parts.append("</table>")
     lc = report["learning_curve"]
     series = {"top-1": (lc["n_anchors"], lc["top1"])}
     if "retention" in lc:
@@ -77,5 +88,10 @@ def render_html(report: dict) -> str:
     sv = np.asarray(fit["singular_values"])
     parts.append(line_chart("Singular values of X^T Y", "index", "singular value",
                             {"spectrum": (np.arange(1, len(sv) + 1), sv)}))
+    if opt:
+        rc = opt["reembed_curve"]
+        fr = [100 * f for f in rc["fractions"]]
+        parts.append(line_chart("Retention vs fraction re-embedded", "% of items re-embedded", "retention@k",
+                                {name: (fr, ys) for name, ys in rc["retention"].items()}, ylim=(0.0, 1.05)))
     parts.append("</div></body></html>")
     return "\n".join(parts)

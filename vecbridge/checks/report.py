@@ -168,7 +168,7 @@ def compatibility_report(old, new=None, *, sample: int = 5000, seed: int = 0, ho
                          key: str | None = None, model: str | None = None, text_field: str | None = None,
                          seeds: str | None = None, queries_new=None, queries_old=None, k: int = 10,
                          center: bool = False, unsupervised: bool = True, unsupervised_params: dict | None = None,
-                         on_step=lambda s: None) -> dict:
+                         options: bool = True, target_retention: float = 0.95, on_step=lambda s: None) -> dict:
     """Everything a user needs to decide on an upgrade, as a JSON-serialisable dict (see the module docstring)."""
     import warnings
 
@@ -278,6 +278,10 @@ def compatibility_report(old, new=None, *, sample: int = 5000, seed: int = 0, ho
                 "full_re_embed": metrics.recall_at_k(qb.vectors[both], pool_y, rel_b, k),
                 "n_queries": len(both), "pool": len(pool_order), "k": k,
             }
+        if options:
+            on_step("measuring the options that keep more quality (local maps, re-embedding, re-ranking)")
+            report["options"] = _options_section(X[train], Y[train], X[held], Y[held], qb, rel, queries_old, k,
+                                                 old_info.count, target_retention, seed)
     else:
         # no queries: neighbourhood overlap, each held-out item's new vector as the query (itself excluded)
         ov = metrics.topk_overlap(Y[held], mapped_held, Y[held], k=k + 1)
@@ -285,6 +289,27 @@ def compatibility_report(old, new=None, *, sample: int = 5000, seed: int = 0, ho
     report["verdict"] = verdict(report)
     report["advice"] = advice(report)
     return report
+
+
+def _options_section(X_fit, Y_fit, X_eval, Y_eval, qb, rel, queries_old, k, n_items, target, seed) -> dict:
+    """Issue 7's options measured on this collection's held-out pairs, and the cheapest one that meets ``target``."""
+    from .options import CostModel, measure_options, recommend
+
+    Q_old = None
+    if queries_old is not None:
+        qa = _as_collection(queries_old).get(list(qb.ids))
+        if len(qa) == len(qb):
+            pos = {i: j for j, i in enumerate(qa.ids)}
+            Q_old = qa.vectors[[pos[i] for i in qb.ids]]
+    m = measure_options(X_fit, Y_fit, X_eval, Y_eval, qb.vectors, rel, Q_old=Q_old, k=k, random_state=seed)
+    cost = CostModel(n_items=int(n_items))
+    rec = recommend(m["options"], target=target, model=cost)
+    return {"target": target, "native_recall": m["native_recall"], "n_eval": m["n_eval"],
+            "n_queries": m["n_queries"], "reembed_curve": m["curves"]["reembed"],
+            "rerank": {str(K): v for K, v in m["curves"]["rerank"].items()},
+            "cost_model": {"n_items": cost.n_items, "n_queries": cost.n_queries,
+                           "encode_item_s": cost.encode_item_s, "encode_query_old_s": cost.encode_query_old_s},
+            "recommendation": rec}
 
 
 def verdict(report: dict) -> dict:
@@ -325,6 +350,9 @@ def verdict(report: dict) -> dict:
 
 def advice(report: dict) -> list[str]:
     out = []
+    opt = report.get("options")
+    if opt:
+        out.append(f"recommended option: {opt['recommendation']['reason']}")
     c = report["learning_curve"]
     key = "retention" if "retention" in c else "top1"
     if len(c[key]) >= 2 and c[key][-1] - c[key][-2] > 0.01:
