@@ -5,6 +5,7 @@ import warnings
 
 import numpy as np
 
+from .._blas import one_blas_thread
 from .base import LinearAlignment
 from .diagnostics import dot_product_discrepancy, mean_squared_residual
 from .moments import PairMoments
@@ -12,6 +13,15 @@ from .moments import PairMoments
 
 class FewPairsWarning(UserWarning):
     """The pairs do not determine the map on every direction (fewer independent pairs than dimensions)."""
+
+
+def procrustes_rotation(X, Y) -> np.ndarray:
+    """Only the map of :class:`OrthogonalProcrustes` (no centring, no diagnostics): ``U V^T`` from the thin SVD of
+    ``X^T Y`` in float64. For inner loops that refit many times (mini-vec2vec's refinements) and need nothing else."""
+    M = np.asarray(X, dtype=np.float64).T @ np.asarray(Y, dtype=np.float64)
+    with one_blas_thread():
+        U, _, Vt = np.linalg.svd(M, full_matrices=False)
+    return U @ Vt
 
 
 class OrthogonalProcrustes(LinearAlignment):
@@ -60,7 +70,8 @@ class OrthogonalProcrustes(LinearAlignment):
 
     def _fit_moments(self, moments: PairMoments):
         m = moments.centred() if self.center else moments
-        U, S, Vt = np.linalg.svd(m.xty, full_matrices=False)
+        with one_blas_thread():
+            U, S, Vt = np.linalg.svd(m.xty, full_matrices=False)
         R = U @ Vt
         scale = 1.0
         if self.scale:

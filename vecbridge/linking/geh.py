@@ -20,47 +20,20 @@ once; hashes only for the view's local sets). See :class:`GEH` for the defaults 
 """
 from __future__ import annotations
 
-import contextlib
 import math
 import time
 import warnings
 
 import numpy as np
 
+from .._blas import one_blas_thread as _one_thread
+from .._blas import thread_limit as _thread_limit
 from ..errors import InputError
 from ..validation import check_vectors
 from ..vectors import l2_normalize
-from .neighbors import KnnIndex, _faiss, csls_mutual_from_knn, knn
-
-try:  # small LAPACK calls (eigh, svd) run 10-30x slower with 2 OpenBLAS threads on a busy machine
-    from threadpoolctl import threadpool_limits as _threadpool_limits
-except ImportError:  # pragma: no cover - optional
-    _threadpool_limits = None
+from .neighbors import KnnIndex, csls_mutual_from_knn, knn
 
 MIN_SEEDS = 5
-
-
-def _one_thread():
-    return _threadpool_limits(1) if _threadpool_limits is not None else contextlib.nullcontext()
-
-
-@contextlib.contextmanager
-def _thread_limit(n: int | None):
-    """Limit BLAS (threadpoolctl, when installed) and faiss OpenMP threads to ``n`` for the duration; restore after."""
-    if not n:
-        yield
-        return
-    faiss = _faiss()
-    old = faiss.omp_get_max_threads() if faiss is not None else None
-    ctx = _threadpool_limits(int(n)) if _threadpool_limits is not None else contextlib.nullcontext()
-    try:
-        if faiss is not None:
-            faiss.omp_set_num_threads(int(n))
-        with ctx:
-            yield
-    finally:
-        if faiss is not None:
-            faiss.omp_set_num_threads(old)
 
 _SIGMA_SAMPLE = 128
 _PROJ_SAMPLE = 512
