@@ -131,3 +131,26 @@ def test_link_unsupervised_recovers_a_hidden_rotation_without_any_pairs(stores, 
     index = {sid: i for i, sid in enumerate(sample.ids)}
     correct = sum(t == f"h{index[s]}" for s, t in zip(src, tgt))
     assert len(src) >= 1000 and correct / len(src) >= 0.95, (correct, len(src))
+
+
+def test_fit_unsupervised_saves_mini_vec2vec_s_map(stores, sample):
+    """`vecbridge fit --pairs unsupervised`: no pairs at all, the artifact maps OLD onto the hidden isometry."""
+    from vecbridge.align import Alignment
+
+    rng = np.random.default_rng(4)
+    Q = np.linalg.qr(rng.standard_normal((768, 768)))[0][:384]
+    hidden = write_collection(f"file://{stores['root']}/hidden4", [f"g{i}" for i in range(1500)],
+                              (sample.docs_old @ Q).astype(np.float32))
+    out = stores["root"] / "unsup.vb"
+    fast = [a for kv in ("n_runs=5", "qap_restarts=10", "n_neighbors=10", "refine1_iter=2", "refine1_tol=0",
+                         "refine1_neighbors=1", "refine2_clusters=50") for a in ("--param", kv)]  # test_minivec2vec's
+    r = run("fit", "--source", stores["old"], "--target", hidden.url, "--pairs", "unsupervised", *fast,
+            "-o", out, "--json")
+    assert r.exit_code == 0, r.output
+    art = Alignment.load(out)
+    assert art.kind == "orthogonal" and (art.source_dim, art.target_dim) == (384, 768)
+    from vecbridge import metrics
+
+    assert metrics.pair_quality(art.transform(sample.docs_old), sample.docs_old @ Q).top1 > 0.95
+    r = run("fit", "--source", stores["old"], "--target", hidden.url, "--param", "n_runs=5", "-o", out)
+    assert r.exit_code == 3 and "--pairs unsupervised only" in r.output

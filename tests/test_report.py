@@ -93,7 +93,8 @@ def test_report_by_payload_key_and_by_re_embedding(tmp_path, sample):
     assert by_model["held_out"]["top1"] > 0.9
 
 
-FAST_UNSUPERVISED = dict(n_runs=5, qap_restarts=10, refine1_iter=10, refine2_clusters=100)
+FAST_UNSUPERVISED = dict(n_runs=5, qap_restarts=10, n_neighbors=10, refine1_iter=2, refine1_tol=0, refine1_neighbors=1,
+                         refine2_clusters=50)   # test_minivec2vec.FAST
 
 
 def test_report_falls_back_to_unsupervised_and_never_says_go(tmp_path, sample):

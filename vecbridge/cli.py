@@ -94,7 +94,8 @@ def main():
     """Change embedding models without re-embedding your vector database."""
 
 
-_pairs_help = "How records correspond: 'ids' (same id), 'field:NAME' (same payload value), or a CSV/JSON file of id pairs."
+_pairs_help = ("How records correspond: 'ids' (same id), 'field:NAME' (same payload value), a CSV/JSON file of id "
+               "pairs, or 'unsupervised' (none: mini-vec2vec on a sample of each).")
 
 
 @main.command()
@@ -116,11 +117,13 @@ _pairs_help = "How records correspond: 'ids' (same id), 'field:NAME' (same paylo
 @click.option("--batch-size", type=int, default=2000, show_default=True)
 @click.option("--source-model", default=None, help="Name of the old model (recorded in the artifact).")
 @click.option("--target-model", default=None, help="Name of the new model (recorded in the artifact).")
+@click.option("--param", "params", multiple=True, metavar="KEY=VALUE",
+              help="MiniVec2Vec parameter for --pairs unsupervised (repeatable).")
 @click.option("-o", "--output", required=True, type=click.Path(dir_okay=False), help="Where to write the alignment.")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 @handle_errors
 def fit(source_url, target_url, pairs, method, center, scale, alpha, normalize, holdout, max_pairs, seed,
-        batch_size, source_model, target_model, output, as_json):
+        batch_size, source_model, target_model, params, output, as_json):
     """Fit an alignment from SOURCE's embedding space to TARGET's and save it."""
     from .align.workflow import _as_collection, fit_alignment
 
@@ -133,7 +136,8 @@ def fit(source_url, target_url, pairs, method, center, scale, alpha, normalize, 
         alignment = fit_alignment(src, target_url, pairs=pairs, method=method, center=center, scale=scale,
                                   alpha=alpha, normalization=normalize, holdout=holdout, max_pairs=max_pairs,
                                   seed=seed, batch_size=batch_size, source_model=source_model,
-                                  target_model=target_model, on_batch=lambda n: progress.advance(task, n))
+                                  target_model=target_model, params=_parse_params(params),
+                                  on_batch=lambda n: progress.advance(task, n))
     path = alignment.save(output)
     summary = {"alignment": str(path), **alignment.summary()}
     if as_json:

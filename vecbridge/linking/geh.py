@@ -232,7 +232,8 @@ class GEH:
 
     * **Stabilised early iterations**: at least ``min_views=10`` views per iteration, a link needs at least
       ``min_votes=3`` votes as well as Otsu's threshold, the pool grows by at most ``max_growth=2x`` per iteration,
-      and votes decay by ``vote_decay=0.5`` per iteration (so early false links are demoted quickly). Read literally
+      and votes decay by ``vote_decay=0.5`` per iteration (the same F1 as cumulative votes, 0.875 vs 0.876, but
+      at alpha 0.15 it converges in 24 s instead of 87 s: stale early votes stop holding links in place). Read literally
       (``min_views=0, min_votes=1, max_growth=None, vote_decay=1``) the first iteration promotes hundreds of
       mostly wrong links that later iterations never remove.
     * ``k_csls=10`` (the paper's value is 50, inside its stable range [4, 50]): the CSLS hubness correction over 10
