@@ -332,8 +332,8 @@ def markdown(res: dict) -> str:
               "| K | " + " | ".join(pairs) + " |", "|---|" + "---|" * len(pairs)]
         for k_c in RERANK_K:
             L.append(f"| {k_c} | " + " | ".join(
-                f"{res['pairs'][p]['rerank'][stage][k_c]['retention']:.3f} "
-                f"({res['pairs'][p]['rerank'][stage][k_c]['candidates_covered']:.2f})" for p in pairs) + " |")
+                f"{res['pairs'][p]['rerank'][stage][str(k_c) if str(k_c) in res['pairs'][p]['rerank'][stage] else k_c]['retention']:.3f} "
+                f"({res['pairs'][p]['rerank'][stage][str(k_c) if str(k_c) in res['pairs'][p]['rerank'][stage] else k_c]['candidates_covered']:.2f})" for p in pairs) + " |")
     sp, enc = res.get("speed"), res.get("encode")
     if sp:
         L += ["", f"costs on this machine (2 shared cores, load ~8, 1 BLAS thread; medians; per 1M vectors scaled "

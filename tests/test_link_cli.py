@@ -154,3 +154,14 @@ def test_fit_unsupervised_saves_mini_vec2vec_s_map(stores, sample):
     assert metrics.pair_quality(art.transform(sample.docs_old), sample.docs_old @ Q).top1 > 0.95
     r = run("fit", "--source", stores["old"], "--target", hidden.url, "--param", "n_runs=5", "-o", out)
     assert r.exit_code == 3 and "--pairs unsupervised only" in r.output
+
+
+def test_fit_clustered_method_saves_local_maps(stores):
+    from vecbridge.align import Alignment
+
+    out = stores["root"] / "clustered.vb"
+    r = run("fit", "--source", stores["old"], "--target", stores["same"], "--method", "clustered", "-o", out,
+            "--json")
+    assert r.exit_code == 0, r.output
+    art = Alignment.load(out)
+    assert art.kind == "clustered" and art.metadata["fit"]["clustered"]["n_clusters"] >= 2

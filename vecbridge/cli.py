@@ -103,8 +103,10 @@ _pairs_help = ("How records correspond: 'ids' (same id), 'field:NAME' (same payl
 @click.option("--target", "target_url", default=None, help="Collection in the NEW model's space (URL).")
 @click.option("--pairs", default="ids", show_default=True,
               help=_pairs_help + " A .npz from 'vecbridge link' with vectors needs no collections.")
-@click.option("--method", type=click.Choice(["orthogonal", "linear", "ridge", "none"]), default="orthogonal",
-              show_default=True, help="Map family (orthogonal Procrustes; the others are baselines).")
+@click.option("--method", type=click.Choice(["orthogonal", "clustered", "linear", "ridge", "none"]),
+              default="orthogonal", show_default=True,
+              help="Map family: orthogonal Procrustes; clustered (one orthogonal map per cluster, keeps more "
+                   "retrieval quality); linear/ridge/none are baselines.")
 @click.option("--center/--no-center", default=False, show_default=True, help="Centre both sides before fitting.")
 @click.option("--scale/--no-scale", default=False, show_default=True, help="Also fit a global scale.")
 @click.option("--alpha", type=float, default=0.01, show_default=True, help="Ridge strength (relative), --method ridge.")

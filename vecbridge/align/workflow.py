@@ -18,6 +18,10 @@ from .procrustes import OrthogonalProcrustes
 METHODS = ("orthogonal", "linear", "ridge", "none")
 
 
+#: pairs held in memory for ``--method clustered`` when ``max_pairs`` is not given (local maps need the pairs)
+CLUSTERED_MAX_PAIRS = 200_000
+
+
 def make_estimator(method: str = "orthogonal", *, center: bool = False, scale: bool = False, alpha: float = 0.01):
     """The estimator behind a method name (the CLI's ``--method``)."""
     if method == "orthogonal":
@@ -127,6 +131,11 @@ def fit_alignment(source, target, *, pairs: str = "ids", method: str = "orthogon
         where = f"in {pairs}"
     moments = None
     n_seen = 0
+    kept: list = []          # method "clustered" fits on the pairs themselves (bounded by max_pairs), not moments
+    if method == "clustered" and max_pairs is None:
+        max_pairs = CLUSTERED_MAX_PAIRS
+        batches = iter_pairs(src, tgt, pairs, batch_size=batch_size, limit=max_pairs, seed=seed) \
+            if links is None else _vector_batches(links, batch_size, max_pairs)
     for s_batch, t_batch in batches:
         n_seen += len(s_batch)
         keep = ~in_holdout(s_batch.ids, holdout)
@@ -137,12 +146,20 @@ def fit_alignment(source, target, *, pairs: str = "ids", method: str = "orthogon
             moments = PairMoments(s_batch.dim, t_batch.dim)
         if len(X):
             moments.update(X, Y, offset=moments.n)
+            if method == "clustered":
+                kept.append((np.asarray(X, np.float32), np.asarray(Y, np.float32)))
         if on_batch:
             on_batch(len(s_batch))
     if moments is None or moments.n == 0:
         why = "no shared ids" if pairs == "ids" else "no matching pairs"
         raise InputError(f"cannot fit: {why} {where} ({n_seen} source records examined)")
-    estimator = make_estimator(method, center=center, scale=scale, alpha=alpha).fit_moments(moments)
+    if method == "clustered":
+        from .clustered import ClusteredProcrustes
+
+        estimator = ClusteredProcrustes(random_state=seed).fit(np.concatenate([x for x, _ in kept]),
+                                                               np.concatenate([y for _, y in kept]))
+    else:
+        estimator = make_estimator(method, center=center, scale=scale, alpha=alpha).fit_moments(moments)
     anchors = describe_pairs(pairs)
     if links is not None:
         anchors["method"] = links.mode
