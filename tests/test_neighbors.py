@@ -4,6 +4,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from vecbridge.errors import InputError
 from vecbridge.linking.neighbors import csls_best, knn, mutual_nearest_neighbours
 from vecbridge.vectors import l2_normalize
 
@@ -57,3 +58,14 @@ def test_mutual_nn_recovers_a_noisy_copy(data):
     assert len(pairs) > 390 and (pairs[:, 0] == pairs[:, 1]).all()
     plain, _ = mutual_nearest_neighbours(X + 0.05 * rng.normal(size=X.shape), X, k_csls=None)
     assert (plain[:, 0] == plain[:, 1]).mean() > 0.99
+
+
+def test_torch_backend_matches_numpy(sample):
+    pytest.importorskip("torch")
+    Q, B = sample.docs_new[:200], sample.docs_new[200:]
+    i_np, s_np = knn(Q, B, 10, backend="numpy")
+    i_t, s_t = knn(Q, B, 10, backend="torch", max_block_bytes=64 * 1300 * 4)    # several blocks
+    np.testing.assert_allclose(s_t, s_np, atol=1e-5)
+    assert np.mean(i_t == i_np) > 0.99                                            # float32 ties aside
+    with pytest.raises(InputError, match="unknown knn backend"):
+        knn(Q, B, 10, backend="cuda")

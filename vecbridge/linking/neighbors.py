@@ -2,7 +2,9 @@
 
 Everything works block by block (``max_block_bytes`` of scores at a time) so 100k x 100k never materialises an
 N x N matrix. When ``faiss`` is installed (``pip install "vecbridge[faiss]"``) exact inner-product search uses it;
-otherwise numpy BLAS does the same computation. Both give the same neighbours up to float32 ties.
+otherwise numpy BLAS does the same computation. ``backend="torch"`` runs the blocks on a GPU when torch sees one
+(CPU otherwise; ``pip install "vecbridge[torch]"``), and ``"auto"`` picks it only when torch is already imported and
+a GPU is present, so nothing ever requires one. All give the same neighbours up to float32 ties.
 
 CSLS (cross-domain similarity local scaling, Lample et al. 2018, as used by seed 003's GEH):
 ``CSLS(x, y) = 2 cos(x, y) - r_Y(x) - r_X(y)``, where ``r_Y(x)`` is the mean cosine of x to its ``k`` nearest
@@ -27,6 +29,41 @@ def _faiss():
         return None
 
 
+def _torch_device():
+    """``(torch, device)`` for the torch backend, or None when torch is not installed."""
+    import importlib.util
+
+    if importlib.util.find_spec("torch") is None:
+        return None
+    import torch
+
+    return torch, ("cuda" if torch.cuda.is_available() else "cpu")
+
+
+def _auto_gpu() -> bool:
+    import sys
+
+    torch = sys.modules.get("torch")
+    return bool(torch is not None and torch.cuda.is_available())
+
+
+def _knn_torch(Q, B, k_eff: int, max_block_bytes: int):
+    found = _torch_device()
+    if found is None:
+        raise InputError('backend "torch" needs torch: pip install "vecbridge[torch]"')
+    torch, device = found
+    Bt = torch.from_numpy(np.ascontiguousarray(B, dtype=np.float32)).to(device)
+    idx = np.empty((Q.shape[0], k_eff), dtype=np.int64)
+    sims = np.empty((Q.shape[0], k_eff), dtype=np.float32)
+    step = _rows_per_block(B.shape[0], max_block_bytes)
+    for lo in range(0, Q.shape[0], step):
+        Qt = torch.from_numpy(np.ascontiguousarray(Q[lo:lo + step], dtype=np.float32)).to(device)
+        top = torch.topk(Qt @ Bt.T, k_eff, dim=1, largest=True, sorted=True)
+        sims[lo:lo + step] = top.values.cpu().numpy()
+        idx[lo:lo + step] = top.indices.cpu().numpy()
+    return idx, sims
+
+
 def _rows_per_block(n_cols: int, max_block_bytes: int) -> int:
     return max(1, max_block_bytes // (4 * max(n_cols, 1)))
 
@@ -36,17 +73,23 @@ def knn(queries, base, k: int, *, normalize: bool = True, exclude_self: bool = F
     """The ``k`` most similar rows of ``base`` for every query by inner product (cosine when ``normalize``).
 
     Returns ``(indices, similarities)``, both (n_queries, k), best first. ``exclude_self`` drops index i from
-    query i's list (for kNN within one set). ``backend``: ``"auto"`` (faiss if installed), ``"faiss"``, ``"numpy"``.
+    query i's list (for kNN within one set). ``backend``: ``"auto"`` (torch on a GPU if torch is loaded and sees
+    one, else faiss if installed, else numpy), ``"faiss"``, ``"numpy"``, ``"torch"`` (GPU if present, else CPU).
     """
     Q = l2_normalize(queries) if normalize else np.asarray(queries, dtype=np.float32)
     B = l2_normalize(base) if normalize else np.asarray(base, dtype=np.float32)
     if Q.ndim != 2 or B.ndim != 2 or Q.shape[1] != B.shape[1]:
         raise InputError(f"knn: incompatible shapes {Q.shape} and {B.shape}")
     k_eff = min(k + int(exclude_self), B.shape[0])
-    faiss = _faiss() if backend in ("auto", "faiss") else None
+    if backend not in ("auto", "faiss", "numpy", "torch"):
+        raise InputError(f"unknown knn backend {backend!r} (auto, faiss, numpy, torch)")
+    use_torch = backend == "torch" or (backend == "auto" and _auto_gpu())
+    faiss = _faiss() if backend in ("auto", "faiss") and not use_torch else None
     if backend == "faiss" and faiss is None:
         raise InputError('backend "faiss" needs faiss: pip install "vecbridge[faiss]"')
-    if faiss is not None:
+    if use_torch:
+        idx, sims = _knn_torch(Q, B, k_eff, max_block_bytes)
+    elif faiss is not None:
         index = faiss.IndexFlatIP(B.shape[1])
         index.add(np.ascontiguousarray(B, dtype=np.float32))
         sims, idx = index.search(np.ascontiguousarray(Q, dtype=np.float32), k_eff)
