@@ -290,10 +290,12 @@ def _print_evaluation(result: dict):
 @click.option("--dry-run", is_flag=True, help="Print the plan (count, dims, estimated time and size); write nothing.")
 @click.option("--checkpoint", "checkpoint_path", default=None, type=click.Path(dir_okay=False),
               help="Checkpoint file (default: beside the alignment, named after the target).")
+@click.option("--index/--no-index", "build_index", default=True, show_default=True,
+              help="Build the target's vector index after the load (stores that defer it: pgvector).")
 @click.option("--json", "as_json", is_flag=True)
 @handle_errors
 def migrate(source_url, alignment_path, target_url, field, batch_size, resume, overwrite, dry_run, checkpoint_path,
-            as_json):
+            build_index, as_json):
     """Rewrite SOURCE_URL (old model) into the new model's space through an alignment."""
     from .migrate import migrate as run_migration
 
@@ -311,7 +313,7 @@ def migrate(source_url, alignment_path, target_url, field, batch_size, resume, o
     with progress:
         result = run_migration(source_url, alignment_path, target_url, field=field, batch_size=batch_size,
                                resume=resume, overwrite=overwrite, dry_run=dry_run, checkpoint_path=checkpoint_path,
-                               on_progress=advanced, on_start=started)
+                               build_index=build_index, on_progress=advanced, on_start=started)
     if as_json:
         _print_json(result)
         return

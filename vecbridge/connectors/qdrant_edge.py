@@ -54,10 +54,19 @@ _SHARDS_LOCK = threading.Lock()
 
 @atexit.register
 def _close_shards() -> None:
+    """Flush and close every shard still open at exit; a shard whose directory was already removed (a temporary
+    collection) has nothing left to save, so its error is not raised at interpreter exit."""
+    import os
+    import sys
+
     with _SHARDS_LOCK:
-        for shard in _SHARDS.values():
-            shard.flush()
-            shard.close()
+        for path, shard in _SHARDS.items():
+            try:
+                shard.flush()
+                shard.close()
+            except Exception as exc:  # noqa: BLE001 - at exit: say it in one line, never a traceback
+                if os.path.isdir(path):
+                    print(f"vecbridge: could not flush the Qdrant Edge shard {path}: {exc}", file=sys.stderr)
         _SHARDS.clear()
 
 

@@ -110,7 +110,7 @@ def plan_migration(src: Collection, alignment: Alignment, tgt: Collection, *, ba
 
 def migrate(source, alignment, target=None, *, field: str | None = None, batch_size: int | None = None,
             resume: bool = False, overwrite: bool = False, dry_run: bool = False, checkpoint_path=None,
-            metric: str | None = None, on_progress: Callable[[int], None] | None = None,
+            metric: str | None = None, build_index: bool = True, on_progress: Callable[[int], None] | None = None,
             on_start: Callable[[int, int], None] | None = None) -> dict:
     """Rewrite ``source`` (old model) into ``target`` (new model's space) through ``alignment``.
 
@@ -120,6 +120,8 @@ def migrate(source, alignment, target=None, *, field: str | None = None, batch_s
       write the mapped vectors there; the original vectors are never touched. ``target`` must be None or the source.
     * ``resume=True``: continue an interrupted run from its checkpoint (refused if anything differs).
     * ``dry_run=True``: return the plan and write nothing.
+    * ``build_index=False``: where the store defers its vector index (pgvector), leave the new collection without
+      one (the user builds it later, e.g. ``CREATE INDEX CONCURRENTLY`` in a maintenance window).
     """
     alignment, alignment_path = load_alignment(alignment)
     src = source if isinstance(source, Collection) else connect(source, read_only=True)
@@ -182,7 +184,8 @@ def migrate(source, alignment, target=None, *, field: str | None = None, batch_s
         if created:  # bad data in the source: never leave a half-written new collection behind
             _discard(tgt, ckpt)
         raise
-    tgt.build_index()
+    if build_index:
+        tgt.build_index()
     ckpt.finish()
     seconds = time.perf_counter() - t0
     return {"source": src.display_url, "target": tgt.display_url, "count": info.count, "written": written,
