@@ -34,8 +34,12 @@ def main():
         for row in module.run(n=n, repeats=args.repeats):
             rows.append({**row, "n": row.get("n", n)})
             print(json.dumps(rows[-1]), flush=True)
-    (ROOT / "bench" / "results").mkdir(parents=True, exist_ok=True)
-    (ROOT / "bench" / "results" / "connectors.json").write_text(json.dumps(rows, indent=1))
+    out = ROOT / "bench" / "results" / "connectors.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    if out.exists():  # keep the rows of stores not rerun this time
+        rerun = {r["store"] for r in rows}
+        rows = [r for r in json.loads(out.read_text()) if r["store"] not in rerun] + rows
+    out.write_text(json.dumps(rows, indent=1))
     print("\n| store | op | N | vecbridge (vectors/s) | store's own client (vectors/s) | overhead |")
     print("|---|---|---|---|---|---|")
     for r in rows:

@@ -206,6 +206,29 @@ def bench_store(engine_name: str, n: int, repeats: int, tmp: Path) -> dict:
         eng.stop()
 
 
+def translate_latency(repeats: int = 20) -> dict:
+    """Per-query time of translating a batch of 1,000 real 768-d MPNet queries into MiniLM's space (the only thing
+    a wrapped search adds to the store's own search), median of ``repeats`` calls, in a process that has done
+    nothing else (no model, no store server competing for the cores)."""
+    with tempfile.TemporaryDirectory() as d:
+        align = Alignment.load(alignment(Path(d)))
+    from vecbridge.migrate.wrap import translate_queries
+
+    Q = np.load(DATA / "mpnet_queries.npy").astype(np.float32)[:1000]
+    M = align._tensor("matrix", np.float32)
+    translate_queries(align, Q, "cosine")
+    ours, bare = [], []
+    for _ in range(repeats):
+        t = time.perf_counter()
+        translate_queries(align, Q, "cosine")
+        ours.append((time.perf_counter() - t) / len(Q) * 1e6)
+        t = time.perf_counter()
+        Q @ M.T
+        bare.append((time.perf_counter() - t) / len(Q) * 1e6)
+    return {"translate_us_per_query": statistics.median(ours), "bare_matmul_us_per_query": statistics.median(bare),
+            "batch": len(Q), "repeats": repeats}
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--n", type=int, default=100_000)
@@ -213,7 +236,11 @@ def main():
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--child", type=int, default=None, help=argparse.SUPPRESS)
     p.add_argument("--skip-memory", action="store_true")
+    p.add_argument("--latency-only", action="store_true", help="only the query-translation latency (no stores)")
     args = p.parse_args()
+    if args.latency_only:
+        print(json.dumps(translate_latency()))
+        return
     if args.child:
         return run_child(args.child, args.stores)
     rows = []

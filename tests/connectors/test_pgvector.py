@@ -72,6 +72,20 @@ def test_wrong_dimension_is_refused_and_nothing_is_written(server):
     coll.drop()
 
 
+def test_a_payload_that_is_not_json_aborts_the_whole_batch(server):
+    """Payloads are encoded chunk by chunk while the COPY streams: a bad one late in a large batch rolls it all back."""
+    coll = connect(server.url(_table(), password=PASSWORD)).create(dim=4)
+    n = 12_000                                   # more than two COPY chunks
+    payloads = [{"i": i} for i in range(n)]
+    payloads[-1] = {"bad": object()}
+    with pytest.raises(InputError, match="JSON"):
+        coll.upsert(VectorBatch([f"p{i}" for i in range(n)], np.ones((n, 4), np.float32), payloads))
+    assert coll.info().count == 0
+    coll.upsert(VectorBatch(["ok"], np.ones((1, 4), np.float32), [{"fine": 1}]))   # the connection still works
+    assert coll.info().count == 1
+    coll.drop()
+
+
 def test_server_killed_mid_scan_then_resume_after_restart(server):
     url = server.url(_table(), password=PASSWORD)
     coll = connect(url).create(dim=16)

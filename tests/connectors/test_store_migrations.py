@@ -54,6 +54,13 @@ def test_deferred_index_is_built_after_a_migration(engine, new_url, sample, alig
     src.upsert(VectorBatch(sample.ids, sample.docs_old))
     migrate(src.url, align, target.url)
     conn = target._connection()   # the connector's own connection (pgvector is the only deferred store)
-    n = conn.execute("SELECT count(*) FROM pg_indexes WHERE indexdef ILIKE '%%hnsw%%' AND tablename = %s",
-                     (target.table.split(".")[-1],)).fetchone()[0]
-    assert n == 1
+
+    def n_hnsw(coll):
+        return conn.execute("SELECT count(*) FROM pg_indexes WHERE indexdef ILIKE '%%hnsw%%' AND tablename = %s",
+                            (coll.table.split(".")[-1],)).fetchone()[0]
+
+    assert n_hnsw(target) == 1
+    # --no-index: the user builds it later; the data is complete either way
+    bare = connect(new_url("noindex"))
+    migrate(src.url, align, bare.url, build_index=False)
+    assert n_hnsw(bare) == 0 and bare.info().count == len(sample.ids)

@@ -124,6 +124,8 @@ class PgVectorCollection(Collection):
         self.keep_payloads = False
         self._conn: psycopg.Connection | None = None
         self._schema_cache: _Schema | None = None
+        #: optimistic bulk load: COPY straight into the table until an id conflict shows the rows may exist
+        self._rows_are_new = True
 
     # --- connection ---------------------------------------------------------------------------------------------------
     def _error(self, what: str, exc: BaseException) -> StoreError:
@@ -480,11 +482,7 @@ class PgVectorCollection(Collection):
         keys = self._keys(batch.ids, schema)
         if len(set(keys)) != len(keys):
             raise InputError("batch contains duplicate ids")
-        try:
-            payloads = [json.dumps(p, ensure_ascii=False, separators=(",", ":")).encode()
-                        for p in batch.payloads] if schema.has_payload else None
-        except (TypeError, ValueError) as exc:
-            raise InputError(f"payloads must be JSON-serialisable ({exc})") from None
+        payloads = batch.payloads if schema.has_payload else None
         vec, ident = sql.Identifier(self.vector_column), sql.Identifier(self.id_column)
         payload = sql.Identifier(self.payload_column)
         stage = sql.Identifier("_vecbridge_stage")
@@ -501,26 +499,30 @@ class PgVectorCollection(Collection):
             self.table_ident, ident, sql.SQL(schema.id_type))
 
         def copy_in(cur: psycopg.Cursor, statement: sql.Composable) -> None:
-            """Stream the batch in binary COPY format, formatting each chunk while the server parses the last."""
+            """Stream the batch in binary COPY format, encoding (payload JSON included) and formatting each chunk
+            while the server parses the last. A payload that is not JSON aborts the transaction: nothing is written."""
             with cur.copy(statement) as cp:
                 cp.write(_COPY_HEADER)
                 for lo in range(0, len(keys), _COPY_ROWS_PER_WRITE):
                     hi = lo + _COPY_ROWS_PER_WRITE
-                    cp.write(_copy_rows(vectors[lo:hi], keys[lo:hi], payloads and payloads[lo:hi], schema.int_ids))
+                    chunk = _json_payloads(payloads[lo:hi]) if payloads is not None else None
+                    cp.write(_copy_rows(vectors[lo:hi], keys[lo:hi], chunk, schema.int_ids))
                 cp.write(_COPY_TRAILER)
 
         def work(conn: psycopg.Connection) -> None:
             with conn.transaction(), conn.cursor() as cur:
                 # a field view writes into rows that exist: straight to the merge
                 direct = schema.binary_compatible and not self.keep_payloads
-                if direct and not cur.execute(any_exists, [keys]).fetchone()[0]:
-                    try:  # all rows are new (the usual case when filling a new table): COPY straight in
+                # While every batch so far was new (filling a new table, the usual bulk case) COPY straight in and
+                # let the primary key catch a repeat; after a conflict, look before writing (one indexed probe).
+                if direct and (self._rows_are_new or not cur.execute(any_exists, [keys]).fetchone()[0]):
+                    try:
                         with conn.transaction():
                             copy_in(cur, sql.SQL("COPY {} ({}) FROM STDIN (FORMAT BINARY)").format(
                                 self.table_ident, columns))
                         return
                     except psycopg.errors.UniqueViolation:
-                        pass  # a concurrent writer added one of the ids meanwhile: merge instead
+                        self._rows_are_new = False  # some ids exist (a resumed or repeated write): merge
                 cur.execute(sql.SQL("CREATE TEMP TABLE {} (v vector({}), id {}, p jsonb) ON COMMIT DROP").format(
                     stage, sql.Literal(dim), sql.SQL("int8" if schema.int_ids else "text")))
                 copy_in(cur, sql.SQL("COPY {} ({}) FROM STDIN (FORMAT BINARY)").format(stage, stage_columns))
@@ -535,6 +537,13 @@ class PgVectorCollection(Collection):
             raise StoreError(f"collection not found: {self.display_url}")
         self._run(lambda conn: conn.execute(sql.SQL("DROP TABLE {}").format(self.table_ident)), "drop the table")
         self._schema_cache = None
+
+
+def _json_payloads(payloads: list) -> list[bytes]:
+    try:
+        return [json.dumps(p, ensure_ascii=False, separators=(",", ":")).encode() for p in payloads]
+    except (TypeError, ValueError) as exc:
+        raise InputError(f"payloads must be JSON-serialisable ({exc})") from None
 
 
 def _copy_rows(vectors: np.ndarray, keys: list, payloads: list[bytes] | None, int_ids: bool) -> bytes:
