@@ -12,10 +12,8 @@ Milvus Lite is measured on ``lite_n`` vectors (it is pure Python).
 """
 from __future__ import annotations
 
-import statistics
 import sys
 import tempfile
-import time
 import uuid
 from pathlib import Path
 from typing import Callable
@@ -24,40 +22,15 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the engine plugin lives in the repo's tests/
 from tests.connectors.engines.milvus_server import MilvusServer  # noqa: E402
+from _paired import data, paired_vps, result_row  # noqa: E402
 from vecbridge.connectors import VectorBatch, connect  # noqa: E402
 from vecbridge.connectors.milvus import MilvusCollection  # noqa: E402
 
 BATCH = 5000
 
 
-def _data(n: int, dim: int) -> tuple[list[str], np.ndarray, list[dict]]:
-    vectors = np.random.default_rng(0).normal(size=(n, dim)).astype(np.float32)
-    return [f"doc-{i:07d}" for i in range(n)], vectors, [{"text": f"document {i}", "n": i} for i in range(n)]
-
-
-def _median_vps(n: int, repeats: int, setup: Callable[[], MilvusCollection],
-                jobs: dict[str, Callable[[MilvusCollection], None]], *, drop: bool) -> dict[str, float]:
-    """Median vectors/s of each job; the jobs take turns (in alternating order) so that a machine whose load
-    drifts during the run does not favour one of them."""
-    rates: dict[str, list[float]] = {name: [] for name in jobs}
-    for repeat in range(repeats):
-        for name in (list(jobs) if repeat % 2 == 0 else list(reversed(jobs))):
-            coll = setup()
-            start = time.perf_counter()
-            jobs[name](coll)
-            rates[name].append(n / (time.perf_counter() - start))
-            if drop:
-                coll.drop()
-    return {name: statistics.median(r) for name, r in rates.items()}
-
-
-def _row(store: str, op: str, ours: float, native: float) -> dict:
-    return {"store": store, "op": op, "vecbridge_vps": round(ours), "native_vps": round(native),
-            "overhead": round(native / ours - 1, 3)}
-
-
 def _measure(store: str, make_url: Callable[[str], str], n: int, dim: int, repeats: int) -> list[dict]:
-    ids, vectors, payloads = _data(n, dim)
+    ids, vectors, payloads = data(n, dim)
 
     def fresh() -> MilvusCollection:
         return connect(make_url(f"b_{uuid.uuid4().hex[:10]}")).create(dim=dim)
@@ -85,14 +58,14 @@ def _measure(store: str, make_url: Callable[[str], str], n: int, dim: int, repea
         iterator.close()
         assert count == n
 
-    upsert = _median_vps(n, repeats, fresh, {"ours": ours_upsert, "native": native_upsert}, drop=True)
+    upsert = paired_vps(n, repeats, fresh, ours_upsert, native_upsert)
     filled = fresh()
     native_upsert(filled)
     filled._client.flush(filled.name)
     filled.info()  # loads the collection outside the timed part
-    scan = _median_vps(n, repeats, lambda: filled, {"ours": ours_scan, "native": native_scan}, drop=False)
+    scan = paired_vps(n, repeats, lambda: filled, ours_scan, native_scan, drop=False)
     filled.drop()
-    return [_row(store, "upsert", upsert["ours"], upsert["native"]), _row(store, "scan", scan["ours"], scan["native"])]
+    return [result_row(store, "upsert", *upsert), result_row(store, "scan", *scan)]
 
 
 def run(n: int = 100_000, dim: int = 384, repeats: int = 3, lite_n: int = 10_000) -> list[dict]:

@@ -13,13 +13,10 @@ way rows arrive (about 250 rows/s at 384 dims on 2 cores) and would hide the cli
 from __future__ import annotations
 
 import shutil
-import statistics
 import sys
 import tempfile
-import time
 import uuid
 from pathlib import Path
-from typing import Callable
 
 import numpy as np
 from psycopg import sql
@@ -27,42 +24,15 @@ from psycopg.types.json import Jsonb
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the engine plugin lives in the repo's tests/
 from tests.connectors.engines.pgvector import PgServer  # noqa: E402
+from _paired import data, paired_vps, result_row  # noqa: E402
 from vecbridge.connectors import VectorBatch, connect  # noqa: E402
 from vecbridge.connectors.pgvector import PgVectorCollection  # noqa: E402
 
 BATCH = 10_000
 
 
-def _data(n: int, dim: int) -> tuple[list[str], np.ndarray, list[dict]]:
-    vectors = np.random.default_rng(0).normal(size=(n, dim)).astype(np.float32)
-    return [f"doc-{i:07d}" for i in range(n)], vectors, [{"text": f"document {i}", "n": i} for i in range(n)]
-
-
-def _paired_vps(n: int, repeats: int, setup: Callable[[], PgVectorCollection],
-                ours: Callable[[PgVectorCollection], None], native: Callable[[PgVectorCollection], None], *,
-                drop: bool = True) -> tuple[float, float]:
-    """Median vectors/s of our job and of the native one, run alternately (so that load drifting on a shared
-    machine hits both alike), each on a fresh collection (or a shared one, with ``drop=False``)."""
-    rates: dict = {ours: [], native: []}
-    for r in range(repeats):
-        for job in (ours, native) if r % 2 == 0 else (native, ours):
-            coll = setup()
-            start = time.perf_counter()
-            job(coll)
-            rates[job].append(n / (time.perf_counter() - start))
-            if drop:
-                coll.drop()
-    return statistics.median(rates[ours]), statistics.median(rates[native])
-
-
-def _row(op: str, rates: tuple[float, float]) -> dict:
-    ours, native = rates
-    return {"store": "pgvector", "op": op, "vecbridge_vps": round(ours), "native_vps": round(native),
-            "overhead": round(native / ours - 1, 3)}
-
-
 def run(n: int = 100_000, dim: int = 384, repeats: int = 3) -> list[dict]:
-    ids, vectors, payloads = _data(n, dim)
+    ids, vectors, payloads = data(n, dim)
     workdir = Path(tempfile.mkdtemp(prefix="vecbridge-bench-pg-"))
     server = PgServer(workdir).start()
     try:
@@ -102,10 +72,10 @@ def run(n: int = 100_000, dim: int = 384, repeats: int = 3) -> list[dict]:
                     if rows:
                         np.stack([r[1].to_numpy() for r in rows]).astype(np.float32)
 
-        upsert = _row("upsert", _paired_vps(n, repeats, fresh, vb_upsert, native_upsert))
+        upsert = result_row("pgvector", "upsert", *paired_vps(n, repeats, fresh, vb_upsert, native_upsert))
         filled = fresh()
         vb_upsert(filled)
-        scan = _row("scan", _paired_vps(n, repeats, lambda: filled, vb_scan, native_scan, drop=False))
+        scan = result_row("pgvector", "scan", *paired_vps(n, repeats, lambda: filled, vb_scan, native_scan, drop=False))
         filled.drop()
         filled.close()
         return [upsert, scan]

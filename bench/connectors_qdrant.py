@@ -11,43 +11,17 @@ about 300 points/s, whatever the caller does.
 from __future__ import annotations
 
 import shutil
-import statistics
 import sys
 import tempfile
-import time
 import uuid
 from pathlib import Path
-from typing import Callable
 
 import numpy as np
 
-from vecbridge.connectors import Collection, VectorBatch, connect
+from _paired import data, median_vps, result_row
+from vecbridge.connectors import VectorBatch, connect
 
 BATCH = 1000
-
-
-def _data(n: int, dim: int) -> tuple[list[int], np.ndarray, list[dict]]:
-    vectors = np.random.default_rng(0).normal(size=(n, dim)).astype(np.float32)
-    return list(range(n)), vectors, [{"text": f"document {i}", "n": i} for i in range(n)]
-
-
-def _median_vps(n: int, repeats: int, setup: Callable[[], Collection], job: Callable[[Collection], None],
-                *, drop: bool = True) -> float:
-    """Median vectors/s of ``job`` over fresh (or shared) collections, dropping fresh ones after each run."""
-    rates = []
-    for _ in range(repeats):
-        coll = setup()
-        start = time.perf_counter()
-        job(coll)
-        rates.append(n / (time.perf_counter() - start))
-        if drop:
-            coll.drop()
-    return statistics.median(rates)
-
-
-def _row(store: str, op: str, ours: float, native: float) -> dict:
-    return {"store": store, "op": op, "vecbridge_vps": round(ours), "native_vps": round(native),
-            "overhead": round(native / ours - 1, 3)}
 
 
 def _vb_upsert(coll, ids, vectors, payloads) -> None:
@@ -61,7 +35,7 @@ def _vb_scan(coll) -> None:
 
 
 def bench_qdrant_local(n: int, dim: int, repeats: int) -> list[dict]:
-    ids, vectors, payloads = _data(n, dim)
+    ids, vectors, payloads = data(n, dim, int_ids=True)
 
     def fresh():
         return connect(f"qdrant://:memory:/bench_{uuid.uuid4().hex[:8]}").create(dim=dim, metric="cosine")
@@ -83,10 +57,10 @@ def bench_qdrant_local(n: int, dim: int, repeats: int) -> list[dict]:
     filled = fresh()
     _vb_upsert(filled, ids, vectors, payloads)
     rows = [
-        _row("qdrant-local", "upsert", _median_vps(n, repeats, fresh, lambda c: _vb_upsert(c, ids, vectors, payloads)),
-             _median_vps(n, repeats, fresh, native_upsert)),
-        _row("qdrant-local", "scan", _median_vps(n, repeats, lambda: filled, _vb_scan, drop=False),
-             _median_vps(n, repeats, lambda: filled, native_scan, drop=False)),
+        result_row("qdrant-local", "upsert", median_vps(n, repeats, fresh, lambda c: _vb_upsert(c, ids, vectors, payloads)),
+             median_vps(n, repeats, fresh, native_upsert)),
+        result_row("qdrant-local", "scan", median_vps(n, repeats, lambda: filled, _vb_scan, drop=False),
+             median_vps(n, repeats, lambda: filled, native_scan, drop=False)),
     ]
     filled.drop()
     return rows
@@ -95,7 +69,7 @@ def bench_qdrant_local(n: int, dim: int, repeats: int) -> list[dict]:
 def bench_qdrant_edge(n: int, dim: int, repeats: int) -> list[dict]:
     import qdrant_edge as qe
 
-    ids, vectors, payloads = _data(n, dim)
+    ids, vectors, payloads = data(n, dim, int_ids=True)
     workdir = Path(tempfile.mkdtemp(prefix="vecbridge-bench-edge-"))
 
     def fresh():
@@ -121,10 +95,10 @@ def bench_qdrant_edge(n: int, dim: int, repeats: int) -> list[dict]:
     filled = fresh()
     _vb_upsert(filled, ids, vectors, payloads)
     rows = [
-        _row("qdrant-edge", "upsert", _median_vps(n, repeats, fresh, lambda c: _vb_upsert(c, ids, vectors, payloads)),
-             _median_vps(n, repeats, fresh, native_upsert)),
-        _row("qdrant-edge", "scan", _median_vps(n, repeats, lambda: filled, _vb_scan, drop=False),
-             _median_vps(n, repeats, lambda: filled, native_scan, drop=False)),
+        result_row("qdrant-edge", "upsert", median_vps(n, repeats, fresh, lambda c: _vb_upsert(c, ids, vectors, payloads)),
+             median_vps(n, repeats, fresh, native_upsert)),
+        result_row("qdrant-edge", "scan", median_vps(n, repeats, lambda: filled, _vb_scan, drop=False),
+             median_vps(n, repeats, lambda: filled, native_scan, drop=False)),
     ]
     filled.drop()
     shutil.rmtree(workdir, ignore_errors=True)

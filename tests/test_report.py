@@ -93,6 +93,19 @@ def test_report_by_payload_key_and_by_re_embedding(tmp_path, sample):
     assert by_model["held_out"]["top1"] > 0.9
 
 
+def test_report_grows_seed_pairs_with_geh(tmp_path, sample):
+    """No shared ids, 20 known pairs: GEH's links are the correspondences, and they are mostly the true ones."""
+    old = write_collection(f"file://{tmp_path}/old", [f"o{i}" for i in range(1500)], sample.docs_old)
+    new = write_collection(f"file://{tmp_path}/new", [f"n{i}" for i in range(500, 1500)], sample.docs_new[500:])
+    chosen = np.random.default_rng(0).choice(np.arange(500, 1500), 20, replace=False)
+    seeds = tmp_path / "seeds.csv"
+    seeds.write_text("source_id,target_id\n" + "".join(f"o{i},n{i}\n" for i in chosen))
+    r = compatibility_report(old.url, new.url, seeds=str(seeds), sample=1500, unsupervised=False)
+    c = r["correspondences"]
+    assert c["mode"] == "geh" and "20 seed pairs" in c["reason"] and 700 <= c["n"] < 1500
+    assert r["held_out"]["top1"] > 0.9          # held-out GEH links are mapped onto their own partners
+
+
 FAST_UNSUPERVISED = dict(n_runs=5, qap_restarts=10, n_neighbors=10, refine1_iter=2, refine1_tol=0, refine1_neighbors=1,
                          refine2_clusters=50)   # test_minivec2vec.FAST
 

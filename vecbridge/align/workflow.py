@@ -60,20 +60,12 @@ def _vector_batches(links, batch_size: int, max_pairs):
 
 
 def _fit_unsupervised(source, target, *, n: int, seed: int, params: dict, source_model, target_model) -> Alignment:
-    from ..linking.minivec2vec import MiniVec2Vec
+    from ..linking.run import unsupervised_fit
 
     if source is None or target is None:
         raise InputError("--pairs unsupervised needs --source and --target")
     src, tgt = _as_collection(source), _as_collection(target)
-    a, b = src.sample(n, seed=seed), tgt.sample(n, seed=seed + 1)
-    for coll, batch in ((src, a), (tgt, b)):
-        if len(batch) == 0:
-            raise InputError(f"collection is empty: {coll.display_url}")
-    try:
-        est = MiniVec2Vec(**{"random_state": seed, **params})
-    except TypeError:
-        raise InputError(f"MiniVec2Vec does not take {', '.join(sorted(params))}") from None
-    est.fit(a.vectors, b.vectors)
+    a, b, est = unsupervised_fit(src, tgt, sample=n, seed=seed, params=params)
     info_s, info_t = src.info(), tgt.info()
     return Alignment.from_estimator(
         est.procrustes_, source_model=source_model, target_model=target_model, metric=info_t.metric,

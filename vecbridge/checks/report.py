@@ -96,12 +96,10 @@ def find_correspondences(old: Collection, new: Collection | None, *, sample: int
 
 def _unsupervised_correspondences(old, new, sample, seed, params) -> Correspondences:
     """mini-vec2vec (seed 002) on a sample of each side, then the mutual nearest neighbours under its map."""
-    from ..linking.minivec2vec import MiniVec2Vec
-    from ..linking.neighbors import mutual_nearest_neighbours
+    from ..linking.run import pseudo_pairs, unsupervised_fit
 
-    a, b = old.sample(sample, seed=seed), new.sample(sample, seed=seed + 1)
-    est = MiniVec2Vec(**{"random_state": seed, **params}).fit(a.vectors, b.vectors)
-    pairs, scores = mutual_nearest_neighbours(est.transform(a.vectors), b.vectors)
+    a, b, est = unsupervised_fit(old, new, sample=sample, seed=seed, params=params)
+    pairs, scores = pseudo_pairs(est, a, b)
     frac = len(pairs) / max(min(len(a), len(b)), 1)
     diag = {"mutual_pairs": int(len(pairs)), "mutual_fraction": float(frac),
             "mean_csls": float(np.mean(scores)) if len(scores) else 0.0}
@@ -112,28 +110,15 @@ def _unsupervised_correspondences(old, new, sample, seed, params) -> Corresponde
 
 
 def _geh_correspondences(old, new, seeds, sample, seed) -> Correspondences:
-    from ..linking import read_pairs_file
-    from ..linking.run import _optional
+    from ..linking.run import geh_fit
 
-    GEH = _optional("geh", "GEH")
-
-    pairs = read_pairs_file(seeds)
-    a = old.sample(sample, seed=seed)
-    b = new.sample(sample, seed=seed)
-    seed_a = old.get([p[0] for p in pairs])
-    seed_b = new.get([p[1] for p in pairs])
-    # the seeds join the samples so GEH can anchor on them
-    A = np.concatenate([seed_a.vectors, a.vectors])
-    B = np.concatenate([seed_b.vectors, b.vectors])
-    n_seeds = min(len(seed_a), len(seed_b))
-    geh = GEH(random_state=seed).fit(A, B, np.stack([np.arange(n_seeds), np.arange(n_seeds)], axis=1))
-    links = geh.links_
+    a, b, geh = geh_fit(old, new, seeds, sample=sample, seed=seed)
+    links, n_seeds = geh.links_, int(geh.is_seed_.sum())
     if len(links) < MIN_PAIRS:
         raise InputError(f"GEH grew only {len(links)} links from {n_seeds} seeds: too few to fit a map")
-    ids = (list(seed_a.ids) + list(a.ids))
     return Correspondences("geh", f"no shared ids; GEH grew {len(links):,} links from {n_seeds} seed pairs "
-                           f"(mean confidence {float(np.mean(geh.confidence_)):.2f})", A[links[:, 0]], B[links[:, 1]],
-                           [ids[i] for i in links[:, 0]])
+                           f"(mean confidence {float(np.mean(geh.confidence_)):.2f})", a.vectors[links[:, 0]],
+                           b.vectors[links[:, 1]], [a.ids[i] for i in links[:, 0]])
 
 
 def _retention_curve(Qn, mapped, native, rel, k, rng, full_size) -> dict:
@@ -239,48 +224,37 @@ def compatibility_report(old, new=None, *, sample: int = 5000, seed: int = 0, ho
             curve["retention"].append(metrics.recall_retention(qb.vectors, mapped_s, Y[held], rel, k=k)["retention"])
     report["learning_curve"] = curve
 
-    if qb is not None and corr.pseudo:
-        # pseudo-pairs: the partners are estimates, so no "native" pool exists; measure what needs no true pairs
-        on_step("retrieval with new-model queries (mapped old vectors only)")
-        pool_order = np.concatenate([held, train])
-        mapped_pool = est.transform(X[pool_order])
-        report["retrieval_unsupervised"] = {"k": k, "n_queries": len(qb), "pool": len(pool_order),
-                                            "recall_mapped": metrics.recall_at_k(qb.vectors, mapped_pool, rel, k)}
-        if queries_old is not None:
-            qa = _as_collection(queries_old).get(list(qb.ids))
-            pos_a = {i: j for j, i in enumerate(qa.ids)}
-            both = [j for j, i in enumerate(qb.ids) if i in pos_a]
-            report["three_way"] = {
-                "stay_on_old_model": metrics.recall_at_k(qa.vectors[[pos_a[qb.ids[j]] for j in both]],
-                                                         X[pool_order], rel[both], k),
-                "mapped_upgrade": metrics.recall_at_k(qb.vectors[both], mapped_pool, rel[both], k),
-                "full_re_embed": None, "n_queries": len(both), "pool": len(pool_order), "k": k,
-            }
-    elif qb is not None:
-        on_step("retrieval with new-model queries")
+    if qb is not None:
         # the retrieval pool is every sampled pair (held-out first, so rel indexes it), the closest stand-in for
         # the whole collection
         pool_order = np.concatenate([held, train])
-        report["retrieval"] = _retention_curve(qb.vectors, est.transform(X[pool_order]), Y[pool_order], rel, k,
-                                               rng, old_info.count)
-        report["retrieval"]["k"] = k
-        report["retrieval"]["n_queries"] = len(qb)
-        if queries_old is not None:
-            qa = _as_collection(queries_old).get(list(qb.ids))
-            pos_a = {i: j for j, i in enumerate(qa.ids)}
-            both = [j for j, i in enumerate(qb.ids) if i in pos_a]
+        pool_x = X[pool_order]
+        mapped_pool = est.transform(pool_x)
+        both, Q_old = _old_queries(queries_old, qb)     # fetched once: three-way comparison and options
+        if corr.pseudo:
+            # pseudo-pairs: the partners are estimates, so no "native" pool exists; measure what needs no true pairs
+            on_step("retrieval with new-model queries (mapped old vectors only)")
+            report["retrieval_unsupervised"] = {"k": k, "n_queries": len(qb), "pool": len(pool_order),
+                                                "recall_mapped": metrics.recall_at_k(qb.vectors, mapped_pool, rel, k)}
+        else:
+            on_step("retrieval with new-model queries")
+            report["retrieval"] = _retention_curve(qb.vectors, mapped_pool, Y[pool_order], rel, k, rng,
+                                                   old_info.count)
+            report["retrieval"]["k"] = k
+            report["retrieval"]["n_queries"] = len(qb)
+        if Q_old is not None:
             rel_b = rel[both]
-            pool_x, pool_y = X[pool_order], Y[pool_order]
             report["three_way"] = {
-                "stay_on_old_model": metrics.recall_at_k(qa.vectors[[pos_a[qb.ids[j]] for j in both]], pool_x,
-                                                         rel_b, k),
-                "mapped_upgrade": metrics.recall_at_k(qb.vectors[both], est.transform(pool_x), rel_b, k),
-                "full_re_embed": metrics.recall_at_k(qb.vectors[both], pool_y, rel_b, k),
+                "stay_on_old_model": metrics.recall_at_k(Q_old, pool_x, rel_b, k),
+                "mapped_upgrade": metrics.recall_at_k(qb.vectors[both], mapped_pool, rel_b, k),
+                "full_re_embed": None if corr.pseudo else metrics.recall_at_k(qb.vectors[both], Y[pool_order],
+                                                                              rel_b, k),
                 "n_queries": len(both), "pool": len(pool_order), "k": k,
             }
-        if options:
+        if options and not corr.pseudo:
             on_step("measuring the options that keep more quality (local maps, re-embedding, re-ranking)")
-            report["options"] = _options_section(X[train], Y[train], X[held], Y[held], qb, rel, queries_old, k,
+            all_old = Q_old if Q_old is not None and len(both) == len(qb) else None
+            report["options"] = _options_section(X[train], Y[train], X[held], Y[held], qb, rel, all_old, k,
                                                  old_info.count, target_retention, seed)
     else:
         # no queries: neighbourhood overlap, each held-out item's new vector as the query (itself excluded)
@@ -291,16 +265,22 @@ def compatibility_report(old, new=None, *, sample: int = 5000, seed: int = 0, ho
     return report
 
 
-def _options_section(X_fit, Y_fit, X_eval, Y_eval, qb, rel, queries_old, k, n_items, target, seed) -> dict:
-    """Issue 7's options measured on this collection's held-out pairs, and the cheapest one that meets ``target``."""
+def _old_queries(queries_old, qb):
+    """The old-model vectors of the queries in ``qb`` (same order): ``(rows of qb that have one, vectors)``, or
+    ``(None, None)`` without old-model queries."""
+    if queries_old is None:
+        return None, None
+    qa = _as_collection(queries_old).get(list(qb.ids))
+    pos = {i: j for j, i in enumerate(qa.ids)}
+    both = np.array([j for j, i in enumerate(qb.ids) if i in pos], dtype=np.int64)
+    return both, qa.vectors[[pos[qb.ids[j]] for j in both]]
+
+
+def _options_section(X_fit, Y_fit, X_eval, Y_eval, qb, rel, Q_old, k, n_items, target, seed) -> dict:
+    """Issue 7's options measured on this collection's held-out pairs, and the cheapest one that meets ``target``.
+    ``Q_old``: the old-model vectors of all of ``qb``'s queries (dual-query fusion), or None."""
     from .options import CostModel, measure_options, recommend
 
-    Q_old = None
-    if queries_old is not None:
-        qa = _as_collection(queries_old).get(list(qb.ids))
-        if len(qa) == len(qb):
-            pos = {i: j for j, i in enumerate(qa.ids)}
-            Q_old = qa.vectors[[pos[i] for i in qb.ids]]
     m = measure_options(X_fit, Y_fit, X_eval, Y_eval, qb.vectors, rel, Q_old=Q_old, k=k, random_state=seed)
     cost = CostModel(n_items=int(n_items))
     rec = recommend(m["options"], target=target, model=cost)

@@ -27,6 +27,7 @@ import atexit
 import json
 import os
 import shutil
+import sys
 import threading
 from pathlib import Path
 from typing import Any, Callable, Iterator, Sequence
@@ -56,9 +57,6 @@ _SHARDS_LOCK = threading.Lock()
 def _close_shards() -> None:
     """Flush and close every shard still open at exit; a shard whose directory was already removed (a temporary
     collection) has nothing left to save, so its error is not raised at interpreter exit."""
-    import os
-    import sys
-
     with _SHARDS_LOCK:
         for path, shard in _SHARDS.items():
             try:

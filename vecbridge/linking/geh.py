@@ -22,12 +22,10 @@ from __future__ import annotations
 
 import math
 import time
-import warnings
 
 import numpy as np
 
-from .._blas import one_blas_thread as _one_thread
-from .._blas import thread_limit as _thread_limit
+from .._blas import one_blas_thread, thread_limit
 from ..errors import InputError
 from ..validation import check_vectors
 from ..vectors import l2_normalize
@@ -37,7 +35,6 @@ MIN_SEEDS = 5
 
 _SIGMA_SAMPLE = 128
 _PROJ_SAMPLE = 512
-_EDGE_BLOCK = 1024
 _REFINE_MIN_LINKS = 100   # below this many GEH links a fitted map is not trusted: no refinement
 _EXACT_MAX = 20_000        # above this many rows, neighbour searches use an inverted file (approximate)
 
@@ -369,7 +366,7 @@ class GEH:
             sub = np.concatenate([H1[rng.choice(n1, min(n1, _PROJ_SAMPLE), replace=False)],
                                   H2[rng.choice(n2, min(n2, _PROJ_SAMPLE), replace=False)]])
             sub = sub.astype(np.float64)
-            with _one_thread():
+            with one_blas_thread():
                 _, vecs = np.linalg.eigh(sub.T @ sub)             # principal directions, ascending
             P = np.ascontiguousarray(vecs[:, ::-1][:, :self.proj_dim], dtype=np.float32)
             H1, H2 = H1 @ P, H2 @ P
@@ -500,14 +497,11 @@ class GEH:
         """Optional last stage (ours, not in the paper): fit an orthogonal Procrustes map on the GEH links, take CSLS
         mutual nearest neighbours under it, keep those whose CSLS score belongs to the upper mode of a two-Gaussian
         mixture (posterior >= 0.5); ``refine_iter`` rounds, seeds always kept."""
-        from ..align import OrthogonalProcrustes  # local import: align does not depend on linking
+        from ..align.procrustes import procrustes_rotation  # local import: align does not depend on linking
         n1, n2 = X1.shape[0], X2.shape[0]
         L1, L2 = link1, link2
         for _ in range(max(1, int(self.refine_iter))):
-            with warnings.catch_warnings(), _one_thread():
-                warnings.simplefilter("ignore")
-                M = OrthogonalProcrustes().fit(X1[L1], X2[L2])
-            R = M.rotation_
+            R = procrustes_rotation(X1[L1], X2[L2])     # only the map is needed, not the estimator's diagnostics
             if R.shape[0] <= R.shape[1]:    # X1 R is an isometric embedding: cos = x1 . (x2 R^T), search in d1
                 A, B = X1, np.ascontiguousarray(X2 @ R.T)
             else:                           # R projects: cos = (x1 R) . x2 / |x1 R|, search in d2
@@ -538,7 +532,7 @@ class GEH:
     def fit(self, X1, X2, seed_pairs):
         """Link rows of ``X1`` (n1, d1) to rows of ``X2`` (n2, d2) from ``seed_pairs`` ((s, 2) row indices, s >= 5);
         returns self with ``links_``, ``confidence_`` and the diagnostics above."""
-        with _thread_limit(self.n_threads):
+        with thread_limit(self.n_threads):
             return self._fit(X1, X2, seed_pairs)
 
     def _fit(self, X1, X2, seed_pairs):

@@ -26,6 +26,45 @@ def _estimator(cls, params: dict, seed: int):
                          f"(known: {', '.join(known)})") from None
 
 
+def geh_fit(source: Collection, target: Collection, seeds: str | None, *, sample: int, seed: int,
+            params: dict | None = None, on_step: Callable[[str], None] = lambda s: None):
+    """GEH (seed 003) grown from the id pairs in the file ``seeds`` over the seed records plus a uniform sample of
+    each collection. Returns ``(source_batch, target_batch, fitted GEH)``; ``links_`` index the two batches. Shared
+    by ``link --mode geh`` and the report."""
+    from .geh import GEH
+
+    if not seeds:
+        raise InputError("--mode geh needs --seeds FILE (15-30 known id pairs)")
+    est = _estimator(GEH, params or {}, seed)
+    pairs = read_pairs_file(seeds)
+    a = _with_seeds(source, sample, seed, [p[0] for p in pairs])
+    b = _with_seeds(target, sample, seed, [p[1] for p in pairs])
+    on_step(f"growing {len(pairs)} seed pairs with GEH over {len(a):,} x {len(b):,} vectors")
+    idx = np.arange(len(pairs))
+    return a, b, est.fit(a.vectors, b.vectors, np.stack([idx, idx], axis=1))
+
+
+def unsupervised_fit(source: Collection, target: Collection, *, sample: int, seed: int, params: dict | None = None):
+    """mini-vec2vec (seed 002) on a uniform sample of each collection (different seeds: the samples are unpaired).
+    Returns ``(source_sample, target_sample, fitted MiniVec2Vec)``; shared by ``link``, ``fit --pairs unsupervised``
+    and the report."""
+    from .minivec2vec import MiniVec2Vec
+
+    est = _estimator(MiniVec2Vec, params or {}, seed)
+    a, b = source.sample(sample, seed=seed), target.sample(sample, seed=seed + 1)
+    for coll, batch in ((source, a), (target, b)):
+        if len(batch) == 0:
+            raise InputError(f"collection is empty: {coll.display_url}")
+    return a, b, est.fit(a.vectors, b.vectors)
+
+
+def pseudo_pairs(est, a: VectorBatch, b: VectorBatch) -> tuple[np.ndarray, np.ndarray]:
+    """CSLS mutual nearest neighbours between the mapped source sample and the target sample: ``(pairs, scores)``."""
+    from .neighbors import mutual_nearest_neighbours
+
+    return mutual_nearest_neighbours(est.transform(a.vectors), b.vectors)
+
+
 def _id_links(parts, mode: str) -> Links:
     src = [i for a, _ in parts for i in a.ids]
     tgt = [i for _, b in parts for i in b.ids]
@@ -84,28 +123,13 @@ def link(source: Collection, target: Collection | None, mode: str, *, seeds: str
     if target is None:
         raise InputError(f"--mode {mode} needs a target collection")
     if mode == "geh":
-        from .geh import GEH
-
-        if not seeds:
-            raise InputError("--mode geh needs --seeds FILE (15-30 known id pairs)")
-        est = _estimator(GEH, params, seed)
-        pairs = read_pairs_file(seeds)
-        a = _with_seeds(source, sample, seed, [p[0] for p in pairs])
-        b = _with_seeds(target, sample, seed, [p[1] for p in pairs])
-        on_step(f"growing {len(pairs)} seed pairs with GEH over {len(a):,} x {len(b):,} vectors")
-        idx = np.arange(len(pairs))
-        geh = est.fit(a.vectors, b.vectors, np.stack([idx, idx], axis=1))
+        a, b, geh = geh_fit(source, target, seeds, sample=sample, seed=seed, params=params, on_step=on_step)
         return Links([a.ids[i] for i in geh.links_[:, 0]], [b.ids[j] for j in geh.links_[:, 1]],
-                     np.asarray(geh.confidence_, np.float32), "geh", meta={"n_seeds": len(pairs)})
+                     np.asarray(geh.confidence_, np.float32), "geh", meta={"n_seeds": int(geh.is_seed_.sum())})
     if mode == "unsupervised":
-        from .neighbors import mutual_nearest_neighbours
-
-        from .minivec2vec import MiniVec2Vec
-        est = _estimator(MiniVec2Vec, params, seed)
-        a, b = source.sample(sample, seed=seed), target.sample(sample, seed=seed + 1)
-        on_step(f"unsupervised alignment (mini-vec2vec) of {len(a):,} and {len(b):,} vectors")
-        est.fit(a.vectors, b.vectors)
-        pairs, scores = mutual_nearest_neighbours(est.transform(a.vectors), b.vectors)
+        on_step(f"unsupervised alignment (mini-vec2vec) of up to {sample:,} vectors per side")
+        a, b, est = unsupervised_fit(source, target, sample=sample, seed=seed, params=params)
+        pairs, scores = pseudo_pairs(est, a, b)
         conf = np.clip((scores + 1) / 2, 0, 1).astype(np.float32)     # CSLS in [-1, 1] -> [0, 1]
         return Links([a.ids[i] for i in pairs[:, 0]], [b.ids[j] for j in pairs[:, 1]], conf, "unsupervised")
     raise InputError(f"unknown --mode {mode!r} (choose from {', '.join(MODES)})")

@@ -31,6 +31,7 @@ from ..errors import InputError
 from ..linking.neighbors import knn
 from ..metrics import _prep, _scores
 from ..vectors import l2_normalize
+from .wrap import rank_candidates
 
 
 # --- hub penalty ------------------------------------------------------------------------------------------------------
@@ -200,18 +201,8 @@ class RerankedSearch:
         self.stats["search_s"] += time.perf_counter() - t0
         flat = list(dict.fromkeys(i for row in cand for i in row))
         ids, V = self._vectors(flat)
-        pos = {i: j for j, i in enumerate(ids)}
         Qn = l2_normalize(Q)
         Vn = l2_normalize(V) if len(ids) else V
-        out_ids, out_scores = [], np.full((len(Q), k), -np.inf, dtype=np.float32)
-        for qi, row in enumerate(cand):
-            rows = [pos[i] for i in row if i in pos]
-            if not rows:
-                out_ids.append([])
-                continue
-            sc = Vn[rows] @ Qn[qi]
-            order = np.argsort(-sc, kind="stable")[:k]
-            out_ids.append([ids[rows[j]] for j in order])
-            out_scores[qi, :len(order)] = sc[order]
+        out_ids, out_scores = rank_candidates(cand, ids, k, lambda qi, rows: Vn[rows] @ Qn[qi])
         self.stats["queries"] += len(Q)
         return out_ids, out_scores

@@ -1,0 +1,50 @@
+"""What every ``bench/connectors_<store>.py`` shares: the data, the alternating timer and the result row."""
+from __future__ import annotations
+
+import statistics
+import time
+from typing import Callable
+
+import numpy as np
+
+
+def data(n: int, dim: int, *, int_ids: bool = False) -> tuple[list, np.ndarray, list[dict]]:
+    """``n`` seeded random vectors with string ids (or 0..n-1) and small JSON payloads."""
+    vectors = np.random.default_rng(0).normal(size=(n, dim)).astype(np.float32)
+    ids = list(range(n)) if int_ids else [f"doc-{i:07d}" for i in range(n)]
+    return ids, vectors, [{"text": f"document {i}", "n": i} for i in range(n)]
+
+
+def paired_vps(n: int, repeats: int, setup: Callable, ours: Callable, native: Callable, *,
+               drop: bool = True) -> tuple[float, float]:
+    """Median vectors/s of our job and of the native one, run alternately (so that load drifting on a shared
+    machine hits both alike), each on a fresh collection (or a shared one, with ``drop=False``)."""
+    rates: dict = {ours: [], native: []}
+    for r in range(repeats):
+        for job in (ours, native) if r % 2 == 0 else (native, ours):
+            coll = setup()
+            start = time.perf_counter()
+            job(coll)
+            rates[job].append(n / (time.perf_counter() - start))
+            if drop:
+                coll.drop()
+    return statistics.median(rates[ours]), statistics.median(rates[native])
+
+
+def median_vps(n: int, repeats: int, setup: Callable, job: Callable, *, drop: bool = True) -> float:
+    """Median vectors/s of one job over fresh (or shared) collections, dropping fresh ones after each run."""
+    rates = []
+    for _ in range(repeats):
+        coll = setup()
+        start = time.perf_counter()
+        job(coll)
+        rates.append(n / (time.perf_counter() - start))
+        if drop:
+            coll.drop()
+    return statistics.median(rates)
+
+
+def result_row(store: str, op: str, ours: float, native: float) -> dict:
+    """One table row; overhead = native / ours - 1 (negative: the connector is faster)."""
+    return {"store": store, "op": op, "vecbridge_vps": round(ours), "native_vps": round(native),
+            "overhead": round(native / ours - 1, 3)}
