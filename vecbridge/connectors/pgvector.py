@@ -63,7 +63,11 @@ _HNSW_MAX_DIM = 2000
 _INT_TYPES = {"smallint", "integer", "bigint"}
 _COPY_HEADER = b"PGCOPY\n\xff\r\n\x00" + struct.pack(">ii", 0, 0)
 _COPY_TRAILER = struct.pack(">h", -1)
-_COPY_ROWS_PER_WRITE = 5000
+#: bytes per COPY write. Small writes keep the server parsing one chunk while we encode the next: a write larger
+#: than the socket buffer blocks until the server has nearly drained it, leaving it idle while we encode again.
+#: Measured (100k x 384 into PostgreSQL 18 on 2 cores, medians of 7): 5,000-row (8 MB) writes 49k rows/s,
+#: 200-2,000-row writes 72-79k rows/s, psycopg's own ``write_row`` loop 65k rows/s.
+_COPY_BYTES_PER_WRITE = 1 << 19
 #: seconds to wait before each reconnection attempt after a connection was lost mid-operation
 _RECONNECT_BACKOFF = (0.5, 1.0, 2.0)
 _TRANSIENT_SQLSTATES = {"40001", "40P01"}  # serialization failure, deadlock: retrying the transaction is safe
@@ -503,8 +507,9 @@ class PgVectorCollection(Collection):
             while the server parses the last. A payload that is not JSON aborts the transaction: nothing is written."""
             with cur.copy(statement) as cp:
                 cp.write(_COPY_HEADER)
-                for lo in range(0, len(keys), _COPY_ROWS_PER_WRITE):
-                    hi = lo + _COPY_ROWS_PER_WRITE
+                step = max(16, _COPY_BYTES_PER_WRITE // (4 * vectors.shape[1] + 64))
+                for lo in range(0, len(keys), step):
+                    hi = lo + step
                     chunk = _json_payloads(payloads[lo:hi]) if payloads is not None else None
                     cp.write(_copy_rows(vectors[lo:hi], keys[lo:hi], chunk, schema.int_ids))
                 cp.write(_COPY_TRAILER)
