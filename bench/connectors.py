@@ -4,7 +4,7 @@ Runs ``run()`` of every ``bench/connectors_<store>.py`` (each starts its real en
 fastest plain use of the store's client on the same data, alternating the two) and prints one Markdown table.
 The overhead column is native/vecbridge - 1 (goal <= 10%); negative means the connector was faster.
 
-Run: ``python bench/connectors.py [--n 100000] [--repeats 3] [--stores pgvector,qdrant,milvus,chroma]``; writes
+Run: ``python bench/connectors.py [--n 100000] [--repeats 5] [--stores pgvector,qdrant,milvus,chroma]``; writes
 bench/results/connectors.json.
 """
 from __future__ import annotations
@@ -23,7 +23,7 @@ sys.path.insert(0, str(ROOT))
 def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--n", type=int, default=100_000)
-    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--repeats", type=int, default=5)
     p.add_argument("--stores", default="pgvector,qdrant,milvus,chroma")
     args = p.parse_args()
     rows = []

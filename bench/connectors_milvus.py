@@ -6,7 +6,8 @@ same job: ``MilvusClient.upsert`` of row dicts in chunks of 5,000 rows (~8 MB at
 ``MilvusClient.query_iterator`` pages of 5,000 with ids, vectors and payloads, vectors stacked into float32 numpy
 as the connector does. Both write into the same kind of collection (VARCHAR key, HNSW/cosine on the server, FLAT
 on Lite) and scan the same flushed collection. The server runs with its default settings (200 ms time tick).
-Milvus Lite is measured on ``lite_n`` vectors (it is pure Python).
+Milvus Lite is measured on ``lite_n`` vectors and twice the repeats (it moves ~5,000 vectors/s, so one run is
+short and noisy).
 
     python bench/connectors_milvus.py [n] [dim] [repeats] [lite_n]
 """
@@ -65,7 +66,7 @@ def _measure(store: str, make_url: Callable[[str], str], n: int, dim: int, repea
     filled.info()  # loads the collection outside the timed part
     scan = paired_vps(n, repeats, lambda: filled, ours_scan, native_scan, drop=False)
     filled.drop()
-    return [result_row(store, "upsert", *upsert), result_row(store, "scan", *scan)]
+    return [{**result_row(store, "upsert", *upsert), "n": n}, {**result_row(store, "scan", *scan), "n": n}]
 
 
 def run(n: int = 100_000, dim: int = 384, repeats: int = 3, lite_n: int = 10_000) -> list[dict]:
@@ -77,7 +78,7 @@ def run(n: int = 100_000, dim: int = 384, repeats: int = 3, lite_n: int = 10_000
         finally:
             server.stop()
         if lite_n:
-            rows += _measure("milvus-lite", lambda name: f"milvus://{tmp}/lite.db/{name}", lite_n, dim, repeats)
+            rows += _measure("milvus-lite", lambda name: f"milvus://{tmp}/lite.db/{name}", lite_n, dim, 2 * repeats)
     return rows
 
 

@@ -1,7 +1,7 @@
 """Throughput of the ``qdrant://`` (local in-memory mode) and ``qdrant-edge://`` connectors beside plain client code.
 
 Each op runs ``repeats`` times on ``n`` random vectors (integer ids and a small payload, so both sides do the same
-job); the table reports median vectors/s. "native" is the fastest plain way with the store's own client:
+job), the connector and the plain code taking turns; the table reports median vectors/s. "native" is the fastest plain way with the store's own client:
 ``upload_collection`` / ``scroll`` for qdrant-client, ``UpdateOperation.upsert_points`` / ``scroll`` for Qdrant
 Edge, with vectors collected into a numpy array as the connector does. Local ``path=`` mode is left out: it writes
 about 300 points/s, whatever the caller does.
@@ -18,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
-from _paired import data, median_vps, result_row
+from _paired import data, paired_vps, result_row
 from vecbridge.connectors import VectorBatch, connect
 
 BATCH = 1000
@@ -54,13 +54,14 @@ def bench_qdrant_local(n: int, dim: int, repeats: int) -> list[dict]:
             if offset is None:
                 return
 
+    def upsert(coll):
+        _vb_upsert(coll, ids, vectors, payloads)
+
     filled = fresh()
-    _vb_upsert(filled, ids, vectors, payloads)
+    upsert(filled)
     rows = [
-        result_row("qdrant-local", "upsert", median_vps(n, repeats, fresh, lambda c: _vb_upsert(c, ids, vectors, payloads)),
-             median_vps(n, repeats, fresh, native_upsert)),
-        result_row("qdrant-local", "scan", median_vps(n, repeats, lambda: filled, _vb_scan, drop=False),
-             median_vps(n, repeats, lambda: filled, native_scan, drop=False)),
+        result_row("qdrant-local", "upsert", *paired_vps(n, repeats, fresh, upsert, native_upsert)),
+        result_row("qdrant-local", "scan", *paired_vps(n, repeats, lambda: filled, _vb_scan, native_scan, drop=False)),
     ]
     filled.drop()
     return rows
@@ -92,13 +93,14 @@ def bench_qdrant_edge(n: int, dim: int, repeats: int) -> list[dict]:
             if offset is None:
                 return
 
+    def upsert(coll):
+        _vb_upsert(coll, ids, vectors, payloads)
+
     filled = fresh()
-    _vb_upsert(filled, ids, vectors, payloads)
+    upsert(filled)
     rows = [
-        result_row("qdrant-edge", "upsert", median_vps(n, repeats, fresh, lambda c: _vb_upsert(c, ids, vectors, payloads)),
-             median_vps(n, repeats, fresh, native_upsert)),
-        result_row("qdrant-edge", "scan", median_vps(n, repeats, lambda: filled, _vb_scan, drop=False),
-             median_vps(n, repeats, lambda: filled, native_scan, drop=False)),
+        result_row("qdrant-edge", "upsert", *paired_vps(n, repeats, fresh, upsert, native_upsert)),
+        result_row("qdrant-edge", "scan", *paired_vps(n, repeats, lambda: filled, _vb_scan, native_scan, drop=False)),
     ]
     filled.drop()
     shutil.rmtree(workdir, ignore_errors=True)

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from tests.connectors.engines import chroma_server
+from tests.connectors.faults import assert_scan_resumes_after_kill
 from vecbridge.connectors import VectorBatch, connect
 from vecbridge.errors import InputError, StoreError
 
@@ -97,18 +98,9 @@ def test_server_killed_mid_scan_then_resume_after_restart(tmp_path):
         coll = connect(url).create(dim=8)
         for lo in range(0, 1500, 500):
             coll.upsert(_batch(500, 8, lo))
-        seen, cursor = [], None
-        with pytest.raises(StoreError, match="cannot read records") as err:
-            for n, batch in enumerate(coll.scan(batch_size=200)):
-                seen.extend(batch.ids)
-                cursor = batch.cursor
-                if n == 2:
-                    server.kill()
-        assert "\n" not in str(err.value)
-        assert len(seen) == 600
-        server.start()
-        rest = [i for batch in connect(url).scan(batch_size=200, after=cursor) for i in batch.ids]
-        assert len(rest) == 900 and not set(rest) & set(seen)
-        assert sorted(seen + rest) == [f"id-{i:05d}" for i in range(1500)]
+        err = assert_scan_resumes_after_kill(coll, kill=server.kill, restart=lambda: (server.start(), connect(url))[1],
+                                             batch_size=200, kill_after=3,
+                                             expected_ids=[f"id-{i:05d}" for i in range(1500)])
+        assert "cannot read records" in str(err)
     finally:
         server.stop()

@@ -23,6 +23,7 @@ def _skip_unless(reason: str | None) -> None:
 
 _skip_unless(None if importlib.util.find_spec("pymilvus") else "pymilvus is not installed (pip install pymilvus)")
 
+from tests.connectors.faults import assert_scan_resumes_after_kill  # noqa: E402
 from vecbridge.connectors import VectorBatch, connect  # noqa: E402
 from vecbridge.connectors.milvus import MilvusCollection  # noqa: E402
 from vecbridge.errors import InputError, StoreError  # noqa: E402
@@ -183,26 +184,14 @@ def test_wrong_dimension_is_refused_by_the_server_connector(private_server):
 
 
 def test_server_killed_mid_scan_then_resumed_after_restart(private_server):
-    url = private_server.url("crash", timeout="3")
-    coll = connect(url).create(dim=16)
+    coll = connect(private_server.url("crash", timeout="3")).create(dim=16)
     ids = [f"r{i:05d}" for i in range(3000)]
     coll.upsert(_batch(ids, 16))
-    first, cursor = [], None
-    scan = coll.scan(batch_size=500)
-    for _ in range(2):
-        batch = next(scan)
-        first.extend(batch.ids)
-        cursor = batch.cursor
-    private_server.kill()
-    start = time.monotonic()
-    with pytest.raises(StoreError) as err:
-        next(scan)
-    assert time.monotonic() - start < 30
-    message = str(err.value)
-    assert "127.0.0.1" in message and milvus_server.ROOT_PASSWORD not in message and "\n" not in message
 
-    private_server.start()  # same data directory (the launcher may move the port: ask the server for its URL)
-    resumed = connect(private_server.url("crash", timeout="3"))
-    rest = [i for batch in resumed.scan(batch_size=500, after=cursor) for i in batch.ids]
-    assert len(first) == 1000
-    assert sorted(first + rest) == ids and len(first + rest) == len(ids)
+    def restart():
+        private_server.start()  # same data directory (the launcher may move the port: ask the server for its URL)
+        return connect(private_server.url("crash", timeout="3"))
+
+    err = assert_scan_resumes_after_kill(coll, kill=private_server.kill, restart=restart, batch_size=500,
+                                         kill_after=2, expected_ids=ids, secret=milvus_server.ROOT_PASSWORD)
+    assert "127.0.0.1" in str(err)

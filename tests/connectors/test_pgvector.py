@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 from tests.connectors.engines import pgvector as engine
+from tests.connectors.faults import assert_scan_resumes_after_kill
 from vecbridge.connectors import VectorBatch, connect
 from vecbridge.errors import InputError, StoreError
 
@@ -91,19 +92,9 @@ def test_server_killed_mid_scan_then_resume_after_restart(server):
     coll = connect(url).create(dim=16)
     for lo in range(0, 3000, 1000):
         coll.upsert(_batch(1000, 16, lo))
-    seen, cursor = [], None
-    with pytest.raises(StoreError) as err:
-        for n, batch in enumerate(coll.scan(batch_size=400)):
-            seen.extend(batch.ids)
-            cursor = batch.cursor
-            if n == 2:
-                server.kill()
-    assert "\n" not in str(err.value) and PASSWORD not in str(err.value)
-    assert len(seen) == 1200
-    server.start()
-    rest = [i for batch in connect(url).scan(batch_size=400, after=cursor) for i in batch.ids]
-    assert len(rest) == 1800 and not set(rest) & set(seen)
-    assert sorted(seen + rest) == [f"id-{i:05d}" for i in range(3000)]
+    assert_scan_resumes_after_kill(coll, kill=server.kill, restart=lambda: (server.start(), connect(url))[1],
+                                   batch_size=400, kill_after=3, expected_ids=[f"id-{i:05d}" for i in range(3000)],
+                                   secret=PASSWORD)
     connect(url).drop()
 
 

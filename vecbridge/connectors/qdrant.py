@@ -408,7 +408,8 @@ class QdrantCollection(Collection):
             if len(fields) > 1:
                 points = self._merged_points(name, pids[chunk], vectors[chunk], payloads[chunk])
             else:
-                points = models.Batch(ids=pids[chunk], vectors=vectors[chunk].tolist(), payloads=payloads[chunk])
+                points = [models.PointStruct(id=pid, vector=vec, payload=payload)
+                          for pid, vec, payload in zip(pids[chunk], vectors[chunk].tolist(), payloads[chunk])]
             self._call("writing points", self._client().upsert, self.name, points=points, wait=True)
         return len(batch)
 

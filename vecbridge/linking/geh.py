@@ -21,6 +21,7 @@ once; hashes only for the view's local sets). See :class:`GEH` for the defaults 
 from __future__ import annotations
 
 import math
+from typing import Callable
 import time
 
 import numpy as np
@@ -323,32 +324,34 @@ class GEH:
             np.exp(D, out=D)
         return l2_normalize(D)
 
-    def _views(self, rng, link1, is_seed, s_t, m_t, d1: _AnchorDistances) -> list[np.ndarray]:
-        """View generation (section 4): FPS on the E1 side of the bootstrapped pool from a random start, seeds added."""
+    def _views(self, rng, link1, is_seed, s_t, m_t, dist: Callable, pool_factor: float | None) -> list[np.ndarray]:
+        """View generation (section 4): FPS on the E1 side of the bootstrapped pool from a random start, seeds added.
+
+        Each view's FPS runs on a fresh random subsample of ``pool_factor * s_t`` eligible anchors (all of them with
+        ``pool_factor=None``); ``dist(rows, cols)`` gives cosine distances between E1 points, from the anchor cache
+        on the global path and computed for the subsample only on the large path.
+        """
         if not self.multi_view:
             return [np.arange(len(link1))]
         seeds = np.flatnonzero(is_seed)
         boot = np.flatnonzero(~is_seed)
         if len(boot) == 0:            # t = 1: only the seeds exist, so views are subsets of S (see notes)
-            eligible, forced = seeds, np.empty(0, np.int64)
+            eligible, forced = seeds, seeds[:0]
         else:
-            eligible = boot
-            forced = seeds if self.seeds_in_views else np.empty(0, np.int64)
+            eligible, forced = boot, seeds if self.seeds_in_views else seeds[:0]
         size = min(s_t, len(eligible))
         if self.view_sampling == "random":
             return [np.concatenate([forced, rng.choice(eligible, size, replace=False)]) for _ in range(m_t)]
-        a = link1[eligible]
-        D = d1.get(a, a)
-        init = d1.get(a, link1[forced]).min(axis=1) if len(forced) else None
         views = []
-        f = self.fps_pool_factor
         for _ in range(m_t):
-            if f is None or f * size >= len(eligible):
-                sub = np.arange(len(eligible))
+            if pool_factor is None or pool_factor * size >= len(eligible):
+                sub = eligible
             else:
-                sub = np.sort(rng.choice(len(eligible), int(math.ceil(f * size)), replace=False))
-            sel = _fps(D[np.ix_(sub, sub)], size, int(rng.integers(0, len(sub))), None if init is None else init[sub])
-            views.append(np.concatenate([forced, eligible[sub[sel]]]))
+                sub = np.sort(rng.choice(eligible, int(math.ceil(pool_factor * size)), replace=False))
+            a = link1[sub]
+            init = dist(a, link1[forced]).min(axis=1) if len(forced) else None
+            sel = _fps(dist(a, a), size, int(rng.integers(0, len(sub))), init)
+            views.append(np.concatenate([forced, sub[sel]]))
         return views
 
     def _shortlists(self, rng, link1, link2, is_seed, d1, d2, samp1, samp2):
@@ -426,28 +429,6 @@ class GEH:
             o = np.argsort(-s21, axis=1, kind="stable")
             i21, s21 = np.take_along_axis(i21, o, 1), np.take_along_axis(s21, o, 1)
         return csls_mutual_from_knn(i12, s12, i21, s21, k)[0]
-
-    def _views_sampled(self, rng, X1, link1, is_seed, s_t, m_t) -> list[np.ndarray]:
-        """Large-path view generation: FPS as on the global path, run on a fresh random subsample of
-        ``fps_pool_factor * s_t`` bootstrapped anchors per view (distances computed for that subsample only)."""
-        seeds = np.flatnonzero(is_seed)
-        boot = np.flatnonzero(~is_seed)
-        eligible, forced = (seeds, seeds[:0]) if len(boot) == 0 else (boot, seeds if self.seeds_in_views else seeds[:0])
-        size = min(s_t, len(eligible))
-        f = self.fps_pool_factor or 2.0
-        views = []
-        for _ in range(m_t):
-            sub = eligible if f * size >= len(eligible) else \
-                np.sort(rng.choice(eligible, int(math.ceil(f * size)), replace=False))
-            A = X1[link1[sub]]
-            D = 1.0 - A @ A.T
-            init = (1.0 - A @ X1[link1[forced]].T).min(axis=1) if len(forced) else None
-            if self.view_sampling == "random":
-                sel = rng.choice(len(sub), size, replace=False)
-            else:
-                sel = _fps(D, size, int(rng.integers(0, len(sub))), init)
-            views.append(np.concatenate([forced, sub[sel]]))
-        return views
 
     def _local_set(self, X, idx, cache: dict, anchors: np.ndarray) -> np.ndarray:
         """App. B.3 local set: the union of the ambient neighbours of the view's anchors, ``k_nn`` each (more for
@@ -573,13 +554,14 @@ class GEH:
                     C12, C21 = self._shortlists(rng, link1, link2, is_seed, d1, d2, samp1, samp2)
                     changed = 0
                 m_t = max(m_t, int(math.ceil(self.coverage * max(n1, n2) / self.local_size)))
-                views = self._views_sampled(rng, X1, link1, is_seed, s_t, m_t)
+                views = self._views(rng, link1, is_seed, s_t, m_t, lambda p, q: 1.0 - X1[p] @ X1[q].T,
+                                    self.fps_pool_factor or 2.0)
                 props = [self._propose_local(link1[pos], link2[pos], X1, X2, loc, C12, C21) for pos in views]
             else:
                 if self.shortlist and (C12 is None or changed > self.shortlist_refresh * len(link1)):
                     C12, C21 = self._shortlists(rng, link1, link2, is_seed, d1, d2, samp1, samp2)
                     changed = 0
-                views = self._views(rng, link1, is_seed, s_t, m_t, d1)
+                views = self._views(rng, link1, is_seed, s_t, m_t, d1.get, self.fps_pool_factor)
                 props = [self._propose(link1[pos], link2[pos], d1, d2, samp1, samp2, C12, C21) for pos in views]
             P = np.concatenate(props) if props else np.empty((0, 2), np.int64)
             new_keys, new_counts = np.unique(P[:, 0] * n2 + P[:, 1], return_counts=True)
