@@ -156,7 +156,7 @@ class QdrantEdgeCollection(Collection):
     def _to_batch(records: Sequence, name: str, dim: int) -> VectorBatch:
         ids, payloads, rows = [], [], []
         for rec in records:
-            payload, vector = dict(rec.payload or {}), rec.vector  # (each attribute read converts: read once)
+            payload, vector = rec.payload or {}, rec.vector  # each read converts anew: read once, no copy needed
             ids.append(_original_id(rec.id, payload))
             payloads.append(payload)
             rows.append(vector[name] if isinstance(vector, dict) else vector)
