@@ -1,6 +1,7 @@
 """What every ``bench/connectors_<store>.py`` shares: the data, the alternating timer and the result row."""
 from __future__ import annotations
 
+import gc
 import statistics
 import time
 from typing import Callable
@@ -22,15 +23,24 @@ def paired_vps(n: int, repeats: int, setup: Callable, ours: Callable, native: Ca
 
     Each job first runs once untimed: the first run of either paid for cold caches, lazily opened connections and
     first-call imports, and which job ran first decided who paid (seen as 10-20 point swings between reruns).
+    The garbage collector is off while a job is timed (as ``timeit`` does) and run between jobs: with a store's
+    whole collection held as Python objects (Qdrant local mode), a collection pass landing in one job's run moved
+    that run by up to 20%.
     """
     rates: dict = {ours: [], native: []}
     for r in range(-1, repeats):
         for job in (ours, native) if r % 2 == 0 else (native, ours):
             coll = setup()
-            start = time.perf_counter()
-            job(coll)
+            gc.collect()
+            gc.disable()
+            try:
+                start = time.perf_counter()
+                job(coll)
+                elapsed = time.perf_counter() - start
+            finally:
+                gc.enable()
             if r >= 0:
-                rates[job].append(n / (time.perf_counter() - start))
+                rates[job].append(n / elapsed)
             if drop:
                 coll.drop()
     return statistics.median(rates[ours]), statistics.median(rates[native])

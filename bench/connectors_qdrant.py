@@ -24,14 +24,25 @@ from vecbridge.connectors import VectorBatch, connect
 BATCH = 1000
 
 
-def _vb_upsert(coll, ids, vectors, payloads) -> None:
-    for lo in range(0, len(ids), BATCH):
-        coll.upsert(VectorBatch(ids[lo:lo + BATCH], vectors[lo:lo + BATCH], payloads[lo:lo + BATCH]))
-
-
 def _vb_scan(coll) -> None:
     for _ in coll.scan(batch_size=BATCH):
         pass
+
+
+def _measure(store: str, n: int, repeats: int, data_: tuple, fresh, native_upsert, native_scan) -> list[dict]:
+    """Upsert on fresh collections, then scan one filled collection, ours and the client's taking turns."""
+    ids, vectors, payloads = data_
+
+    def upsert(coll) -> None:
+        for lo in range(0, len(ids), BATCH):
+            coll.upsert(VectorBatch(ids[lo:lo + BATCH], vectors[lo:lo + BATCH], payloads[lo:lo + BATCH]))
+
+    filled = fresh()
+    upsert(filled)
+    rows = [result_row(store, "upsert", *paired_vps(n, repeats, fresh, upsert, native_upsert)),
+            result_row(store, "scan", *paired_vps(n, repeats, lambda: filled, _vb_scan, native_scan, drop=False))]
+    filled.drop()
+    return rows
 
 
 def bench_qdrant_local(n: int, dim: int, repeats: int) -> list[dict]:
@@ -54,17 +65,7 @@ def bench_qdrant_local(n: int, dim: int, repeats: int) -> list[dict]:
             if offset is None:
                 return
 
-    def upsert(coll):
-        _vb_upsert(coll, ids, vectors, payloads)
-
-    filled = fresh()
-    upsert(filled)
-    rows = [
-        result_row("qdrant-local", "upsert", *paired_vps(n, repeats, fresh, upsert, native_upsert)),
-        result_row("qdrant-local", "scan", *paired_vps(n, repeats, lambda: filled, _vb_scan, native_scan, drop=False)),
-    ]
-    filled.drop()
-    return rows
+    return _measure("qdrant-local", n, repeats, (ids, vectors, payloads), fresh, native_upsert, native_scan)
 
 
 def bench_qdrant_edge(n: int, dim: int, repeats: int) -> list[dict]:
@@ -93,18 +94,10 @@ def bench_qdrant_edge(n: int, dim: int, repeats: int) -> list[dict]:
             if offset is None:
                 return
 
-    def upsert(coll):
-        _vb_upsert(coll, ids, vectors, payloads)
-
-    filled = fresh()
-    upsert(filled)
-    rows = [
-        result_row("qdrant-edge", "upsert", *paired_vps(n, repeats, fresh, upsert, native_upsert)),
-        result_row("qdrant-edge", "scan", *paired_vps(n, repeats, lambda: filled, _vb_scan, native_scan, drop=False)),
-    ]
-    filled.drop()
-    shutil.rmtree(workdir, ignore_errors=True)
-    return rows
+    try:
+        return _measure("qdrant-edge", n, repeats, (ids, vectors, payloads), fresh, native_upsert, native_scan)
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
 
 
 def run(n: int = 100_000, dim: int = 384, repeats: int = 3) -> list[dict]:

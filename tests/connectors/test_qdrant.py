@@ -158,7 +158,7 @@ def test_ids_round_trip(url):
 
 
 def test_point_ids_are_native_where_qdrant_allows_and_stable_uuid5_elsewhere():
-    from vecbridge.connectors.qdrant_ids import original_id, point_id
+    from vecbridge.connectors.qdrant_points import original_id, point_id
 
     uid = "0b8f1c2e-3d4a-4b5c-8d6e-7f8091a2b3c4"
     assert point_id(7) == (7, False) and point_id(uid) == (uid, False)

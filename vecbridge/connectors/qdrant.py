@@ -50,7 +50,7 @@ import socket
 import threading
 import time
 from pathlib import Path
-from typing import Any, Callable, Iterator, Sequence
+from typing import Any, Callable
 from urllib.parse import unquote, urlsplit
 
 import numpy as np
@@ -58,8 +58,8 @@ from qdrant_client import QdrantClient, models
 from qdrant_client.http.exceptions import ResponseHandlingException, UnexpectedResponse
 
 from ..errors import InputError, StoreError
-from .base import Collection, CollectionInfo, VectorBatch, check_metric
-from .qdrant_ids import ID_KEY, TO_METRIC as _TO_METRIC, decode_cursor, original_id, point_id
+from .base import CollectionInfo, VectorBatch, check_metric
+from .qdrant_points import ID_KEY, TO_METRIC as _TO_METRIC, QdrantPointsCollection, stored_points
 from .url import query_params
 
 _TO_DISTANCE = {"cosine": models.Distance.COSINE, "dot": models.Distance.DOT, "l2": models.Distance.EUCLID}
@@ -68,8 +68,6 @@ _TRANSIENT_GRPC = {"UNAVAILABLE", "DEADLINE_EXCEEDED", "RESOURCE_EXHAUSTED"}
 _AUTH_GRPC = {"UNAUTHENTICATED", "PERMISSION_DENIED"}
 _RETRY_DELAYS = (0.5, 1.0, 2.0)
 _PROBE_TIMEOUT_S = 3.0
-_ID_PAGE = 10_000       # ids per scroll page when sampling
-_QUERY_CHUNK = 64       # queries per batch request
 _RETRIEVE_CHUNK = 1000  # ids per retrieve request
 _REQUEST_BYTES = 8_000_000  # aim for upsert bodies well under the server's 32 MB default limit
 
@@ -99,7 +97,7 @@ def _single_segment(path: str, url_form: str) -> str:
     return name
 
 
-class QdrantCollection(Collection):
+class QdrantCollection(QdrantPointsCollection):
     scheme = "qdrant"
 
     def __init__(self, url: str, *, read_only: bool = False):
@@ -267,16 +265,6 @@ class QdrantCollection(Collection):
         fields, name = self._schema()
         return True if list(fields) == [""] else [name]
 
-    def _to_batch(self, records: Sequence, name: str, dim: int) -> VectorBatch:
-        ids, payloads, rows = [], [], []
-        for rec in records:
-            payload, vector = dict(rec.payload or {}), rec.vector  # (each attribute read converts: read once)
-            ids.append(original_id(rec.id, payload))
-            payloads.append(payload)
-            rows.append(vector[name] if isinstance(vector, dict) else vector)
-        vectors = np.asarray(rows, dtype=np.float32) if rows else np.empty((0, dim), dtype=np.float32)
-        return VectorBatch(ids, vectors, payloads)
-
     # --- protocol: reading --------------------------------------------------------------------------------------------
     def exists(self) -> bool:
         try:
@@ -300,82 +288,18 @@ class QdrantCollection(Collection):
                           scroll_filter=self._has_vector_filter(), limit=limit, offset=offset,
                           with_payload=full, with_vectors=self._with_vectors() if full else False)
 
-    def scan(self, batch_size: int = 1000, after: Any = None) -> Iterator[VectorBatch]:
-        name, dim, _ = self._field()
-        if batch_size <= 0:
-            raise InputError("batch_size must be positive")
-        offset = None
-        if after is not None:
-            last = decode_cursor(after, "qdrant collection")
-            probe, _ = self._scroll(last, 2, full=False)  # scroll's offset is inclusive: step past the cursor
-            probe = [p for p in probe if p.id != last]
-            if not probe:
-                return
-            offset = probe[0].id
-        while True:
-            records, offset = self._scroll(offset, batch_size, full=True)
-            if records:
-                batch = self._to_batch(records, name, dim)
-                batch.cursor = records[-1].id
-                yield batch
-            if offset is None:
-                return
+    def _retrieve_points(self, pids: list) -> list:
+        found: list = []
+        for lo in range(0, len(pids), _RETRIEVE_CHUNK):
+            found += self._call("retrieving points", self._client().retrieve, self.name,
+                                ids=pids[lo:lo + _RETRIEVE_CHUNK], with_payload=True, with_vectors=self._with_vectors())
+        return found
 
-    def sample(self, n: int, seed: int = 0) -> VectorBatch:
-        if n <= 0:
-            raise InputError("sample size must be positive")
-        count = self.info().count
-        positions = np.sort(np.random.default_rng(seed).choice(count, size=min(n, count), replace=False))
-        picked: list = []
-        seen, offset = 0, None
-        while len(picked) < len(positions):
-            records, offset = self._scroll(offset, _ID_PAGE, full=False)
-            lo, hi = np.searchsorted(positions, [seen, seen + len(records)])
-            picked.extend(records[p - seen].id for p in positions[lo:hi])
-            seen += len(records)
-            if offset is None:
-                break
-        return self._retrieve(picked)
-
-    def _retrieve(self, pids: Sequence) -> VectorBatch:
-        """The points with these point ids, in this order, skipping missing ones."""
-        name, dim, _ = self._field()
-        found: dict = {}
-        unique = list(dict.fromkeys(pids))
-        for lo in range(0, len(unique), _RETRIEVE_CHUNK):
-            records = self._call("retrieving points", self._client().retrieve, self.name,
-                                 ids=unique[lo:lo + _RETRIEVE_CHUNK], with_payload=True,
-                                 with_vectors=self._with_vectors())
-            found.update((r.id, r) for r in records
-                         if r.vector is not None and (not isinstance(r.vector, dict) or name in r.vector))
-        return self._to_batch([found[p] for p in pids if p in found], name, dim)
-
-    def get(self, ids: Sequence) -> VectorBatch:
-        return self._retrieve([point_id(i)[0] for i in ids])
-
-    def search(self, vectors, k: int = 10) -> tuple[list[list], np.ndarray]:
-        name, dim, metric = self._field()
-        queries = np.asarray(vectors, dtype=np.float32)
-        if queries.ndim != 2 or queries.shape[1] != dim:
-            raise InputError(f"query vectors must have dimension {dim}, got shape {queries.shape}")
-        using = name or None
-        results: list = []
-        for lo in range(0, len(queries), _QUERY_CHUNK):
-            requests = [models.QueryRequest(query=q.tolist(), using=using, limit=k, with_payload=[ID_KEY],
-                                            filter=self._has_vector_filter())
-                        for q in queries[lo:lo + _QUERY_CHUNK]]
-            results.extend(r.points for r in self._call("searching", self._client().query_batch_points,
-                                                         self.name, requests=requests))
-        width = max((len(r) for r in results), default=0)
-        scores = np.full((len(results), width), np.nan, dtype=np.float32)
-        ids = []
-        for row, points in enumerate(results):
-            ids.append([original_id(p.id, dict(p.payload or {})) for p in points])
-            scores[row, :len(points)] = [p.score for p in points]
-        if metric == "l2":  # Qdrant reports the Euclidean distance (lower is better)
-            scores = -scores
-        scores[np.isnan(scores)] = -np.inf  # a query that found fewer than the widest row
-        return ids, scores
+    def _query(self, queries: np.ndarray, name: str, k: int) -> list[list]:
+        requests = [models.QueryRequest(query=q.tolist(), using=name or None, limit=k, with_payload=[ID_KEY],
+                                        filter=self._has_vector_filter()) for q in queries]
+        return [r.points for r in self._call("searching", self._client().query_batch_points, self.name,
+                                             requests=requests)]
 
     # --- protocol: writing --------------------------------------------------------------------------------------------
     def create(self, dim: int, metric: str = "cosine", *, exist_ok: bool = False) -> "QdrantCollection":
@@ -396,11 +320,7 @@ class QdrantCollection(Collection):
         vectors = self._check_batch(batch, dim)
         if len(batch) == 0:
             return 0
-        pids, payloads = [], []
-        for record_id, payload in zip(batch.ids, batch.payloads):
-            pid, keep = point_id(record_id)
-            pids.append(pid)
-            payloads.append({**payload, ID_KEY: record_id} if keep else dict(payload))
+        pids, payloads = stored_points(batch.ids, batch.payloads)
         fields, _ = self._schema()
         rows = max(1, min(1000, _REQUEST_BYTES // (dim * 20 + 256)))
         for lo in range(0, len(pids), rows):

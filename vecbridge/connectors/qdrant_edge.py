@@ -30,24 +30,22 @@ import shutil
 import sys
 import threading
 from pathlib import Path
-from typing import Any, Callable, Iterator, Sequence
+from typing import Callable
 from urllib.parse import unquote
 
 import numpy as np
 import qdrant_edge as qe
 
 from ..errors import InputError, StoreError
-from .base import Collection, CollectionInfo, VectorBatch, check_metric
-from .qdrant_ids import ID_KEY, TO_METRIC as _TO_METRIC, decode_cursor, point_id
-from .qdrant_ids import json_point_id as _pid, original_id as _original_id
+from .base import CollectionInfo, VectorBatch, check_metric
+from .qdrant_points import ID_KEY, TO_METRIC as _TO_METRIC, QdrantPointsCollection, stored_points
+from .qdrant_points import json_point_id as _pid
 from .url import query_params
 
 CONFIG_FILE = "edge_config.json"
 
 _TO_DISTANCE = {"cosine": qe.Distance.Cosine, "dot": qe.Distance.Dot, "l2": qe.Distance.Euclid}
-_ID_PAGE = 10_000      # ids per scroll page when sampling
 _WRITE_CHUNK = 2048    # points per update operation
-_QUERY_CHUNK = 64      # queries per batch request
 
 _SHARDS: dict[str, qe.EdgeShard] = {}
 _SHARDS_LOCK = threading.Lock()
@@ -68,8 +66,10 @@ def _close_shards() -> None:
         _SHARDS.clear()
 
 
-class QdrantEdgeCollection(Collection):
+class QdrantEdgeCollection(QdrantPointsCollection):
     scheme = "qdrant-edge"
+    what = "qdrant-edge shard"
+    copy_payloads = False  # the engine converts payloads anew on every read
 
     def __init__(self, url: str, *, read_only: bool = False):
         super().__init__(url, read_only=read_only)
@@ -152,17 +152,6 @@ class QdrantEdgeCollection(Collection):
     def _with_vector(self) -> bool | list[str]:
         return True if list(self._fields()) == [""] else [self._field()[0]]
 
-    @staticmethod
-    def _to_batch(records: Sequence, name: str, dim: int) -> VectorBatch:
-        ids, payloads, rows = [], [], []
-        for rec in records:
-            payload, vector = rec.payload or {}, rec.vector  # each read converts anew: read once, no copy needed
-            ids.append(_original_id(rec.id, payload))
-            payloads.append(payload)
-            rows.append(vector[name] if isinstance(vector, dict) else vector)
-        vectors = np.asarray(rows, dtype=np.float32) if rows else np.empty((0, dim), dtype=np.float32)
-        return VectorBatch(ids, vectors, payloads)
-
     # --- protocol: reading --------------------------------------------------------------------------------------------
     def exists(self) -> bool:
         return (self.path / CONFIG_FILE).is_file()
@@ -178,78 +167,15 @@ class QdrantEdgeCollection(Collection):
                                    with_vector=self._with_vector() if full else False)
         return self._call("scrolling points", self._shard().scroll, request)
 
-    def scan(self, batch_size: int = 1000, after: Any = None) -> Iterator[VectorBatch]:
-        name, dim, _ = self._field()
-        if batch_size <= 0:
-            raise InputError("batch_size must be positive")
-        offset = None
-        if after is not None:
-            last = decode_cursor(after, "qdrant-edge shard")
-            probe, _ = self._scroll(last, 2, full=False)  # scroll's offset is inclusive: step past the cursor
-            probe = [p for p in probe if _pid(p.id) != last]
-            if not probe:
-                return
-            offset = probe[0].id
-        while True:
-            records, offset = self._scroll(offset, batch_size, full=True)
-            if records:
-                batch = self._to_batch(records, name, dim)
-                batch.cursor = _pid(records[-1].id)
-                yield batch
-            if offset is None:
-                return
+    def _retrieve_points(self, pids: list) -> list:
+        return self._call("retrieving points", self._shard().retrieve, pids, with_payload=True,
+                          with_vector=self._with_vector())
 
-    def sample(self, n: int, seed: int = 0) -> VectorBatch:
-        if n <= 0:
-            raise InputError("sample size must be positive")
-        count = self.info().count
-        positions = np.sort(np.random.default_rng(seed).choice(count, size=min(n, count), replace=False))
-        picked: list = []
-        seen, offset = 0, None
-        while len(picked) < len(positions):
-            records, offset = self._scroll(offset, _ID_PAGE, full=False)
-            lo, hi = np.searchsorted(positions, [seen, seen + len(records)])
-            picked.extend(_pid(records[p - seen].id) for p in positions[lo:hi])
-            seen += len(records)
-            if offset is None:
-                break
-        return self._retrieve(picked)
-
-    def _retrieve(self, pids: Sequence) -> VectorBatch:
-        """The points with these point ids, in this order, skipping missing ones."""
-        name, dim, _ = self._field()
-        unique = list(dict.fromkeys(pids))
-        records = self._call("retrieving points", self._shard().retrieve, unique, with_payload=True,
-                             with_vector=self._with_vector()) if unique else []
-        found = {_pid(r.id): r for r in records
-                 if r.vector is not None and (not isinstance(r.vector, dict) or name in r.vector)}
-        return self._to_batch([found[p] for p in pids if p in found], name, dim)
-
-    def get(self, ids: Sequence) -> VectorBatch:
-        return self._retrieve([point_id(i)[0] for i in ids])
-
-    def search(self, vectors, k: int = 10) -> tuple[list[list], np.ndarray]:
-        name, dim, metric = self._field()
-        queries = np.asarray(vectors, dtype=np.float32)
-        if queries.ndim != 2 or queries.shape[1] != dim:
-            raise InputError(f"query vectors must have dimension {dim}, got shape {queries.shape}")
-        shard, flt, using = self._shard(), self._filter(), name or None
-        results: list = []
-        for lo in range(0, len(queries), _QUERY_CHUNK):
-            requests = [qe.QueryRequest(limit=k, query=qe.Query.Nearest(q.tolist(), using=using),
-                                        with_payload=[ID_KEY], filter=flt)
-                        for q in queries[lo:lo + _QUERY_CHUNK]]
-            results.extend(self._call("searching", shard.query_batch, qe.QueryBatchRequest(requests)))
-        width = max((len(r) for r in results), default=0)
-        scores = np.full((len(results), width), np.nan, dtype=np.float32)
-        ids = []
-        for row, points in enumerate(results):
-            ids.append([_original_id(p.id, dict(p.payload or {})) for p in points])
-            scores[row, :len(points)] = [p.score for p in points]
-        if metric == "l2":  # the engine reports the Euclidean distance (lower is better)
-            scores = -scores
-        scores[np.isnan(scores)] = -np.inf  # a query that found fewer than the widest row
-        return ids, scores
+    def _query(self, queries: np.ndarray, name: str, k: int) -> list[list]:
+        flt, using = self._filter(), name or None
+        requests = [qe.QueryRequest(limit=k, query=qe.Query.Nearest(q.tolist(), using=using), with_payload=[ID_KEY],
+                                    filter=flt) for q in queries]
+        return self._call("searching", self._shard().query_batch, qe.QueryBatchRequest(requests))
 
     # --- protocol: writing --------------------------------------------------------------------------------------------
     def create(self, dim: int, metric: str = "cosine", *, exist_ok: bool = False) -> "QdrantEdgeCollection":
@@ -274,11 +200,7 @@ class QdrantEdgeCollection(Collection):
         shard = self._shard()
         single = list(self._fields()) == [name]
         for lo in range(0, len(batch), _WRITE_CHUNK):
-            pids, payloads = [], []
-            for record_id, payload in zip(batch.ids[lo:lo + _WRITE_CHUNK], batch.payloads[lo:lo + _WRITE_CHUNK]):
-                pid, keep = point_id(record_id)
-                pids.append(pid)
-                payloads.append({**payload, ID_KEY: record_id} if keep else dict(payload))
+            pids, payloads = stored_points(batch.ids[lo:lo + _WRITE_CHUNK], batch.payloads[lo:lo + _WRITE_CHUNK])
             rows = vectors[lo:lo + _WRITE_CHUNK].tolist()
             others = {} if single else self._other_vectors(shard, name, pids)
             points = [qe.Point(pid, row if single and name == "" else {**others.get(pid, {}), name: row}, payload)

@@ -1,0 +1,199 @@
+"""What the ``qdrant://`` and ``qdrant-edge://`` connectors share: point ids, scan cursors, and the reads built on
+three engine calls (scroll, retrieve, batched query), in :class:`QdrantPointsCollection`. Nothing here imports a
+client, so each connector needs only its own client library.
+
+Qdrant accepts unsigned 64-bit integers and UUIDs as point ids. Any other record id is mapped to a UUID5 in a fixed
+namespace and kept in the payload under :data:`ID_KEY`, which is removed again on read, so both connectors give
+users back exactly the ids they wrote, and a collection written by one reads the same through the other.
+"""
+from __future__ import annotations
+
+import json
+import uuid
+from typing import Any, Iterator, Sequence
+
+import numpy as np
+
+from ..errors import InputError
+from .base import Collection, VectorBatch
+
+#: payload key holding an original id that Qdrant cannot take as a point id
+ID_KEY = "_vb_id"
+#: namespace of the UUID5 point ids derived from other ids
+ID_NAMESPACE = uuid.UUID("6f1d3f0e-5c3a-4f38-9a53-7c1b8d0e2a41")
+#: ids per scroll page when sampling
+ID_PAGE = 10_000
+#: queries per batch query request
+QUERY_CHUNK = 64
+#: Qdrant distance names -> vecbridge metric vocabulary
+TO_METRIC = {"Cosine": "cosine", "Dot": "dot", "Euclid": "l2"}
+
+
+def point_id(record_id: Any) -> tuple[int | str, bool]:
+    """The Qdrant point id for a record id, and whether the original must be kept in the payload."""
+    if isinstance(record_id, (int, np.integer)) and not isinstance(record_id, (bool, np.bool_)):
+        value = int(record_id)
+        if 0 <= value < 2 ** 64:
+            return value, False
+        if value < -2 ** 63:  # the payload keeps 64-bit integers only
+            raise InputError(f"integer ids must fit in 64 bits, got {value}")
+        return str(uuid.uuid5(ID_NAMESPACE, json.dumps(value))), True
+    if isinstance(record_id, str):
+        try:
+            if str(uuid.UUID(record_id)) == record_id:
+                return record_id, False
+        except ValueError:
+            pass
+        return str(uuid.uuid5(ID_NAMESPACE, json.dumps(record_id))), True
+    raise InputError(f"ids must be strings or integers, got {type(record_id).__name__}")
+
+
+def stored_points(ids: Sequence, payloads: Sequence[dict]) -> tuple[list, list[dict]]:
+    """Point ids and the payloads to store for records: a copy of each payload, holding the original id under
+    :data:`ID_KEY` where the point id is derived from it."""
+    pids, stored = [], []
+    for record_id, payload in zip(ids, payloads):
+        pid, keep = point_id(record_id)
+        pids.append(pid)
+        stored.append({**payload, ID_KEY: record_id} if keep else dict(payload))
+    return pids, stored
+
+
+def json_point_id(engine_id: Any) -> int | str:
+    """A point id as the engine returns it (int or UUID object) as a JSON value."""
+    return engine_id if isinstance(engine_id, int) else str(engine_id)
+
+
+def original_id(engine_id: Any, payload: dict | None) -> Any:
+    """The record id of a point (removing the reserved key from ``payload``)."""
+    if payload and ID_KEY in payload:
+        return payload.pop(ID_KEY)
+    return json_point_id(engine_id)
+
+
+def decode_cursor(cursor: Any, what: str) -> int | str:
+    """A scan cursor (the last point id of a batch) checked and normalised."""
+    if isinstance(cursor, int) and not isinstance(cursor, bool) and cursor >= 0:
+        return cursor
+    if isinstance(cursor, str):
+        try:
+            return str(uuid.UUID(cursor))
+        except ValueError:
+            pass
+    raise InputError(f"invalid scan cursor {cursor!r} for a {what}")
+
+
+def records_to_batch(records: Sequence, name: str, dim: int, *, copy_payloads: bool) -> VectorBatch:
+    """Scrolled or retrieved points (``id``, ``payload``, ``vector``: a list, or a dict of named vectors) as a batch
+    of vector ``name``, original ids restored. Each attribute is read once: Qdrant Edge converts on every read, so
+    its payloads are fresh dicts already; qdrant-client's local mode hands out the dicts it stores, which must be
+    copied (``copy_payloads``) before the id key is popped."""
+    ids, payloads, rows = [], [], []
+    for rec in records:
+        payload, vector = rec.payload or {}, rec.vector
+        if copy_payloads:
+            payload = dict(payload)
+        ids.append(original_id(rec.id, payload))
+        payloads.append(payload)
+        rows.append(vector[name] if isinstance(vector, dict) else vector)
+    vectors = np.asarray(rows, dtype=np.float32) if rows else np.empty((0, dim), dtype=np.float32)
+    return VectorBatch(ids, vectors, payloads)
+
+
+def hits_to_results(results: Sequence, metric: str) -> tuple[list[list], np.ndarray]:
+    """Per-query scored points as the protocol's ``(ids, scores)``: original ids, higher score = closer (Qdrant
+    reports the Euclidean distance for l2, negated here), ``-inf`` where a query found fewer than the widest row."""
+    width = max((len(r) for r in results), default=0)
+    scores = np.full((len(results), width), -np.inf, dtype=np.float32)
+    ids = []
+    for row, points in enumerate(results):
+        ids.append([original_id(p.id, dict(p.payload or {})) for p in points])
+        scores[row, :len(points)] = [p.score for p in points]
+    if metric == "l2":
+        scores = np.where(np.isneginf(scores), scores, -scores)
+    return ids, scores
+
+
+class QdrantPointsCollection(Collection):
+    """Reads common to both Qdrant connectors, on the engine calls each implements: ``_field()`` (our vector's
+    name, dim, metric), ``_scroll(offset, limit, full=...)``, ``_retrieve_points(pids)`` and ``_query(chunk, name,
+    k)``. ``what`` names the store in cursor errors; ``copy_payloads`` says whether the engine hands out the
+    payload dicts it stores (see :func:`records_to_batch`)."""
+
+    what = "qdrant collection"
+    copy_payloads = True
+
+    def _field(self) -> tuple[str, int, str]:
+        raise NotImplementedError
+
+    def _scroll(self, offset, limit: int, *, full: bool) -> tuple[list, Any]:
+        """One scroll page: (points, next offset); ``full`` brings payloads and vectors, else ids only."""
+        raise NotImplementedError
+
+    def _retrieve_points(self, pids: list) -> list:
+        """The stored points among these distinct point ids, with payloads and our vector, in any order."""
+        raise NotImplementedError
+
+    def _query(self, queries: np.ndarray, name: str, k: int) -> list[list]:
+        """Scored points of the ``k`` nearest neighbours of each query row on vector ``name``."""
+        raise NotImplementedError
+
+    def scan(self, batch_size: int = 1000, after: Any = None) -> Iterator[VectorBatch]:
+        name, dim, _ = self._field()
+        if batch_size <= 0:
+            raise InputError("batch_size must be positive")
+        offset = None
+        if after is not None:
+            last = decode_cursor(after, self.what)
+            probe, _ = self._scroll(last, 2, full=False)  # scroll's offset is inclusive: step past the cursor
+            probe = [p for p in probe if json_point_id(p.id) != last]
+            if not probe:
+                return
+            offset = probe[0].id
+        while True:
+            records, offset = self._scroll(offset, batch_size, full=True)
+            if records:
+                batch = records_to_batch(records, name, dim, copy_payloads=self.copy_payloads)
+                batch.cursor = json_point_id(records[-1].id)
+                yield batch
+            if offset is None:
+                return
+
+    def sample(self, n: int, seed: int = 0) -> VectorBatch:
+        """Ids only are scrolled (pages of ``ID_PAGE``), the seeded positions picked on the way, then retrieved."""
+        if n <= 0:
+            raise InputError("sample size must be positive")
+        count = self.info().count
+        positions = np.sort(np.random.default_rng(seed).choice(count, size=min(n, count), replace=False))
+        picked: list = []
+        seen, offset = 0, None
+        while len(picked) < len(positions):
+            records, offset = self._scroll(offset, ID_PAGE, full=False)
+            lo, hi = np.searchsorted(positions, [seen, seen + len(records)])
+            picked.extend(json_point_id(records[p - seen].id) for p in positions[lo:hi])
+            seen += len(records)
+            if offset is None:
+                break
+        return self._retrieve(picked)
+
+    def _retrieve(self, pids: Sequence) -> VectorBatch:
+        """The points with these point ids, in this order, skipping missing ones and ones without our vector."""
+        name, dim, _ = self._field()
+        unique = list(dict.fromkeys(pids))
+        records = self._retrieve_points(unique) if unique else []
+        found = {json_point_id(r.id): r for r in records
+                 if r.vector is not None and (not isinstance(r.vector, dict) or name in r.vector)}
+        return records_to_batch([found[p] for p in pids if p in found], name, dim, copy_payloads=self.copy_payloads)
+
+    def get(self, ids: Sequence) -> VectorBatch:
+        return self._retrieve([point_id(i)[0] for i in ids])
+
+    def search(self, vectors, k: int = 10) -> tuple[list[list], np.ndarray]:
+        name, dim, metric = self._field()
+        queries = np.asarray(vectors, dtype=np.float32)
+        if queries.ndim != 2 or queries.shape[1] != dim:
+            raise InputError(f"query vectors must have dimension {dim}, got shape {queries.shape}")
+        results: list = []
+        for lo in range(0, len(queries), QUERY_CHUNK):
+            results.extend(self._query(queries[lo:lo + QUERY_CHUNK], name, k))
+        return hits_to_results(results, metric)
