@@ -4,6 +4,7 @@ from __future__ import annotations
 import gc
 import statistics
 import time
+from dataclasses import dataclass
 from typing import Callable
 
 import numpy as np
@@ -16,9 +17,16 @@ def data(n: int, dim: int, *, int_ids: bool = False) -> tuple[list, np.ndarray, 
     return ids, vectors, [{"text": f"document {i}", "n": i} for i in range(n)]
 
 
+@dataclass
+class Paired:
+    """Vectors/s of every timed run of our job and of the native one, in the order the pairs ran."""
+    ours: list[float]
+    native: list[float]
+
+
 def paired_vps(n: int, repeats: int, setup: Callable, ours: Callable, native: Callable, *,
-               drop: bool = True) -> tuple[float, float]:
-    """Median vectors/s of our job and of the native one, run alternately (so that load drifting on a shared
+               drop: bool = True) -> Paired:
+    """Vectors/s of our job and of the native one over ``repeats`` pairs, run alternately (so that load drifting on a shared
     machine hits both alike), each on a fresh collection (or a shared one, with ``drop=False``).
 
     Each job first runs once untimed: the first run of either paid for cold caches, lazily opened connections and
@@ -43,10 +51,14 @@ def paired_vps(n: int, repeats: int, setup: Callable, ours: Callable, native: Ca
                 rates[job].append(n / elapsed)
             if drop:
                 coll.drop()
-    return statistics.median(rates[ours]), statistics.median(rates[native])
+    return Paired(rates[ours], rates[native])
 
 
-def result_row(store: str, op: str, ours: float, native: float) -> dict:
-    """One table row; overhead = native / ours - 1 (negative: the connector is faster)."""
+def result_row(store: str, op: str, runs: Paired) -> dict:
+    """One table row: median rates; overhead = native / ours - 1 of the medians (negative: the connector is
+    faster), with the range of the per-pair overheads (each pair ran back to back) to show the noise."""
+    ours, native = statistics.median(runs.ours), statistics.median(runs.native)
+    per_pair = [b / a - 1 for a, b in zip(runs.ours, runs.native)]
     return {"store": store, "op": op, "vecbridge_vps": round(ours), "native_vps": round(native),
-            "overhead": round(native / ours - 1, 3)}
+            "overhead": round(native / ours - 1, 3), "pair_range": [round(min(per_pair), 3), round(max(per_pair), 3)],
+            "runs": len(per_pair)}

@@ -40,12 +40,13 @@ def main():
         rerun = {r["store"] for r in rows}
         rows = [r for r in json.loads(out.read_text()) if r["store"] not in rerun] + rows
     out.write_text(json.dumps(rows, indent=1))
-    print("\n| store | op | N | vecbridge (vectors/s) | store's own client (vectors/s) | overhead |")
-    print("|---|---|---|---|---|---|")
+    print("\n| store | op | N | vecbridge (vectors/s) | store's own client (vectors/s) | overhead | per-pair range |")
+    print("|---|---|---|---|---|---|---|")
     for r in rows:
+        spread = r.get("pair_range")
+        spread = f"{spread[0]:+.0%} .. {spread[1]:+.0%} ({r['runs']} pairs)" if spread else "-"
         print(f"| {r['store']} | {r['op']} | {r['n']:,} | {r['vecbridge_vps']:,.0f} | {r['native_vps']:,.0f} | "
-              f"{r['overhead']:+.0%} |")
-
+              f"{r['overhead']:+.0%} | {spread} |")
 
 if __name__ == "__main__":
     main()

@@ -62,10 +62,10 @@ def run(n: int = 100_000, dim: int = 384, repeats: int = 3) -> list[dict]:
                 np.asarray(page["embeddings"], dtype=np.float32)
                 offset += len(page["ids"])
 
-        upsert = result_row("chroma", "upsert", *paired_vps(n, repeats, fresh, vb_upsert, native_upsert))
+        upsert = result_row("chroma", "upsert", paired_vps(n, repeats, fresh, vb_upsert, native_upsert))
         filled = fresh()
         vb_upsert(filled)
-        scan = result_row("chroma", "scan", *paired_vps(n, repeats, lambda: filled, vb_scan, native_scan, drop=False))
+        scan = result_row("chroma", "scan", paired_vps(n, repeats, lambda: filled, vb_scan, native_scan, drop=False))
         filled.drop()
         return [upsert, scan]
     finally:

@@ -66,7 +66,7 @@ def _measure(store: str, make_url: Callable[[str], str], n: int, dim: int, repea
     filled.info()  # loads the collection outside the timed part
     scan = paired_vps(n, repeats, lambda: filled, ours_scan, native_scan, drop=False)
     filled.drop()
-    return [{**result_row(store, "upsert", *upsert), "n": n}, {**result_row(store, "scan", *scan), "n": n}]
+    return [{**result_row(store, "upsert", upsert), "n": n}, {**result_row(store, "scan", scan), "n": n}]
 
 
 def run(n: int = 100_000, dim: int = 384, repeats: int = 3, lite_n: int = 10_000) -> list[dict]:

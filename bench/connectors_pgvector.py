@@ -72,10 +72,10 @@ def run(n: int = 100_000, dim: int = 384, repeats: int = 3) -> list[dict]:
                     if rows:
                         np.stack([r[1].to_numpy() for r in rows]).astype(np.float32)
 
-        upsert = result_row("pgvector", "upsert", *paired_vps(n, repeats, fresh, vb_upsert, native_upsert))
+        upsert = result_row("pgvector", "upsert", paired_vps(n, repeats, fresh, vb_upsert, native_upsert))
         filled = fresh()
         vb_upsert(filled)
-        scan = result_row("pgvector", "scan", *paired_vps(n, repeats, lambda: filled, vb_scan, native_scan, drop=False))
+        scan = result_row("pgvector", "scan", paired_vps(n, repeats, lambda: filled, vb_scan, native_scan, drop=False))
         filled.drop()
         filled.close()
         return [upsert, scan]

@@ -39,8 +39,8 @@ def _measure(store: str, n: int, repeats: int, data_: tuple, fresh, native_upser
 
     filled = fresh()
     upsert(filled)
-    rows = [result_row(store, "upsert", *paired_vps(n, repeats, fresh, upsert, native_upsert)),
-            result_row(store, "scan", *paired_vps(n, repeats, lambda: filled, _vb_scan, native_scan, drop=False))]
+    rows = [result_row(store, "upsert", paired_vps(n, repeats, fresh, upsert, native_upsert)),
+            result_row(store, "scan", paired_vps(n, repeats, lambda: filled, _vb_scan, native_scan, drop=False))]
     filled.drop()
     return rows
 
