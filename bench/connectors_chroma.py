@@ -28,7 +28,7 @@ from vecbridge.connectors.chroma import ChromaCollection  # noqa: E402
 BATCH = 5000
 
 
-def run(n: int = 100_000, dim: int = 384, repeats: int = 3) -> list[dict]:
+def run(n: int = 100_000, dim: int = 384, repeats: int = 5) -> list[dict]:
     ids, vectors, payloads = data(n, dim)
     workdir = Path(tempfile.mkdtemp(prefix="vecbridge-bench-chroma-"))
     server = ChromaServer(workdir).start()

@@ -69,7 +69,7 @@ def _measure(store: str, make_url: Callable[[str], str], n: int, dim: int, repea
     return [{**result_row(store, "upsert", upsert), "n": n}, {**result_row(store, "scan", scan), "n": n}]
 
 
-def run(n: int = 100_000, dim: int = 384, repeats: int = 3, lite_n: int = 10_000) -> list[dict]:
+def run(n: int = 100_000, dim: int = 384, repeats: int = 5, lite_n: int = 10_000) -> list[dict]:
     rows = []
     with tempfile.TemporaryDirectory(prefix="vecbridge-bench-milvus-") as tmp:
         server = MilvusServer(Path(tmp) / "server").start()

@@ -31,7 +31,7 @@ from vecbridge.connectors.pgvector import PgVectorCollection  # noqa: E402
 BATCH = 10_000
 
 
-def run(n: int = 100_000, dim: int = 384, repeats: int = 3) -> list[dict]:
+def run(n: int = 100_000, dim: int = 384, repeats: int = 5) -> list[dict]:
     ids, vectors, payloads = data(n, dim)
     workdir = Path(tempfile.mkdtemp(prefix="vecbridge-bench-pg-"))
     server = PgServer(workdir).start()

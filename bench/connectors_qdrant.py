@@ -100,7 +100,7 @@ def bench_qdrant_edge(n: int, dim: int, repeats: int) -> list[dict]:
         shutil.rmtree(workdir, ignore_errors=True)
 
 
-def run(n: int = 100_000, dim: int = 384, repeats: int = 3) -> list[dict]:
+def run(n: int = 100_000, dim: int = 384, repeats: int = 5) -> list[dict]:
     return bench_qdrant_local(n, dim, repeats) + bench_qdrant_edge(n, dim, repeats)
 
 

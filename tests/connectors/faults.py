@@ -15,11 +15,12 @@ from vecbridge.connectors import Collection
 from vecbridge.errors import StoreError
 
 
-def assert_scan_resumes_after_kill(coll: Collection, *, kill: Callable[[], None], restart: Callable[[], Collection],
-                                   batch_size: int, kill_after: int, expected_ids: list, secret: str | None = None,
+def assert_scan_resumes_after_kill(coll: Collection, *, kill: Callable[[], None], restart: Callable[[], None],
+                                   reopen: Callable[[], Collection], batch_size: int, kill_after: int,
+                                   expected_ids: list, secret: str | None = None,
                                    deadline_s: float = 30.0) -> StoreError:
-    """Kill the server after ``kill_after`` batches of ``coll.scan(batch_size)``, then resume on ``restart()``
-    (which starts the server again and returns a fresh connection to the same collection). Returns the error."""
+    """Kill the server after ``kill_after`` batches of ``coll.scan(batch_size)``, ``restart()`` it, and resume the
+    scan on ``reopen()`` (a fresh connection to the same collection, made after the restart). Returns the error."""
     seen: list = []
     cursor = None
     scan = coll.scan(batch_size=batch_size)
@@ -38,7 +39,8 @@ def assert_scan_resumes_after_kill(coll: Collection, *, kill: Callable[[], None]
         assert secret not in message
     assert len(seen) == kill_after * batch_size
 
-    rest = [i for batch in restart().scan(batch_size=batch_size, after=cursor) for i in batch.ids]
+    restart()
+    rest = [i for batch in reopen().scan(batch_size=batch_size, after=cursor) for i in batch.ids]
     assert not set(rest) & set(seen), "records repeated after resuming"
     assert sorted(seen + rest) == sorted(expected_ids), "records skipped or repeated"
     return err.value

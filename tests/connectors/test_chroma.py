@@ -98,7 +98,7 @@ def test_server_killed_mid_scan_then_resume_after_restart(tmp_path):
         coll = connect(url).create(dim=8)
         for lo in range(0, 1500, 500):
             coll.upsert(_batch(500, 8, lo))
-        err = assert_scan_resumes_after_kill(coll, kill=server.kill, restart=lambda: (server.start(), connect(url))[1],
+        err = assert_scan_resumes_after_kill(coll, kill=server.kill, restart=server.start, reopen=lambda: connect(url),
                                              batch_size=200, kill_after=3,
                                              expected_ids=[f"id-{i:05d}" for i in range(1500)])
         assert "cannot read records" in str(err)

@@ -188,10 +188,9 @@ def test_server_killed_mid_scan_then_resumed_after_restart(private_server):
     ids = [f"r{i:05d}" for i in range(3000)]
     coll.upsert(_batch(ids, 16))
 
-    def restart():
-        private_server.start()  # same data directory (the launcher may move the port: ask the server for its URL)
-        return connect(private_server.url("crash", timeout="3"))
-
-    err = assert_scan_resumes_after_kill(coll, kill=private_server.kill, restart=restart, batch_size=500,
-                                         kill_after=2, expected_ids=ids, secret=milvus_server.ROOT_PASSWORD)
+    # the restart keeps the data directory but may move the port: the reconnection asks the server for its URL
+    err = assert_scan_resumes_after_kill(coll, kill=private_server.kill, restart=private_server.start,
+                                         reopen=lambda: connect(private_server.url("crash", timeout="3")),
+                                         batch_size=500, kill_after=2, expected_ids=ids,
+                                         secret=milvus_server.ROOT_PASSWORD)
     assert "127.0.0.1" in str(err)

@@ -92,7 +92,7 @@ def test_server_killed_mid_scan_then_resume_after_restart(server):
     coll = connect(url).create(dim=16)
     for lo in range(0, 3000, 1000):
         coll.upsert(_batch(1000, 16, lo))
-    assert_scan_resumes_after_kill(coll, kill=server.kill, restart=lambda: (server.start(), connect(url))[1],
+    assert_scan_resumes_after_kill(coll, kill=server.kill, restart=server.start, reopen=lambda: connect(url),
                                    batch_size=400, kill_after=3, expected_ids=[f"id-{i:05d}" for i in range(3000)],
                                    secret=PASSWORD)
     connect(url).drop()

@@ -69,7 +69,6 @@ def _close_shards() -> None:
 class QdrantEdgeCollection(QdrantPointsCollection):
     scheme = "qdrant-edge"
     what = "qdrant-edge shard"
-    copy_payloads = False  # the engine converts payloads anew on every read
 
     def __init__(self, url: str, *, read_only: bool = False):
         super().__init__(url, read_only=read_only)

@@ -83,16 +83,15 @@ def decode_cursor(cursor: Any, what: str) -> int | str:
     raise InputError(f"invalid scan cursor {cursor!r} for a {what}")
 
 
-def records_to_batch(records: Sequence, name: str, dim: int, *, copy_payloads: bool) -> VectorBatch:
+def records_to_batch(records: Sequence, name: str, dim: int) -> VectorBatch:
     """Scrolled or retrieved points (``id``, ``payload``, ``vector``: a list, or a dict of named vectors) as a batch
-    of vector ``name``, original ids restored. Each attribute is read once: Qdrant Edge converts on every read, so
-    its payloads are fresh dicts already; qdrant-client's local mode hands out the dicts it stores, which must be
-    copied (``copy_payloads``) before the id key is popped."""
+    of vector ``name``, original ids restored. Each attribute is read once (Qdrant Edge converts on every read).
+    Both engines hand out payloads of their own (Edge converts anew, qdrant-client's local mode deep-copies, a
+    server's are parsed from the response), so the id key is popped from them without copying; each record must
+    therefore appear once in ``records``."""
     ids, payloads, rows = [], [], []
     for rec in records:
         payload, vector = rec.payload or {}, rec.vector
-        if copy_payloads:
-            payload = dict(payload)
         ids.append(original_id(rec.id, payload))
         payloads.append(payload)
         rows.append(vector[name] if isinstance(vector, dict) else vector)
@@ -107,7 +106,7 @@ def hits_to_results(results: Sequence, metric: str) -> tuple[list[list], np.ndar
     scores = np.full((len(results), width), -np.inf, dtype=np.float32)
     ids = []
     for row, points in enumerate(results):
-        ids.append([original_id(p.id, dict(p.payload or {})) for p in points])
+        ids.append([original_id(p.id, p.payload) for p in points])
         scores[row, :len(points)] = [p.score for p in points]
     if metric == "l2":
         scores = np.where(np.isneginf(scores), scores, -scores)
@@ -117,11 +116,9 @@ def hits_to_results(results: Sequence, metric: str) -> tuple[list[list], np.ndar
 class QdrantPointsCollection(Collection):
     """Reads common to both Qdrant connectors, on the engine calls each implements: ``_field()`` (our vector's
     name, dim, metric), ``_scroll(offset, limit, full=...)``, ``_retrieve_points(pids)`` and ``_query(chunk, name,
-    k)``. ``what`` names the store in cursor errors; ``copy_payloads`` says whether the engine hands out the
-    payload dicts it stores (see :func:`records_to_batch`)."""
+    k)``. ``what`` names the store in cursor errors."""
 
     what = "qdrant collection"
-    copy_payloads = True
 
     def _field(self) -> tuple[str, int, str]:
         raise NotImplementedError
@@ -153,7 +150,7 @@ class QdrantPointsCollection(Collection):
         while True:
             records, offset = self._scroll(offset, batch_size, full=True)
             if records:
-                batch = records_to_batch(records, name, dim, copy_payloads=self.copy_payloads)
+                batch = records_to_batch(records, name, dim)
                 batch.cursor = json_point_id(records[-1].id)
                 yield batch
             if offset is None:
@@ -183,7 +180,10 @@ class QdrantPointsCollection(Collection):
         records = self._retrieve_points(unique) if unique else []
         found = {json_point_id(r.id): r for r in records
                  if r.vector is not None and (not isinstance(r.vector, dict) or name in r.vector)}
-        return records_to_batch([found[p] for p in pids if p in found], name, dim, copy_payloads=self.copy_payloads)
+        kept = [p for p in unique if p in found]
+        row = {p: i for i, p in enumerate(kept)}
+        # each point converted once (its id key is popped from its payload), then rows repeated in the asked order
+        return records_to_batch([found[p] for p in kept], name, dim).take([row[p] for p in pids if p in row])
 
     def get(self, ids: Sequence) -> VectorBatch:
         return self._retrieve([point_id(i)[0] for i in ids])
