@@ -10,6 +10,7 @@ with the next record, nothing skipped and nothing repeated (as long as the colle
 from __future__ import annotations
 
 import abc
+import contextlib
 from dataclasses import dataclass, field
 from typing import Any, Iterator, Sequence
 
@@ -82,6 +83,24 @@ class CollectionInfo:
                 "vector_fields": {k: {"dim": d, "metric": m} for k, (d, m) in self.vector_fields.items()}}
 
 
+@dataclass(frozen=True)
+class CollectionIdentity:
+    """Which stored collection a URL names, however the URL spells it.
+
+    ``store`` is the engine family, ``location`` where it lives (a resolved absolute path, or a canonical
+    ``host:port/database`` for a server) and ``name`` the collection or table in it. The vector field is left out on
+    purpose: two URLs that differ only in ``?vector=`` name the same collection, and dropping one drops the other.
+    Jobs compare identities, never URL strings, before they write or drop anything.
+    """
+
+    store: str
+    location: str
+    name: str = ""
+
+    def __str__(self) -> str:
+        return f"{self.store}:{self.location}" + (f"/{self.name}" if self.name else "")
+
+
 def check_metric(metric: str) -> str:
     metric = metric.lower()
     aliases = {"ip": "dot", "inner_product": "dot", "euclid": "l2", "euclidean": "l2", "cos": "cosine"}
@@ -125,6 +144,26 @@ class Collection(abc.ABC):
     @abc.abstractmethod
     def search(self, vectors, k: int = 10) -> tuple[list[list], np.ndarray]:
         """Batched nearest neighbours: (ids per query, scores n_queries x k; higher is better)."""
+
+    @property
+    def identity(self) -> CollectionIdentity:
+        """The collection's canonical identity (see :class:`CollectionIdentity`).
+
+        Connectors override this; the fallback, for third-party connectors, is the URL without its query, which
+        is only as good as the spelling is consistent."""
+        return CollectionIdentity(self.scheme or "store", self.display_url.split("?", 1)[0].rstrip("/"))
+
+    #: name of the vector field this handle reads and writes (None: the collection's only or default one)
+    vector_field: str | None = None
+
+    def check_writable(self) -> None:
+        """Raise :class:`StoreError` now if a write would fail for lack of permission (called before a job creates
+        anything, so that a refused write never leaves an empty target behind). Server stores check on first use."""
+
+    def writer_lock(self) -> contextlib.AbstractContextManager:
+        """The store's own lock that makes this run the collection's only writer, where the store has one (held for
+        the whole job; raise :class:`StoreError` naming the holder when another run has it)."""
+        return contextlib.nullcontext()
 
     # --- writing --------------------------------------------------------------------------------------------------
     @abc.abstractmethod

@@ -31,12 +31,15 @@ upserts leave existing payloads alone.
 """
 from __future__ import annotations
 
+import getpass
 import hashlib
+import os
 
 import json
 import re
 import struct
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator, Sequence, TypeVar
 from urllib.parse import parse_qsl, unquote, urlencode, urlsplit, urlunsplit
@@ -47,8 +50,8 @@ from pgvector.psycopg import register_vector
 from psycopg import sql
 
 from ..errors import InputError, StoreError
-from .base import Collection, CollectionInfo, VectorBatch, check_metric
-from .url import query_params
+from .base import Collection, CollectionIdentity, CollectionInfo, VectorBatch, check_metric
+from .url import canonical_host, query_params, resolved_path
 
 T = TypeVar("T")
 
@@ -130,6 +133,54 @@ class PgVectorCollection(Collection):
         self._schema_cache: _Schema | None = None
         #: optimistic bulk load: COPY straight into the table until an id conflict shows the rows may exist
         self._rows_are_new = True
+
+    @property
+    def identity(self) -> CollectionIdentity:
+        """Server (host or socket directory, port), database and schema-qualified table, as libpq would resolve
+        them from the URL and its defaults (an unqualified table is taken to be in ``public``)."""
+        parts = urlsplit(self.url)
+        params = query_params(self.url)
+        host = params.get("host") or parts.hostname or os.environ.get("PGHOST") or "localhost"
+        try:
+            port = params.get("port") or parts.port or os.environ.get("PGPORT") or 5432
+        except ValueError:
+            port = 5432
+        where = resolved_path(host) if host.startswith("/") else canonical_host(host)
+        user = unquote(parts.username or "") or os.environ.get("PGUSER") or getpass.getuser()
+        database = (unquote(parts.path.strip("/")) or params.get("dbname") or os.environ.get("PGDATABASE")
+                    or user)
+        schema, _, table = self.table.rpartition(".")
+        return CollectionIdentity("postgresql", f"{where}:{port}/{database}", f"{schema or 'public'}.{table}")
+
+    @property
+    def vector_field(self) -> str | None:
+        return self.vector_column
+
+    @contextmanager
+    def writer_lock(self) -> Iterator[None]:
+        """A session advisory lock on the table's identity, held on a connection of its own for the whole job: a
+        second writer of the same table, from this machine or any other, is refused (PostgreSQL releases the lock if
+        the job's process dies). The holder is named by the ``application_name`` its connection set."""
+        key = int.from_bytes(hashlib.sha256(str(self.identity).encode()).digest()[:8], "big", signed=True)
+        try:
+            conn = psycopg.connect(self._conninfo, autocommit=True,
+                                   application_name=f"vecbridge writer pid {os.getpid()}")
+        except psycopg.Error as exc:
+            raise self._error("cannot connect", exc) from None
+        try:
+            if not conn.execute("SELECT pg_try_advisory_lock(%s)", (key,)).fetchone()[0]:
+                row = conn.execute(
+                    "SELECT a.application_name FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid "
+                    "WHERE l.locktype = 'advisory' AND l.granted AND "
+                    "((l.classid::bigint << 32) | l.objid::bigint) = (%s::bigint & x'FFFFFFFFFFFFFFFF'::bigint)",
+                    (key,)).fetchone()
+                holder = (row[0].rsplit(" ", 1)[-1] if row and row[0].startswith("vecbridge writer pid ")
+                          else "unknown")
+                raise StoreError(f"another run is writing this target (pid {holder}): {self.display_url}; wait "
+                                 f"for it to finish, or stop it and rerun with --resume")
+            yield
+        finally:
+            conn.close()   # ends the session, which releases the lock
 
     # --- connection ---------------------------------------------------------------------------------------------------
     def _error(self, what: str, exc: BaseException) -> StoreError:

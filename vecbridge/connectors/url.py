@@ -1,7 +1,11 @@
 """URL parsing shared by connectors: split scheme/host/path/query and never let a secret reach a message."""
 from __future__ import annotations
 
+import functools
+import ipaddress
+import os
 import re
+import socket
 from urllib.parse import parse_qs, urlsplit, urlunsplit
 
 _SECRET_KEYS = re.compile(r"(password|passwd|pwd|api[_-]?key|token|secret)", re.I)
@@ -37,3 +41,30 @@ def scheme_of(url: str) -> str:
     """``qdrant`` for ``qdrant://...``; a bare path is a ``file`` URL."""
     m = re.match(r"^([a-zA-Z][a-zA-Z0-9+.-]*)://", url)
     return m.group(1).lower() if m else "file"
+
+
+def resolved_path(path) -> str:
+    """An absolute path with ``~``, ``.``, ``..``, repeated slashes and symbolic links resolved (the path need not
+    exist): two spellings of one directory give the same string."""
+    return os.path.realpath(os.path.expanduser(str(path)))
+
+
+@functools.lru_cache(maxsize=64)
+def canonical_host(host: str | None) -> str:
+    """One name for a server host however it is written: every loopback spelling (``localhost``, ``127.0.0.1``,
+    ``::1``, this machine's own name) is ``loopback``; other names are resolved to their sorted addresses when the
+    resolver answers, else kept lower-cased."""
+    host = (host or "localhost").strip("[]").lower()
+    try:
+        addresses = {ipaddress.ip_address(host)}
+    except ValueError:
+        if host in ("localhost", "localhost.localdomain", socket.gethostname().lower()):
+            return "loopback"
+        try:
+            addresses = {ipaddress.ip_address(info[4][0].split("%", 1)[0])
+                         for info in socket.getaddrinfo(host, None, proto=socket.IPPROTO_TCP)}
+        except (OSError, UnicodeError, ValueError):
+            return host
+    if all(a.is_loopback or a.is_unspecified for a in addresses):
+        return "loopback"
+    return ",".join(sorted(str(a) for a in addresses))

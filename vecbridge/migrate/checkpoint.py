@@ -3,7 +3,9 @@
 A checkpoint is a small JSON file, by default beside the alignment artifact
 (``align.vb.<target-name>.migrate.json``), rewritten atomically after every committed batch. It records what the
 job is (kind, redacted source and target URLs, the alignment's fingerprint, the source's dimension and count) and,
-per phase, the source cursor of the last batch written and how many records were written.
+per phase, the source cursor of the last batch written and how many records were read and written, and the batch
+size, which a resume keeps (a float32 matrix product can differ in the last bit between batch sizes, so only the
+same batching makes a resumed run bit-exact). The file is removed when the job finishes.
 
 Crash semantics: a batch is upserted first and the checkpoint advanced second, so after a crash the resumed job
 re-writes at most the one batch that was in flight; upserts are idempotent by id, so nothing is duplicated and
@@ -67,17 +69,23 @@ class Checkpoint:
         self.save()
 
     def finish(self) -> None:
+        """The job is complete: nothing is left to resume, so the file goes."""
         self.state["status"] = "done"
-        self.save()
+        self.remove()
+
+    def remove(self) -> None:
+        if self.path.exists():
+            self.path.unlink()
 
     # --- phases -----------------------------------------------------------------------------------------------------
     def phase(self, name: str) -> dict:
-        return self.state["phases"].setdefault(name, {"cursor": None, "written": 0, "done": False})
+        return self.state["phases"].setdefault(name, {"cursor": None, "read": 0, "written": 0, "done": False})
 
-    def commit(self, name: str, cursor: Any, written: int) -> None:
+    def commit(self, name: str, cursor: Any, written: int, read: int | None = None) -> None:
         ph = self.phase(name)
         ph["cursor"] = cursor
         ph["written"] += written
+        ph["read"] = ph.get("read", 0) + (written if read is None else read)
         self.save()
 
     def complete(self, name: str) -> None:
@@ -91,3 +99,15 @@ class Checkpoint:
     @property
     def written(self) -> int:
         return sum(p["written"] for p in self.state["phases"].values())
+
+    @property
+    def read(self) -> int:
+        return sum(p.get("read", p["written"]) for p in self.state["phases"].values())
+
+    @property
+    def batch_size(self) -> int | None:
+        return self.state.get("batch_size")
+
+    @batch_size.setter
+    def batch_size(self, value: int) -> None:
+        self.state["batch_size"] = int(value)

@@ -22,11 +22,13 @@ import numpy as np
 
 from ..connectors import connect
 from ..connectors.base import Collection, VectorBatch
-from ..errors import InputError, StoreError
+from ..errors import InputError, StoreError, VecbridgeError
 from ..linking import read_pairs_file
 from .checkpoint import Checkpoint
 from .pipeline import copy_stream
-from .rewrite import check_source, default_checkpoint_path, load_alignment, mapper, store_batch_size
+from .guard import check_checkpoint_writable, exclusive_writer, refuse_inputs_as_target
+from .rewrite import (_discard, check_counts, check_source, default_checkpoint_path, load_alignment, mapper,
+                      store_batch_size)
 
 POLICIES = ("keep-b", "keep-a", "keep-both")
 A_FIELD = "a_mapped"
@@ -45,9 +47,8 @@ def merge(a, b, into, alignment, *, links: str = "ids", policy: str = "keep-b", 
     B = b if isinstance(b, Collection) else connect(b, read_only=True)
     A.read_only = B.read_only = True
     C = into if isinstance(into, Collection) else connect(into)
-    for src in (A, B):
-        if type(src) is type(C) and src.display_url.rstrip("/") == C.display_url.rstrip("/"):
-            raise InputError("refusing to merge into one of the inputs: choose a new collection for --into")
+    hint = "choose a new collection for --into"
+    refuse_inputs_as_target(C, [(A, "one of the inputs (A)"), (B, "one of the inputs (B)")], hint)
     a_info = check_source(A, alignment)
     b_info = B.info()
     if b_info.dim != alignment.target_dim:
@@ -62,12 +63,21 @@ def merge(a, b, into, alignment, *, links: str = "ids", policy: str = "keep-b", 
     C_a = C.with_vector_field(A_FIELD) if policy == "keep-both" else None  # refuses before anything is written
     bs = store_batch_size(C, batch_size)
     ckpt_path = Path(checkpoint_path) if checkpoint_path else default_checkpoint_path(alignment_path, C, "merge")
-    identity = {"kind": "merge", "a": A.display_url, "b": B.display_url, "into": C.display_url,
+    check_checkpoint_writable(ckpt_path)
+    C.check_writable()
+    identity = {"kind": "merge", "a": str(A.identity), "b": str(B.identity), "into": str(C.identity),
                 "alignment": alignment.fingerprint, "links": links if links == "ids" else Path(links).name,
                 "policy": policy}
-    ckpt = Checkpoint(ckpt_path, identity)
+    with exclusive_writer(C):
+        return _merge(A, B, C, C_a, alignment, explicit, policy, bs, resume, overwrite,
+                      Checkpoint(ckpt_path, identity), a_info, b_info, on_progress)
+
+
+def _merge(A, B, C, C_a, alignment, explicit, policy, bs, resume, overwrite, ckpt, a_info, b_info, on_progress):
+    created = False
     if ckpt.exists() and resume:
         ckpt.load()
+        bs = ckpt.batch_size or bs
     else:
         if ckpt.exists() and not overwrite:
             raise InputError(f"a merge into {C.display_url} was already started (checkpoint {ckpt.path}): "
@@ -76,9 +86,12 @@ def merge(a, b, into, alignment, *, links: str = "ids", policy: str = "keep-b", 
             if not overwrite:
                 raise StoreError(f"target already exists: {C.display_url} (choose a new collection or --overwrite)")
             C.drop()
-        C.create(dim=alignment.target_dim, metric=b_info.metric)
+        deferred = {"index": False} if C.supports_deferred_index else {}
+        C.create(dim=alignment.target_dim, metric=b_info.metric, **deferred)
         if policy == "keep-both":
             C.add_vector_field(A_FIELD, alignment.target_dim, b_info.metric)
+        created = True
+        ckpt.batch_size = bs
     ckpt.start()
     to_b = mapper(alignment)
     stats = {"linked": 0, "renamed": 0}
@@ -126,10 +139,20 @@ def merge(a, b, into, alignment, *, links: str = "ids", policy: str = "keep-b", 
         return to_b(batch)
 
     t0 = time.perf_counter()
-    written = copy_stream(B, C, transform=phase_b, checkpoint=ckpt, phase="b", batch_size=bs, on_progress=on_progress)
-    written += copy_stream(A, C, transform=phase_a, checkpoint=ckpt, phase="a", batch_size=bs, on_progress=on_progress)
+    try:
+        written = copy_stream(B, C, transform=phase_b, checkpoint=ckpt, phase="b", batch_size=bs,
+                              on_progress=on_progress)
+        written += copy_stream(A, C, transform=phase_a, checkpoint=ckpt, phase="a", batch_size=bs,
+                               on_progress=on_progress)
+    except (VecbridgeError, OSError) as exc:
+        if created and (ckpt.written == 0 or isinstance(exc, InputError)):
+            _discard(C, ckpt)   # bad input data or a refused first write: no half-merged collection left behind
+        raise
+    C.build_index()
+    count = C.info().count
     ckpt.finish()
+    # linked A records are merged into their B record, not written: the target must hold exactly what was written
+    check_counts(C, read=ckpt.read, written=ckpt.written, held=count, expected=ckpt.written)
     return {"a": A.display_url, "b": B.display_url, "into": C.display_url, "policy": policy,
             "a_count": a_info.count, "b_count": b_info.count, "written": written, "linked": stats["linked"],
-            "renamed": stats["renamed"], "count": C.info().count, "seconds": time.perf_counter() - t0,
-            "checkpoint": str(ckpt.path)}
+            "renamed": stats["renamed"], "count": count, "seconds": time.perf_counter() - t0}

@@ -46,7 +46,7 @@ def copy_stream(source: Collection, target: Collection, *, transform: Callable[[
             for batch in source.scan(batch_size=batch_size, after=state["cursor"]):
                 mapped = transform(batch)
                 mapped.cursor = batch.cursor
-                if not put(mapped):
+                if not put((mapped, len(batch))):
                     return
             put(_DONE)
         except BaseException as exc:  # handed to the writer, which re-raises it in the caller's thread
@@ -62,12 +62,13 @@ def copy_stream(source: Collection, target: Collection, *, transform: Callable[[
                 break
             if isinstance(item, _Failure):
                 raise item.exc
-            if len(item):
-                target.upsert(item)
-            checkpoint.commit(phase, item.cursor, len(item))
-            written += len(item)
+            batch, read = item
+            if len(batch):
+                target.upsert(batch)
+            checkpoint.commit(phase, batch.cursor, len(batch), read)
+            written += len(batch)
             if on_progress:
-                on_progress(len(item))
+                on_progress(read)
     finally:
         stop.set()
         thread.join(timeout=5)

@@ -15,8 +15,9 @@ import numpy as np
 from ..align.artifact import Alignment
 from ..connectors import connect
 from ..connectors.base import Collection, VectorBatch
-from ..errors import InputError, StoreError
+from ..errors import CheckFailed, InputError, StoreError, VecbridgeError
 from .checkpoint import Checkpoint
+from .guard import check_checkpoint_writable, exclusive_writer, refuse_inputs_as_target
 from .pipeline import copy_stream
 
 DEFAULT_BATCH = 1000
@@ -39,10 +40,10 @@ def default_checkpoint_path(alignment_path: Path | None, target: Collection, kin
 
 def store_batch_size(coll: Collection, requested: int | None) -> int:
     """The user's choice, else what the store's connector prefers, else 1,000."""
-    if requested:
-        if requested <= 0:
-            raise InputError("--batch-size must be positive")
-        return requested
+    if requested is not None:
+        if int(requested) <= 0:
+            raise InputError(f"batch size must be a positive number of records, got {requested}")
+        return int(requested)
     return int(getattr(coll, "preferred_batch_size", DEFAULT_BATCH))
 
 
@@ -86,10 +87,6 @@ class MigrationPlan:
         return {k: getattr(self, k) for k in self.__dataclass_fields__}
 
 
-def _same_collection(a: Collection, b: Collection) -> bool:
-    return type(a) is type(b) and a.display_url.rstrip("/") == b.display_url.rstrip("/")
-
-
 def plan_migration(src: Collection, alignment: Alignment, tgt: Collection, *, batch_size: int,
                    field: str | None) -> MigrationPlan:
     """Count, dimensions, an estimate of the read+map time measured on one batch, and the target size."""
@@ -111,92 +108,117 @@ def plan_migration(src: Collection, alignment: Alignment, tgt: Collection, *, ba
 def migrate(source, alignment, target=None, *, field: str | None = None, batch_size: int | None = None,
             resume: bool = False, overwrite: bool = False, dry_run: bool = False, checkpoint_path=None,
             metric: str | None = None, build_index: bool = True, on_progress: Callable[[int], None] | None = None,
-            on_start: Callable[[int, int], None] | None = None) -> dict:
+            on_start: Callable[[int, int], None] | None = None,
+            on_phase: Callable[[str], None] | None = None) -> dict:
     """Rewrite ``source`` (old model) into ``target`` (new model's space) through ``alignment``.
 
-    * New collection (default): ``target`` must not exist (``overwrite=True`` drops and recreates it; never the
-      source). Same ids, payloads; vectors mapped.
+    * New collection (default): ``target`` must not exist (``overwrite=True`` drops and recreates it). It may never
+      be the source, however its URL is spelled, not even another vector field of it: that is what ``field`` is for.
     * ``field=NAME``: add a vector field/column to the source collection itself (where the store supports it) and
       write the mapped vectors there; the original vectors are never touched. ``target`` must be None or the source.
-    * ``resume=True``: continue an interrupted run from its checkpoint (refused if anything differs).
+    * ``resume=True``: continue an interrupted run from its checkpoint (refused if anything differs), with the
+      batch size of the original run.
     * ``dry_run=True``: return the plan and write nothing.
     * ``build_index=False``: where the store defers its vector index (pgvector), leave the new collection without
       one (the user builds it later, e.g. ``CREATE INDEX CONCURRENTLY`` in a maintenance window).
+    * ``on_phase``: called with ``"index"`` before a deferred index build (it can take minutes).
+
+    Only one run writes a target at a time; at the end the job checks that the target holds as many records as it
+    read, and raises :class:`CheckFailed` if not.
     """
     alignment, alignment_path = load_alignment(alignment)
     src = source if isinstance(source, Collection) else connect(source, read_only=True)
     src.read_only = True
     if field is not None:
-        if target is not None and str(target) != str(getattr(source, "url", source)):
-            raise InputError("--field writes into the source collection itself: do not also give --to")
+        if target is not None:
+            given = target if isinstance(target, Collection) else connect(target)
+            if given.identity != src.identity:
+                raise InputError("--field writes into the source collection itself: do not also give --to")
+        if field == src.vector_field:
+            raise InputError(f"--field {field} is the field that holds the source vectors: name a new field")
         base = connect(src.url)
         tgt = base.with_vector_field(field)   # a clear StoreError where the store has no named vectors
     else:
         if target is None:
             raise InputError("a target collection is required (or --field NAME for an in-place vector field)")
         tgt = target if isinstance(target, Collection) else connect(target)
-        if _same_collection(src, tgt):
-            raise InputError("refusing to write into the source collection itself: choose a new target "
-                             "(or --field NAME to add a vector field in place)")
+        refuse_inputs_as_target(tgt, [(src, "the source collection itself")],
+                                "choose a new target (or --field NAME to add a vector field in place)")
     bs = store_batch_size(tgt, batch_size)
     if dry_run:
         return {"dry_run": True, "plan": plan_migration(src, alignment, tgt, batch_size=bs, field=field).as_dict()}
 
     info = check_source(src, alignment)
     ckpt_path = Path(checkpoint_path) if checkpoint_path else default_checkpoint_path(alignment_path, tgt)
-    identity = {"kind": "migrate", "source": src.display_url, "target": tgt.display_url,
+    check_checkpoint_writable(ckpt_path)
+    tgt.check_writable()
+    identity = {"kind": "migrate", "source": str(src.identity), "target": str(tgt.identity),
                 "alignment": alignment.fingerprint, "source_dim": info.dim, "field": field}
-    ckpt = Checkpoint(ckpt_path, identity)
-    created = False
-    if ckpt.exists():
-        if not resume and not overwrite:
-            previous = json.loads(ckpt.path.read_text()).get("status")
-            if previous == "done":
-                raise InputError(f"{tgt.display_url} was already migrated (checkpoint {ckpt.path}); use "
-                                 f"--overwrite to redo it")
-            raise InputError(f"an interrupted migration into {tgt.display_url} exists (checkpoint {ckpt.path}): "
-                             f"rerun with --resume to continue it, or --overwrite to start over")
-        if resume:
-            ckpt.load()
-            if not tgt.exists():
-                raise StoreError(f"cannot resume: the target {tgt.display_url} no longer exists")
-    if not resume or not ckpt.exists():
-        if field is not None:
-            base.add_vector_field(field, alignment.target_dim, metric or info.metric)
-        else:
-            if tgt.exists():
-                if not overwrite:
-                    raise StoreError(f"target already exists: {tgt.display_url} (choose a new collection, "
-                                     f"--resume an interrupted run, or --overwrite)")
-                tgt.drop()
-            deferred = {"index": False} if tgt.supports_deferred_index else {}
-            tgt.create(dim=alignment.target_dim, metric=metric or info.metric, **deferred)
-            created = True
+    with exclusive_writer(tgt):
         ckpt = Checkpoint(ckpt_path, identity)
-    ckpt.start()
-    if on_start:
-        on_start(info.count, ckpt.written)
-    t0 = time.perf_counter()
-    try:
-        written = copy_stream(src, tgt, transform=mapper(alignment), checkpoint=ckpt, phase="main",
-                              batch_size=bs, on_progress=on_progress)
-    except InputError:
-        if created:  # bad data in the source: never leave a half-written new collection behind
-            _discard(tgt, ckpt)
-        raise
-    if build_index:
-        tgt.build_index()
-    ckpt.finish()
+        created = False
+        if ckpt.exists():
+            if not resume and not overwrite:
+                raise InputError(f"an interrupted migration into {tgt.display_url} exists (checkpoint {ckpt.path}): "
+                                 f"rerun with --resume to continue it, or --overwrite to start over")
+            if resume:
+                ckpt.load()
+                if not tgt.exists():
+                    raise StoreError(f"cannot resume: the target {tgt.display_url} no longer exists")
+                bs = ckpt.batch_size or bs
+        if not resume or not ckpt.exists():
+            if field is not None:
+                base.add_vector_field(field, alignment.target_dim, metric or info.metric)
+            else:
+                if tgt.exists():
+                    if not overwrite:
+                        raise StoreError(f"target already exists: {tgt.display_url} (choose a new collection, "
+                                         f"--resume an interrupted run, or --overwrite)")
+                    tgt.drop()
+                deferred = {"index": False} if tgt.supports_deferred_index else {}
+                tgt.create(dim=alignment.target_dim, metric=metric or info.metric, **deferred)
+            created = True
+            ckpt = Checkpoint(ckpt_path, identity)
+            ckpt.batch_size = bs
+        ckpt.start()
+        if on_start:
+            on_start(info.count, ckpt.read)
+        t0 = time.perf_counter()
+        try:
+            written = copy_stream(src, tgt, transform=mapper(alignment), checkpoint=ckpt, phase="main",
+                                  batch_size=bs, on_progress=on_progress)
+        except (VecbridgeError, OSError) as exc:
+            # bad data in the source, or a target that refused the first write: never leave a half-written new
+            # collection behind (a collection that already holds committed batches is kept for --resume)
+            if created and field is None and (ckpt.written == 0 or isinstance(exc, InputError)):
+                _discard(tgt, ckpt)
+            raise
+        if build_index and tgt.supports_deferred_index:
+            if on_phase:
+                on_phase("index")
+            tgt.build_index()
+        held = tgt.info().count if field is None else None
+        ckpt.finish()
     seconds = time.perf_counter() - t0
-    return {"source": src.display_url, "target": tgt.display_url, "count": info.count, "written": written,
-            "resumed_from": ckpt.written - written, "seconds": seconds,
-            "vectors_per_s": written / seconds if seconds > 0 else None, "checkpoint": str(ckpt.path),
-            "field": field}
+    check_counts(tgt, read=ckpt.read, written=ckpt.written, held=held)
+    return {"source": src.display_url, "target": tgt.display_url, "count": info.count, "read": ckpt.read,
+            "written": written, "resumed_from": ckpt.written - written, "seconds": seconds,
+            "vectors_per_s": written / seconds if seconds > 0 else None, "field": field,
+            "batch_size": bs}
+
+
+def check_counts(target: Collection, *, read: int, written: int, held: int | None, expected: int | None = None):
+    """A job's last word: every record read was written and the target holds them all."""
+    expected = read if expected is None else expected
+    if written != expected or (held is not None and held != written):
+        holds = f", and {target.display_url} holds {held:,}" if held is not None else ""
+        raise CheckFailed(f"record count mismatch: {read:,} records read, {written:,} written (expected "
+                          f"{expected:,}){holds}; the source may have changed during the run: run `vecbridge "
+                          f"verify`, or --overwrite to redo it")
 
 
 def _discard(tgt: Collection, ckpt: Checkpoint):
     try:
         tgt.drop()
     finally:
-        if ckpt.path.exists():
-            ckpt.path.unlink()
+        ckpt.remove()
