@@ -23,6 +23,33 @@ def write_collection(url, ids, vectors, payloads=None, metric="cosine"):
     return coll
 
 
+def flaky(url, fail_after):
+    """The target collection, failing after a number of upserts (a crash between two batches, in-process)."""
+    coll = connect(url)
+
+    class Flaky(type(coll)):
+        left = fail_after
+
+        def upsert(self, batch):
+            if self.left == 0:
+                raise ConnectionError("network went away")
+            self.left -= 1
+            return super().upsert(batch)
+
+    return Flaky(url)
+
+
+def lossy(url):
+    """The target collection, silently dropping the first record of every batch it is given (a broken store)."""
+    coll = connect(url)
+
+    class Lossy(type(coll)):
+        def upsert(self, batch):
+            return super().upsert(batch.take(np.arange(1, len(batch))) if len(batch) > 1 else batch)
+
+    return Lossy(url)
+
+
 @pytest.fixture(scope="session")
 def sample_stores(tmp_path_factory, sample):
     """OLD (MiniLM docs, all 1,500), NEW (MPNet docs, all 1,500) and QUERIES (MPNet, last 500) as file:// URLs."""

@@ -20,7 +20,7 @@ from vecbridge.connectors import VectorBatch, connect
 from vecbridge.errors import InputError, StoreError
 from vecbridge.migrate import MappedEmbeddings, federated_search, migrate, verify, wrap
 
-from .conftest import write_collection
+from .conftest import flaky, write_collection
 
 
 @pytest.fixture
@@ -104,22 +104,6 @@ def test_nan_in_the_source_leaves_no_half_written_target(setup, tmp_path, sample
         migrate(f"file://{tmp_path}/dirty", setup["align"], f"file://{tmp_path}/x", batch_size=100)
     assert not connect(f"file://{tmp_path}/x").exists()
     assert not list(setup["tmp"].glob("*.migrate.json"))
-
-
-def flaky(url, fail_after):
-    """The target collection, failing after a number of upserts (a crash between two batches, in-process)."""
-    coll = connect(url)
-
-    class Flaky(type(coll)):
-        left = fail_after
-
-        def upsert(self, batch):
-            if self.left == 0:
-                raise ConnectionError("network went away")
-            self.left -= 1
-            return super().upsert(batch)
-
-    return Flaky(url)
 
 
 def test_interrupted_migration_resumes_to_the_same_state(setup):

@@ -14,11 +14,16 @@ def unwritable_reason(path) -> tuple[str, str] | None:
     A real write attempt, not ``os.access``: read-only file systems and ACLs count as they will for the job, and
     root is not waved through."""
     directory = os.path.abspath(os.path.expanduser(str(path)))
-    while not os.path.isdir(directory):
+    while not os.path.lexists(directory):
         parent = os.path.dirname(directory)
         if parent == directory:
             break
         directory = parent
+    if not os.path.isdir(directory):
+        if os.path.abspath(os.path.expanduser(str(path))) == directory:
+            directory = os.path.dirname(directory)   # an existing file that will be replaced: its folder counts
+        else:
+            return directory, "not a directory"
     try:
         fd, probe = tempfile.mkstemp(prefix=".vecbridge-probe-", dir=directory)
         os.close(fd)

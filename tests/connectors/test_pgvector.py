@@ -163,3 +163,23 @@ def test_hand_made_table_reads_its_other_columns_as_payload(server):
 def test_url_without_table_is_an_input_error():
     with pytest.raises(InputError, match="table"):
         connect("postgresql://postgres@127.0.0.1:5432/postgres")
+
+
+def test_a_second_writer_of_a_table_is_refused_by_the_server(server, monkeypatch, tmp_path):
+    """The advisory lock lives in PostgreSQL, so it holds across machines: the local lock files are moved aside
+    here to show that the server alone refuses the second writer (and names the first one's pid)."""
+    from vecbridge.migrate.guard import exclusive_writer
+
+    url = server.url(_table(), password=PASSWORD)
+    first, second = connect(url), connect(url.replace("127.0.0.1", "localhost") + "&vector=other")
+    with first.writer_lock():
+        with pytest.raises(StoreError, match=rf"another run is writing this target \(pid {os.getpid()}\)") as exc:
+            with second.writer_lock():
+                pass
+        assert PASSWORD not in str(exc.value)
+        monkeypatch.setenv("VECBRIDGE_LOCK_DIR", str(tmp_path / "other-machine"))
+        with pytest.raises(StoreError, match="another run is writing this target"):
+            with exclusive_writer(second):
+                pass
+    with second.writer_lock():   # released with its session
+        pass
