@@ -3,7 +3,8 @@
 Seed 003 (section 6 and appendix D.1.1) integrates two vector databases with the protocol of Yang, Cao & Ren,
 "Integrating vector databases across embedding models" (SIGMOD 2025): *clustered Procrustes*, i.e. k-means on the
 source space and one orthogonal map per cluster, fitted on the anchor pairs that fall in it, with the global map as a
-fallback for clusters with too few anchors. Neither paper's text available here gives the details (seed 003's
+fallback for clusters with too few anchors. Neither paper's text available here gives the details (the Vector Linking
+paper's
 extraction, section 5.1, says only "learn a clustered Procrustes mapping from paired anchors"; the SIGMOD paper is not
 in ../shared/papers), so the choices below are ours and were measured on real data (bench/quality_options.py):
 
@@ -12,7 +13,8 @@ in ../shared/papers), so the choices below are ours and were measured on real da
   isometric up to a *local* scale, and long-range distances decorrelate): one rotation per neighbourhood fits the
   local isometry better than one global rotation.
 * **Shrinkage instead of a hard fallback only**: a cluster of a few hundred anchors in 384-768 dimensions
-  under-determines its own rotation (Procrustes needs more pairs than dimensions, seed 000), and a per-cluster fit
+  under-determines its own rotation (Procrustes needs more pairs than dimensions, the Procrustes-bounds paper (2025)),
+  and a per-cluster fit
   on its anchors alone *loses* retention on wordnet (0.76 vs 0.83 at 8 clusters of 3,000 anchors). Each cluster's
   rotation therefore maximises ``tr(R^T (C_c + (n0/n) C))`` where ``C_c`` is the cluster's cross-covariance and
   ``C`` the global one: the global pairs act as ``n0 = shrinkage`` pseudo-pairs, so a thin cluster converges to
@@ -185,7 +187,8 @@ def apply_clustered(X, centroids, rotations, translations, mean_in, mean_out, *,
 
 # --- the estimator ---------------------------------------------------------------------------------------------------
 class ClusteredProcrustes:
-    """Clustered orthogonal Procrustes (seed 003's integration protocol, Yang et al. SIGMOD 2025), with shrinkage
+    """Clustered orthogonal Procrustes (the Vector Linking paper's integration protocol, Yang et al. SIGMOD 2025), with
+    shrinkage
     towards the global map, a fallback for thin clusters and a soft (continuous) assignment.
 
     Parameters

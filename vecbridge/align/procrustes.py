@@ -1,4 +1,5 @@
-"""Orthogonal Procrustes (seed 000, Algorithm 1 / Schoenemann 1966) in row convention, with its diagnostics."""
+"""Orthogonal Procrustes (the Procrustes-bounds paper (2025), Algorithm 1 / Schoenemann 1966) in row convention, with
+its diagnostics."""
 from __future__ import annotations
 
 import warnings
@@ -59,7 +60,7 @@ class OrthogonalProcrustes(LinearAlignment):
         a LayerNorm artefact), so only ``n_pairs_ < min(d_src, d_tgt)`` issues a :class:`FewPairsWarning`.
     residual_ : in-sample mean squared paired error ``E_i ||x_i R - y_i||^2``.
     relative_residual_ : ``||X R - Y||_F / ||Y||_F``.
-    delta_ : seed 000's dot-product discrepancy ``||X X^T - Y Y^T||_F / N``.
+    delta_ : the Procrustes-bounds paper's dot-product discrepancy ``||X X^T - Y Y^T||_F / N``.
     bound_ : Corollary 1's bound ``sqrt(2 D) * delta_`` on ``residual_`` (for the unscaled map; D = max dims).
     is_projection_ : True when ``d_src > d_tgt``.
     """
@@ -83,7 +84,8 @@ class OrthogonalProcrustes(LinearAlignment):
             warnings.warn(
                 f"only {moments.n} pairs for {d_min} dimensions: the map is not determined on at least "
                 f"{d_min - moments.n} directions, so unseen vectors with components there map arbitrarily; fit on "
-                f"many more pairs than dimensions (seed 000 saturates near 10,000)", FewPairsWarning, stacklevel=3)
+                f"many more pairs than dimensions (the Procrustes-bounds paper (2025) saturates near 10,000)",
+                FewPairsWarning, stacklevel=3)
         src_mean = moments.mean_x if self.center else np.zeros(moments.src_dim)
         tgt_mean = moments.mean_y if self.center else np.zeros(moments.tgt_dim)
         self._set_common(moments, R, src_mean, tgt_mean, scale)
@@ -99,5 +101,6 @@ class OrthogonalProcrustes(LinearAlignment):
 
     @property
     def inverse_matrix_(self) -> np.ndarray:
-        """The inverse of an orthogonal map is its transpose (seed 000: one fit serves both directions)."""
+        """The inverse of an orthogonal map is its transpose (the Procrustes-bounds paper (2025): one fit serves both
+        directions)."""
         return self.rotation_.T

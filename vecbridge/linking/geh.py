@@ -1,4 +1,5 @@
-"""GEH: vector linking from a few seed pairs (seed 003, "Vector Linking via Cross-Model Local Isometric Consistency").
+"""GEH: vector linking from a few seed pairs (the Vector Linking paper (2026), "Vector Linking via Cross-Model Local
+Isometric Consistency").
 
 Two collections embedded by two models (dimensions may differ) hold partly the same items; a user knows 15-30 of
 the true pairs. GEH grows those seeds into one-to-one links with a posterior confidence each, without ever mapping
@@ -212,7 +213,8 @@ def check_seed_pairs(seed_pairs, n1: int, n2: int, min_seeds: int = MIN_SEEDS) -
 
 # ------------------------------------------------------------------------------------------------------------------
 class GEH:
-    """Grow seed pairs into one-to-one links between two collections (seed 003's GEH), scikit-learn style.
+    """Grow seed pairs into one-to-one links between two collections (the Vector Linking paper's GEH), scikit-learn
+    style.
 
     ``GEH(...).fit(X1, X2, seed_pairs)`` leaves ``links_`` (an ``(n, 2)`` array of row indices into ``X1`` and
     ``X2``, the seeds first) and ``confidence_`` (the Beta-Bernoulli posterior mean of each link's votes; 1 for the

@@ -1,7 +1,9 @@
-"""Unsupervised alignment without any pairs: mini-vec2vec (seed 002, Dar 2025), extended to unequal dimensions.
+"""Unsupervised alignment without any pairs: mini-vec2vec (the mini-vec2vec paper (Dar, 2025), Dar 2025), extended to
+unequal dimensions.
 
 Two collections embedded by two models share *no* item and *no* id; only their geometry is shared ("universal
-geometry", seed 002 section 2). :class:`MiniVec2Vec` finds a linear, (softly) orthogonal map from the source space
+geometry", the mini-vec2vec paper (Dar, 2025) section 2). :class:`MiniVec2Vec` finds a linear, (softly) orthogonal map
+from the source space
 to the target space from the two unpaired samples alone, step by step as in the paper (listings 1 and 2):
 
 1. **Preprocessing** (section 3.1): centre each side on its own mean, scale every row to unit length.
@@ -40,7 +42,8 @@ section 3 "Problem Formulation" and "Motivation"). Where it departs:
 
 * Steps 1-3 never compare a source vector with a target vector directly: centroids, similarity matrices (C x C),
   the QAP and the relative representations (n x s*C) are computed *within* each space, so they are unchanged.
-* Every Procrustes step (4, 5, 6) solves the padded problem of seed 000 (thin SVD of the ``d_src x d_tgt`` matrix
+* Every Procrustes step (4, 5, 6) solves the padded problem of the Procrustes-bounds paper (2025) (thin SVD of the
+  ``d_src x d_tgt`` matrix
   ``P^T Q``, as :class:`~vecbridge.align.OrthogonalProcrustes` does): ``W`` has orthonormal rows when
   ``d_src <= d_tgt`` (an isometric embedding, ``W W^T = I`` but not ``W^T W = I``) and orthonormal columns when
   ``d_src > d_tgt`` (a projection that drops ``d_src - d_tgt`` source directions, ``W^T W = I`` only). The paper's
@@ -48,7 +51,8 @@ section 3 "Problem Formulation" and "Motivation"). Where it departs:
 * Smoothing averages these rectangular matrices exactly as the square ones; Refine-2 initialises the target
   k-means at ``C_A @ W`` in the target dimension, unchanged.
 * The inverse map is ``W^T`` (the smoothed average of the inverses of the averaged orthogonal maps; for a
-  rectangular W the adjoint, as in seed 000's padding), and ``scale_`` measures the mapped norm after ``W``, so a
+  rectangular W the adjoint, as in the Procrustes-bounds paper's padding), and ``scale_`` measures the mapped norm
+  after ``W``, so a
   projection's shrinkage is compensated.
 
 Departures from the paper that are not about dimensions (each measured; numbers in ``bench/minivec2vec.py``'s
@@ -198,7 +202,8 @@ def qap_objective(A: np.ndarray, B: np.ndarray, perm: np.ndarray) -> float:
 
 def qap_2opt(A, B, *, n_restarts: int = 30, rng: np.random.Generator, maximize: bool = True, max_steps: int = 10_000):
     """Approximate QAP for symmetric A, B: 2-opt local search over pairwise swaps from ``n_restarts`` random
-    permutations, best objective kept (seed 002 section 4: "re-run the 2-OPT alignment algorithm 30 times and choose
+    permutations, best objective kept (the mini-vec2vec paper (Dar, 2025) section 4: "re-run the 2-OPT alignment
+    algorithm 30 times and choose
     the permutation with the highest alignment score").
 
     All restarts run together and every step evaluates all ``n(n-1)/2`` swaps at once in closed form, then takes
@@ -276,7 +281,8 @@ def _centroid_similarity(C: np.ndarray, kind: str) -> np.ndarray:
 
 
 def _neighbour_mean(Y: np.ndarray, idx: np.ndarray, block: int = 512) -> np.ndarray:
-    """Row i = uniform mean of ``Y[idx[i]]`` (the pseudo-target of seed 002 sections 3.3 and 3.4), block by block."""
+    """Row i = uniform mean of ``Y[idx[i]]`` (the pseudo-target of the mini-vec2vec paper (Dar, 2025) sections 3.3 and
+    3.4), block by block."""
     out = np.empty((idx.shape[0], Y.shape[1]), dtype=np.float32)
     for lo in range(0, idx.shape[0], block):
         out[lo:lo + block] = Y[idx[lo:lo + block]].mean(axis=1)
@@ -302,7 +308,8 @@ def _polar(W: np.ndarray) -> np.ndarray:
 # The estimator
 # ------------------------------------------------------------------------------------------------------------------
 class MiniVec2Vec(LinearAlignment):
-    """Unsupervised linear alignment from two unpaired samples (seed 002's mini-vec2vec; see the module docstring
+    """Unsupervised linear alignment from two unpaired samples (the mini-vec2vec paper's mini-vec2vec; see the module
+    docstring
     for every step, the paper sections and where this implementation departs).
 
     ``MiniVec2Vec(...).fit(X_src, X_tgt)``: ``X_src`` (n_src x d_src, source model) and ``X_tgt`` (n_tgt x d_tgt,

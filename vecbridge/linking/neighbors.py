@@ -6,7 +6,7 @@ otherwise numpy BLAS does the same computation. ``backend="torch"`` runs the blo
 (CPU otherwise; ``pip install "vecbridge[torch]"``), and ``"auto"`` picks it only when torch is already imported and
 a GPU is present, so nothing ever requires one. All give the same neighbours up to float32 ties.
 
-CSLS (cross-domain similarity local scaling, Lample et al. 2018, as used by seed 003's GEH):
+CSLS (cross-domain similarity local scaling, Lample et al. 2018, as used by the Vector Linking paper's GEH):
 ``CSLS(x, y) = 2 cos(x, y) - r_Y(x) - r_X(y)``, where ``r_Y(x)`` is the mean cosine of x to its ``k`` nearest
 neighbours in Y (and ``r_X(y)`` likewise). It penalises "hub" points that are close to everything.
 """

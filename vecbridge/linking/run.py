@@ -28,7 +28,8 @@ def _estimator(cls, params: dict, seed: int):
 
 def geh_fit(source: Collection, target: Collection, seeds: str | None, *, sample: int, seed: int,
             params: dict | None = None, on_step: Callable[[str], None] = lambda s: None):
-    """GEH (seed 003) grown from the id pairs in the file ``seeds`` over the seed records plus a uniform sample of
+    """GEH (the Vector Linking paper (2026)) grown from the id pairs in the file ``seeds`` over the seed records plus a
+    uniform sample of
     each collection. Returns ``(source_batch, target_batch, fitted GEH)``; ``links_`` index the two batches. Shared
     by ``link --mode geh`` and the report."""
     from .geh import GEH
@@ -45,7 +46,8 @@ def geh_fit(source: Collection, target: Collection, seeds: str | None, *, sample
 
 
 def unsupervised_fit(source: Collection, target: Collection, *, sample: int, seed: int, params: dict | None = None):
-    """mini-vec2vec (seed 002) on a uniform sample of each collection (different seeds: the samples are unpaired).
+    """mini-vec2vec (the mini-vec2vec paper (Dar, 2025)) on a uniform sample of each collection (different seeds: the
+    samples are unpaired).
     Returns ``(source_sample, target_sample, fitted MiniVec2Vec)``; shared by ``link``, ``fit --pairs unsupervised``
     and the report."""
     from .minivec2vec import MiniVec2Vec

@@ -7,7 +7,8 @@ Three scorers, each usable on arrays (benchmarks, reports) and on a collection (
   stored ones where items were re-embedded, otherwise embedded at query time (and cached, so a popular item is
   embedded once). Recall@k after re-ranking is the native recall restricted to the candidates, so it rises to the
   full re-embed's as ``K`` grows; the price is ``K`` encoder calls per query for uncached items.
-* **Hub penalty** (:func:`hub_penalty`, CSLS applied on the document side, Lample et al. 2018 as used by seed 003):
+* **Hub penalty** (:func:`hub_penalty`, CSLS applied on the document side, Lample et al. 2018 as used by the Vector
+  Linking paper (2026)):
   ``score(q, d) = cos(q, d) - w * r(d)`` where ``r(d)`` is the mean cosine of the mapped document to its ``k``
   nearest *reference queries* (a sample of new-model queries from the search log, or, without a log, new-model
   vectors of the anchors). A map adds noise, and noisy vectors of some documents become "hubs" that are near every
