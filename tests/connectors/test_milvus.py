@@ -78,6 +78,71 @@ def test_missing_lite_file_is_not_created(tmp_path):
     assert not (tmp_path / "absent.db").exists()
 
 
+def test_lite_access_problems_are_classified_by_the_file_system(tmp_path, monkeypatch):
+    """Unit test of the classification (``_lite_access_problem``), with ``os.access`` monkeypatched to deny writes
+    to one directory: the tests run as root, for whom ``chmod`` denies nothing."""
+    from vecbridge.connectors import milvus
+
+    ro = tmp_path / "ro"
+    (ro / "data.db").mkdir(parents=True)                      # an existing Lite database (a data directory)
+    (ro / "data.db" / "LOCK").write_bytes(b"")
+    real_access = os.access
+    monkeypatch.setattr(milvus.os, "access",
+                        lambda p, mode, **kw: False if str(p).startswith(str(ro)) else real_access(p, mode, **kw))
+    assert milvus._lite_access_problem(ro / "data.db") == f"cannot write {ro / 'data.db'}: permission denied"
+    assert milvus._lite_access_problem(ro / "new.db") == f"cannot write {ro}: permission denied"  # to be created
+    (tmp_path / "ok.db").mkdir()
+    assert milvus._lite_access_problem(tmp_path / "ok.db") is None     # writable: the cause is elsewhere (a lock)
+    assert milvus._lite_access_problem(tmp_path / "new.db") is None
+    assert milvus._lite_access_problem(tmp_path / "no" / "new.db") == f"cannot write {tmp_path / 'no'}: " \
+                                                                       f"no such directory"
+
+
+def test_lite_in_an_unwritable_place_is_not_reported_as_a_lock(tmp_path):
+    """A real Milvus Lite open that fails for a file-system reason. As root (the tests' usual user) ``chmod`` cannot
+    make a directory unwritable, so the unwritable place is a path under a regular file (ENOTDIR); as another user
+    a read-only (0o555) directory is tested too."""
+    _skip_unless(milvus_lite.unavailable())
+    (tmp_path / "afile").write_text("not a directory")
+    with pytest.raises(StoreError) as err:
+        connect(f"milvus://{tmp_path}/afile/x.db/items").create(dim=4)
+    assert f"cannot write {tmp_path / 'afile'}: not a directory" in str(err.value)
+    assert "one process" not in str(err.value)
+    if os.geteuid() != 0:
+        ro = tmp_path / "ro"
+        ro.mkdir()
+        ro.chmod(0o555)
+        try:
+            with pytest.raises(StoreError, match=f"cannot write {ro}: permission denied") as err:
+                connect(f"milvus://{ro}/x.db/items").create(dim=4)
+            assert "one process" not in str(err.value)
+        finally:
+            ro.chmod(0o755)
+
+
+def test_lite_database_open_in_another_process_says_so(tmp_path):
+    """The lock case keeps its message: another process has the Lite database open."""
+    _skip_unless(milvus_lite.unavailable())
+    import subprocess
+    import sys
+
+    db = tmp_path / "held.db"
+    holder = subprocess.Popen([sys.executable, "-c", f"""
+import sys, time
+from pymilvus import MilvusClient
+MilvusClient({str(db)!r})
+print("open", flush=True)
+time.sleep(120)
+"""], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "open"
+        with pytest.raises(StoreError, match="one process at a time"):
+            connect(f"milvus://{db}/items").create(dim=4)
+    finally:
+        holder.kill()
+        holder.wait()
+
+
 # --- a private server (with authorization on) and a Lite file -----------------------------------------------------
 @pytest.fixture(scope="module")
 def private_server(tmp_path_factory):

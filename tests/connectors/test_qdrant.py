@@ -195,6 +195,72 @@ def test_add_vector_field_keeps_the_other_vectors(url):
     assert len(found[0]) == 5 and np.allclose(scores, 3.0)
 
 
+def test_field_view_writes_only_its_vector_and_keeps_payloads(url):
+    """``with_vector_field``: a view of the same collection on one named vector; its upserts set that vector only
+    (other vectors bit-exact, payloads of existing points untouched) and add points that do not exist yet."""
+    coll = connect(url).create(dim=4, metric="l2")
+    old = np.random.default_rng(1).normal(size=(12, 4)).astype(np.float32)
+    ids = [f"r{i}" for i in range(10)] + [5, str(uuid.UUID(int=9))]
+    payloads = [{"n": i, "tag": "orig"} for i in range(12)]
+    coll.upsert(VectorBatch(ids, old, payloads))
+    view = coll.with_vector_field("v2")  # before the field exists: the view reads nothing yet
+    coll.add_vector_field("v2", 3, "dot")
+    assert view.info().count == 0 and view.info().dim == 3
+    new = np.random.default_rng(2).normal(size=(12, 3)).astype(np.float32)
+    view.upsert(VectorBatch(ids, new, [{"other": True}] * 12))  # payloads given here are not written over
+    view.upsert(VectorBatch(["fresh"], np.ones((1, 3)), [{"only": "v2"}]))  # a new point: written whole
+    assert view.info().count == 13 and coll.info().count == 12
+    got_old = coll.get(ids)
+    assert got_old.ids == ids and got_old.payloads == payloads
+    np.testing.assert_array_equal(got_old.vectors, old)  # the original vectors, bit-exact
+    got_new = view.get(ids + ["fresh"])
+    assert got_new.payloads == payloads + [{"only": "v2"}]
+    np.testing.assert_array_equal(got_new.vectors, np.vstack([new, np.ones((1, 3))]).astype(np.float32))
+    assert sorted(map(str, (i for b in view.scan(batch_size=5) for i in b.ids))) == sorted(map(str, ids + ["fresh"]))
+    found, _ = view.search(new[:1], k=20)
+    assert sorted(map(str, found[0])) == sorted(map(str, ids + ["fresh"]))  # every point of the field, no other
+    same = connect(url + "?vector=v2")  # the URL form names the same field
+    assert same.info().count == 13
+    assert "vector=v2" in view.display_url
+
+
+def test_in_place_field_migration_on_local_qdrant(tmp_path, sample):
+    """End to end through the CLI: ``migrate qdrant:///DIR/coll --field NAME`` on a local-mode directory with a real
+    fitted alignment fills the new field and leaves the original vectors, payloads and count as they were."""
+    from click.testing import CliRunner
+
+    from vecbridge.align import Alignment, OrthogonalProcrustes
+    from vecbridge.cli import main
+    from vecbridge.migrate import verify
+
+    n = 300
+    url = f"qdrant://{tmp_path}/q/coll"
+    coll = connect(url).create(dim=sample.docs_old.shape[1], metric="cosine")
+    payloads = [{"text": it["doc"]} for it in sample.items[:n]]
+    coll.upsert(VectorBatch(sample.ids[:n], sample.docs_old[:n], payloads))
+    before = {i: (v, p) for b in coll.scan(100) for i, v, p in zip(b.ids, b.vectors, b.payloads)}
+    est = OrthogonalProcrustes().fit(sample.docs_old[:1000], sample.docs_new[:1000])
+    align = Alignment.from_estimator(est).save(tmp_path / "a.vb")
+    r = CliRunner().invoke(main, ["migrate", url, "--alignment", str(align), "--field", "emb_new", "--json"])
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.stdout)["written"] == n
+    info = connect(url).info()
+    assert info.count == n and set(info.vector_fields) == {"", "emb_new"}
+    after = {i: (v, p) for b in connect(url).scan(100) for i, v, p in zip(b.ids, b.vectors, b.payloads)}
+    assert after.keys() == before.keys()
+    for i, (v, p) in before.items():
+        np.testing.assert_array_equal(after[i][0], v)  # original vectors bit-exact
+        assert after[i][1] == p                       # payloads unchanged
+    field = connect(url).with_vector_field("emb_new")
+    assert field.info().count == n
+    got = field.get(sample.ids[:n])
+    expected = est.transform(sample.docs_old[:n].astype(np.float64))
+    expected /= np.linalg.norm(expected, axis=1, keepdims=True)  # Qdrant normalises cosine vectors on insert
+    np.testing.assert_allclose(got.vectors, expected, atol=1e-5)
+    assert got.payloads == payloads
+    assert verify(url, url, align, field="emb_new")["ok"]
+
+
 def test_several_named_vectors_need_a_choice(url):
     connect(url + "?vector=a").create(dim=4)
     connect(url).add_vector_field("b", 2)

@@ -48,8 +48,9 @@ from chromadb.config import Settings
 from chromadb.errors import NotFoundError
 
 from ..errors import InputError, StoreError, VecbridgeError
-from .base import Collection, CollectionInfo, VectorBatch
-from .url import query_params
+from ..fs import require_writable
+from .base import Collection, CollectionIdentity, CollectionInfo, VectorBatch
+from .url import canonical_host, query_params, resolved_path
 
 T = TypeVar("T")
 
@@ -132,6 +133,17 @@ class ChromaCollection(Collection):
                              f"or chroma:///path/to/dir/docs")
         self._client: chromadb.ClientAPI | None = None
         self._handle: Any = None
+
+    @property
+    def identity(self) -> CollectionIdentity:
+        where = resolved_path(self.path) if self.path is not None else f"{canonical_host(self.host)}:{self.port}"
+        tenant = self.params.get("tenant", "default_tenant")
+        database = self.params.get("database", "default_database")
+        return CollectionIdentity("chroma", f"{where}/{tenant}/{database}", self.name)
+
+    def check_writable(self) -> None:
+        if self.path is not None:
+            require_writable(self.path, "the Chroma directory")
 
     # --- connection ---------------------------------------------------------------------------------------------------
     def _settings(self) -> Settings:

@@ -8,14 +8,15 @@ Layout of a vecbridge directory::
                                    (loaded with allow_pickle=False)
 
 Each upsert writes one segment: vectors first, then the ``.meta.npz`` that commits it, both via temporary file +
-rename, so a crash leaves either a whole segment or none. Reading merges segments in order, later rows replacing
-earlier rows with the same id, which makes upserts idempotent. Vectors are memory-mapped, so scanning a large
-directory does not load it.
+rename, so a crash leaves either a whole segment or none (a writer killed before its rename leaves a
+``.NAME.tmp-PID`` file, which the next handle to write removes once that process no longer runs). Reading merges
+segments in order, later rows replacing earlier rows with the same id, which makes upserts idempotent. Vectors are
+memory-mapped, so scanning a large directory does not load it.
 
 Read-only plain layouts are accepted too, for vectors a user already has: a ``.npy`` file (ids are row numbers), or
 a directory with ``vectors.npy`` and optionally ``ids.json`` (a JSON list) and ``payloads.jsonl`` (one object per
-line); ``?payloads=PATH`` names a JSONL file for a bare ``.npy``. URL forms: ``file:///abs/dir``, ``file://./rel``,
-or a bare path.
+line); ``?payloads=PATH`` names a JSONL file for a bare ``.npy``. URL forms: ``file:///abs/dir``, ``file://./rel``
+(percent-encoded: ``file:///tmp/my%20dir`` is ``/tmp/my dir``), or a bare path (taken as it is written).
 """
 from __future__ import annotations
 
@@ -25,12 +26,14 @@ import re
 import shutil
 from pathlib import Path
 from typing import Any, Iterator, Sequence
+from urllib.parse import unquote
 
 import numpy as np
 
 from ..errors import InputError, StoreError
-from .base import Collection, CollectionInfo, VectorBatch
-from .url import query_params
+from ..fs import require_writable
+from .base import Collection, CollectionIdentity, CollectionInfo, VectorBatch
+from .url import query_params, resolved_path
 
 FORMAT = "vecbridge.file"
 VERSION = 1
@@ -62,6 +65,39 @@ def _atomic_write(path: Path, write) -> None:
             tmp.unlink()
 
 
+_TMP = re.compile(r"^\..+\.tmp-(\d+)$")
+
+
+def _pid_alive(pid: int) -> bool:
+    """Whether a process with this id runs on this machine (one we may not signal runs too)."""
+    if pid <= 0:
+        return True  # not a real writer's id: leave its file alone
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, OverflowError):
+        return True
+    return True
+
+
+def _remove_stale_temporaries(*dirs: Path) -> None:
+    """Remove the ``.NAME.tmp-PID`` files of :func:`_atomic_write` whose writer no longer runs (killed before its
+    rename, e.g. by SIGKILL, which skips the ``finally``); a running writer's temporaries are left alone."""
+    for d in dirs:
+        try:
+            names = os.listdir(d)
+        except OSError:
+            continue
+        for name in names:
+            m = _TMP.match(name)
+            if m and not _pid_alive(int(m.group(1))):
+                try:
+                    os.unlink(d / name)
+                except OSError:
+                    pass  # gone already, or a read-only directory: the write itself will say so
+
+
 class _Segment:
     """One committed segment: ids, memory-mapped vectors, payloads decoded on demand."""
 
@@ -81,17 +117,27 @@ class _Segment:
 
 class FileCollection(Collection):
     scheme = "file"
+    #: whether this handle has removed the temporaries that killed writers left (once, before its first write)
+    _swept = False
 
     def __init__(self, url: str, *, read_only: bool = False):
         super().__init__(url, read_only=read_only)
-        raw = url[len("file://"):] if url.lower().startswith("file://") else url
+        is_url = url.lower().startswith("file://")
+        raw = url[len("file://"):] if is_url else url
         path, _, _ = raw.partition("?")
-        self.path = Path(path).expanduser()
+        self.path = Path(unquote(path) if is_url else path).expanduser()  # a URL's %20 is a space; a bare path as is
         self.params = query_params(url)
         self._cache_key = None
         self._plain = self.path.suffix == ".npy" or (self.path / "vectors.npy").is_file()
         if self._plain:
             self.read_only = True
+
+    @property
+    def identity(self) -> CollectionIdentity:
+        return CollectionIdentity("file", resolved_path(self.path))
+
+    def check_writable(self) -> None:
+        require_writable(self.path, "the collection")
 
     # --- layout -----------------------------------------------------------------------------------------------------
     @property
@@ -294,6 +340,9 @@ class FileCollection(Collection):
         vectors = self._check_batch(batch, manifest["dim"])
         if len(batch) == 0:
             return 0
+        if not self._swept:
+            _remove_stale_temporaries(self.path, self.path / "segments")
+            self._swept = True
         try:
             payload_json = np.frombuffer(json.dumps(batch.payloads, ensure_ascii=False).encode("utf-8"), np.uint8)
         except TypeError as exc:

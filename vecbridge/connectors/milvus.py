@@ -61,8 +61,9 @@ from pymilvus import DataType, MilvusClient
 from pymilvus.exceptions import DataNotMatchException, MilvusException, ParamError
 
 from ..errors import InputError, StoreError
-from .base import Collection, CollectionInfo, VectorBatch, check_metric
-from .url import query_params
+from ..fs import require_writable
+from .base import Collection, CollectionIdentity, CollectionInfo, VectorBatch, check_metric
+from .url import canonical_host, query_params, resolved_path
 
 #: payload key marking a record whose original id is an int stored in a VARCHAR primary key
 INT_ID_KEY = "_vb_int_id"
@@ -118,6 +119,31 @@ def _grpc_code(exc: BaseException) -> grpc.StatusCode | None:
     return None
 
 
+def _lite_access_problem(path: Path) -> str | None:
+    """Why the file system keeps a Milvus Lite database at ``path`` from being opened, checked with ``os.access``:
+    ``cannot write PLACE: permission denied`` (or ``not a directory`` / ``no such directory``); None when nothing
+    there is wrong, and the usual cause of a failed open is another process holding the database's lock.
+
+    Lite opens every database read-write, reads included: it locks a file in it and writes its log. The database is
+    a data directory (milvus-lite >= 3: ``LOCK`` inside it) or a single file next to which older versions write."""
+    path = Path(os.path.abspath(path))
+    if path.exists():
+        places = [path, path / "LOCK"] if path.is_dir() else [path, path.parent]
+        for place in places:
+            if place.exists() and not os.access(place, os.W_OK | (os.X_OK if place.is_dir() else 0)):
+                return f"cannot write {place}: permission denied"
+        return None
+    parent = path.parent
+    if parent.is_dir():
+        return None if os.access(parent, os.W_OK | os.X_OK) else f"cannot write {parent}: permission denied"
+    existing = parent
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    if existing.exists() and not existing.is_dir():
+        return f"cannot write {existing}: not a directory"
+    return f"cannot write {parent}: no such directory"
+
+
 def _levels(strong_first: bool = True) -> Iterator[str]:
     """Consistency levels for the requests of one read: the first is Strong (it waits until every write
     acknowledged before it is visible, ~one time tick), the rest are Bounded: what the first one saw stays visible
@@ -156,6 +182,22 @@ class MilvusCollection(Collection):
         self._client_obj: MilvusClient | None = None
         self._schema: dict | None = None
         self._loaded = False
+
+    @property
+    def identity(self) -> CollectionIdentity:
+        if self.lite_path is not None:
+            return CollectionIdentity("milvus", resolved_path(self.lite_path), self.name)
+        parts = urlsplit(self.address)
+        database = self.params.get("db") or "default"
+        return CollectionIdentity("milvus", f"{canonical_host(parts.hostname)}:{parts.port}/{database}", self.name)
+
+    @property
+    def vector_field(self) -> str | None:
+        return self.vector_name
+
+    def check_writable(self) -> None:
+        if self.lite_path is not None:
+            require_writable(self.lite_path.parent, "the Milvus Lite file")
 
     def _parse_lite(self, parts) -> None:
         raw = unquote(parts.netloc + parts.path)
@@ -225,6 +267,9 @@ class MilvusCollection(Collection):
                 except MilvusException as exc:
                     if _grpc_code(exc) == grpc.StatusCode.UNAUTHENTICATED:
                         raise
+                    problem = _lite_access_problem(self.lite_path) if self.lite_path is not None else None
+                    if problem:  # Lite's own error says only "failed": name the real cause before guessing a lock
+                        raise StoreError(f"{problem} (opening the Milvus Lite database {self.lite_path})") from None
                     if self.lite_path is not None:
                         raise StoreError(f"cannot open the Milvus Lite database {self.lite_path} (a Lite database "
                                          f"can be open in only one process at a time: is another one using it?): "

@@ -34,6 +34,9 @@ Named vectors: ``add_vector_field`` creates one on an existing collection (``cre
 qdrant-client >= 1.18; older servers get a clear "not supported"). In a collection with several vectors, a record is
 a point that has the chosen vector, and an upsert keeps the other vectors a point already has (Qdrant's upsert
 replaces whole points, so they are read and written back), which lets a migration fill a new field in place.
+``with_vector_field(NAME)`` is the collection seen through vector NAME (the URL with ``vector=NAME``) for such a
+migration: its upserts set only that vector of the points that exist (``update_vectors``: their payloads and other
+vectors stay as they are) and write points that do not exist yet whole.
 
 Metrics: Cosine / Dot / Euclid map to cosine / dot / l2 (Manhattan is refused). Qdrant normalises vectors of Cosine
 collections on insert, so they read back with unit length. Search scores: cosine similarity, dot product, and the
@@ -58,9 +61,10 @@ from qdrant_client import QdrantClient, models
 from qdrant_client.http.exceptions import ResponseHandlingException, UnexpectedResponse
 
 from ..errors import InputError, StoreError
-from .base import CollectionInfo, VectorBatch, check_metric
-from .qdrant_points import ID_KEY, TO_METRIC as _TO_METRIC, QdrantPointsCollection, stored_points
-from .url import query_params
+from ..fs import require_writable
+from .base import CollectionIdentity, CollectionInfo, VectorBatch, check_metric
+from .qdrant_points import ID_KEY, TO_METRIC as _TO_METRIC, QdrantPointsCollection, json_point_id, stored_points
+from .url import canonical_host, query_params, resolved_path
 
 _TO_DISTANCE = {"cosine": models.Distance.COSINE, "dot": models.Distance.DOT, "l2": models.Distance.EUCLID}
 _TRANSIENT_HTTP = {429, 502, 503, 504}
@@ -97,6 +101,11 @@ def _single_segment(path: str, url_form: str) -> str:
     return name
 
 
+def _named(name: str, row: list):
+    """A point's vector(s) holding ``row`` as vector ``name`` ("" is the unnamed default vector)."""
+    return row if name == "" else {name: row}
+
+
 class QdrantCollection(QdrantPointsCollection):
     scheme = "qdrant"
 
@@ -126,6 +135,26 @@ class QdrantCollection(QdrantPointsCollection):
         else:
             self.mode, self.location = "server", netloc
             self.name = _single_segment(path, "qdrant://HOST:PORT/COLLECTION")
+
+    @property
+    def identity(self) -> CollectionIdentity:
+        if self.mode == "server":
+            parts = urlsplit(f"//{self.location}")
+            try:
+                port = parts.port or 6333
+            except ValueError:
+                port = 6333
+            return CollectionIdentity("qdrant", f"{canonical_host(parts.hostname)}:{port}", self.name)
+        where = ":memory:" if self.mode == "memory" else resolved_path(self.location)
+        return CollectionIdentity("qdrant", where, self.name)
+
+    @property
+    def vector_field(self) -> str | None:
+        return self.vector_name
+
+    def check_writable(self) -> None:
+        if self.mode == "local":
+            require_writable(self.location, "the Qdrant directory")
 
     # --- connection ---------------------------------------------------------------------------------------------------
     def _client(self, *, create: bool = False) -> QdrantClient:
@@ -325,7 +354,13 @@ class QdrantCollection(QdrantPointsCollection):
         rows = max(1, min(1000, _REQUEST_BYTES // (dim * 20 + 256)))
         for lo in range(0, len(pids), rows):
             chunk = slice(lo, lo + rows)
-            if len(fields) > 1:
+            if self.keep_payloads:  # a field view: existing points get our vector only, new ones are written whole
+                new = self._update_existing(name, pids[chunk], vectors[chunk])
+                points = [models.PointStruct(id=pids[i], vector=_named(name, vectors[i].tolist()), payload=payloads[i])
+                          for i in range(lo, lo + len(pids[chunk])) if pids[i] in new]
+                if not points:
+                    continue
+            elif len(fields) > 1:
                 points = self._merged_points(name, pids[chunk], vectors[chunk], payloads[chunk])
             else:
                 points = [models.PointStruct(id=pid, vector=vec, payload=payload)
@@ -344,6 +379,18 @@ class QdrantCollection(QdrantPointsCollection):
             others[rec.id] = {k: v for k, v in current.items() if k != name and v is not None}
         return [models.PointStruct(id=pid, vector={**others.get(pid, {}), name: vec.tolist()}, payload=payload)
                 for pid, vec, payload in zip(pids, vectors, payloads)]
+
+    def _update_existing(self, name: str, pids: list, vectors: np.ndarray) -> set:
+        """Set vector ``name`` of the points among ``pids`` that exist (``update_vectors`` leaves their payloads and
+        other vectors as they are); returns the point ids that do not exist yet."""
+        found = self._call("reading points", self._client().retrieve, self.name, ids=pids, with_payload=False,
+                           with_vectors=False)
+        existing = {json_point_id(rec.id) for rec in found}
+        updates = [models.PointVectors(id=pid, vector=_named(name, vec.tolist()))
+                   for pid, vec in zip(pids, vectors) if pid in existing]
+        if updates:
+            self._call("writing vectors", self._client().update_vectors, self.name, points=updates, wait=True)
+        return {pid for pid in pids if pid not in existing}
 
     def drop(self) -> None:
         self._writable()

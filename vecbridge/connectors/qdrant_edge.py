@@ -13,6 +13,9 @@ directory, shared by every URL naming it, flushed and closed at exit. Writes are
 
 Named vectors: ``add_vector_field`` adds one to the shard (``UpdateOperation.create_dense_vector``); with several
 vectors, records are the points that have the chosen one, and an upsert keeps a point's other vectors.
+``with_vector_field(NAME)`` is the shard seen through vector NAME (the URL with ``vector=NAME``), as an in-place
+migration uses it: its upserts set only that vector of existing points (``UpdateOperation.update_vectors``: payloads
+and other vectors stay as they are) and write points that do not exist yet whole.
 
 The shard's metric and dimension come from its own ``edge_config.json`` (the engine keeps it current, including
 vectors added later). Ids, cursors, sampling and scores follow the ``qdrant://`` connector: unsigned ints and UUIDs
@@ -37,10 +40,11 @@ import numpy as np
 import qdrant_edge as qe
 
 from ..errors import InputError, StoreError
-from .base import CollectionInfo, VectorBatch, check_metric
+from ..fs import require_writable
+from .base import CollectionIdentity, CollectionInfo, VectorBatch, check_metric
 from .qdrant_points import ID_KEY, TO_METRIC as _TO_METRIC, QdrantPointsCollection, stored_points
 from .qdrant_points import json_point_id as _pid
-from .url import query_params
+from .url import query_params, resolved_path
 
 CONFIG_FILE = "edge_config.json"
 
@@ -82,6 +86,17 @@ class QdrantEdgeCollection(QdrantPointsCollection):
         self.path = Path((netloc + "/" if netloc else "/") + unquote(path)).expanduser()
         self.vector_name: str | None = self.params.get("vector")
         self._fields_cache: tuple[int, dict[str, tuple[int, str]]] | None = None
+
+    @property
+    def identity(self) -> CollectionIdentity:
+        return CollectionIdentity("qdrant-edge", resolved_path(self.path))
+
+    @property
+    def vector_field(self) -> str | None:
+        return self.vector_name
+
+    def check_writable(self) -> None:
+        require_writable(self.path, "the shard")
 
     # --- shard --------------------------------------------------------------------------------------------------------
     @property
@@ -201,7 +216,15 @@ class QdrantEdgeCollection(QdrantPointsCollection):
         for lo in range(0, len(batch), _WRITE_CHUNK):
             pids, payloads = stored_points(batch.ids[lo:lo + _WRITE_CHUNK], batch.payloads[lo:lo + _WRITE_CHUNK])
             rows = vectors[lo:lo + _WRITE_CHUNK].tolist()
-            others = {} if single else self._other_vectors(shard, name, pids)
+            if self.keep_payloads:  # a field view: existing points get our vector only, new ones are written whole
+                new = self._update_existing(shard, name, pids, rows)
+                keep = [i for i, pid in enumerate(pids) if pid in new]
+                pids, rows, payloads = [pids[i] for i in keep], [rows[i] for i in keep], [payloads[i] for i in keep]
+                if not pids:
+                    continue
+                others = {}
+            else:
+                others = {} if single else self._other_vectors(shard, name, pids)
             points = [qe.Point(pid, row if single and name == "" else {**others.get(pid, {}), name: row}, payload)
                       for pid, row, payload in zip(pids, rows, payloads)]
             self._call("writing points", shard.update, qe.UpdateOperation.upsert_points(points))
@@ -216,6 +239,17 @@ class QdrantEdgeCollection(QdrantPointsCollection):
             current = rec.vector if isinstance(rec.vector, dict) else {"": rec.vector}
             others[_pid(rec.id)] = {k: v for k, v in current.items() if k != name and v is not None}
         return others
+
+    def _update_existing(self, shard: qe.EdgeShard, name: str, pids: list, rows: list) -> set:
+        """Set vector ``name`` of the points among ``pids`` that exist (``update_vectors`` leaves their payloads and
+        other vectors as they are); returns the point ids that do not exist yet."""
+        found = self._call("reading points", shard.retrieve, pids, with_payload=False, with_vector=False)
+        existing = {_pid(rec.id) for rec in found}
+        updates = [qe.PointVectors(pid, row if name == "" else {name: row})
+                   for pid, row in zip(pids, rows) if pid in existing]
+        if updates:
+            self._call("writing vectors", shard.update, qe.UpdateOperation.update_vectors(updates))
+        return {pid for pid in pids if pid not in existing}
 
     def drop(self) -> None:
         self._writable()

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import uuid
 from typing import Any, Iterator, Sequence
+from urllib.parse import quote
 
 import numpy as np
 
@@ -99,6 +100,15 @@ def records_to_batch(records: Sequence, name: str, dim: int) -> VectorBatch:
     return VectorBatch(ids, vectors, payloads)
 
 
+def url_with_vector(url: str, name: str) -> str:
+    """``url`` naming vector ``name`` (its ``vector=`` query parameter replaced; the rest of the URL kept as it is
+    written, so a local path or ``:memory:`` is not re-spelt)."""
+    base, hash_, fragment = url.partition("#")
+    head, _, query = base.partition("?")
+    kept = [p for p in query.split("&") if p and p.split("=", 1)[0] != "vector"]
+    return f"{head}?{'&'.join(kept + ['vector=' + quote(name, safe='')])}{hash_}{fragment}"
+
+
 def hits_to_results(results: Sequence, metric: str) -> tuple[list[list], np.ndarray]:
     """Per-query scored points as the protocol's ``(ids, scores)``: original ids, higher score = closer (Qdrant
     reports the Euclidean distance for l2, negated here), ``-inf`` where a query found fewer than the widest row."""
@@ -119,6 +129,16 @@ class QdrantPointsCollection(Collection):
     k)``. ``what`` names the store in cursor errors."""
 
     what = "qdrant collection"
+    #: set on views from :meth:`with_vector_field`: upserts then set only our vector of points that exist, leaving
+    #: their payloads and other vectors alone (points that do not exist yet are written whole)
+    keep_payloads = False
+
+    def with_vector_field(self, name: str) -> "QdrantPointsCollection":
+        """The same collection seen through named vector ``name`` (the URL with ``vector=name``); the field need not
+        exist yet (``add_vector_field`` may come after). Its upserts write only that vector of existing points."""
+        view = type(self)(url_with_vector(self.url, name), read_only=self.read_only)
+        view.keep_payloads = True
+        return view
 
     def _field(self) -> tuple[str, int, str]:
         raise NotImplementedError

@@ -11,9 +11,11 @@ Models are loaded by :func:`load_model`: a sentence-transformers name or local d
 """
 from __future__ import annotations
 
+import contextlib
 import importlib
+import warnings
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Callable, Iterator, Sequence
 
 import numpy as np
 
@@ -21,6 +23,37 @@ from ..connectors.base import Collection, VectorBatch
 from ..errors import InputError, MissingDependency
 
 Embedder = Callable[[Sequence[str]], np.ndarray]
+
+
+@contextlib.contextmanager
+def _quiet_model_library() -> Iterator[None]:
+    """Silence the model library's progress bars ("Loading weights", download bars) and its warnings below errors
+    while we load or run a model, then put its global settings back as they were (transformers' progress-bar switch
+    and verbosity, huggingface_hub's per-group progress-bar states)."""
+    try:
+        hf_tqdm = importlib.import_module("huggingface_hub.utils.tqdm")  # the module (its package exports a class)
+        from transformers.utils import logging as hf_logging
+    except ImportError:  # no transformers: nothing of it to silence
+        yield
+        return
+    bars_on, verbosity = hf_logging.is_progress_bar_enabled(), hf_logging.get_verbosity()
+    hub_states = getattr(hf_tqdm, "progress_bar_states", None)  # huggingface_hub >= 0.23
+    saved = dict(hub_states) if hub_states is not None else None
+    with warnings.catch_warnings():  # an environment variable that forces bars on only warns here
+        warnings.simplefilter("ignore")
+        hf_logging.disable_progress_bar()
+    hf_logging.set_verbosity_error()
+    try:
+        yield
+    finally:
+        hf_logging.set_verbosity(verbosity)
+        if bars_on:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                hf_logging.enable_progress_bar()
+        if saved is not None:
+            hub_states.clear()
+            hub_states.update(saved)
 
 
 def load_model(spec: str, *, batch_size: int = 32, device: str | None = None) -> Embedder:
@@ -34,24 +67,33 @@ def load_model(spec: str, *, batch_size: int = 32, device: str | None = None) ->
     if ":" in spec and not Path(spec).exists() and not spec.startswith(("http:", "https:")):
         module_name, _, fn_name = spec.partition(":")
         try:
-            fn = getattr(importlib.import_module(module_name), fn_name)
+            with _quiet_model_library():  # a module that loads a model when imported
+                fn = getattr(importlib.import_module(module_name), fn_name)
         except (ImportError, AttributeError) as exc:
             raise InputError(f"cannot import embedding function {spec!r} ({exc})") from None
-        return lambda texts: np.asarray(fn(list(texts)), dtype=np.float32)
+
+        def call(texts: Sequence[str]) -> np.ndarray:
+            with _quiet_model_library():
+                vectors = fn(list(texts))
+            return np.asarray(vectors, dtype=np.float32)
+
+        return call
     try:
         from sentence_transformers import SentenceTransformer
     except ImportError:
         raise MissingDependency('loading a model by name or path needs sentence-transformers: '
                                 'pip install "vecbridge[models]"') from None
     try:
-        model = SentenceTransformer(spec, device=device or "cpu")
+        with _quiet_model_library():
+            model = SentenceTransformer(spec, device=device or "cpu")
     except Exception as exc:  # hub unreachable, bad path, corrupt weights
         raise InputError(f"cannot load model {spec!r}: {str(exc).splitlines()[0][:200]} "
                          f"(offline? pass a local model directory)") from None
 
     def embed(texts: Sequence[str]) -> np.ndarray:
-        return np.asarray(model.encode(list(texts), batch_size=batch_size, convert_to_numpy=True,
-                                       show_progress_bar=False), dtype=np.float32)
+        with _quiet_model_library():
+            vectors = model.encode(list(texts), batch_size=batch_size, convert_to_numpy=True, show_progress_bar=False)
+        return np.asarray(vectors, dtype=np.float32)
 
     return embed
 
