@@ -354,3 +354,12 @@ def test_edge_refuses_a_directory_that_is_not_a_shard(tmp_path):
     with pytest.raises(StoreError, match="collection not found"):
         connect(url).drop()
     assert (tmp_path / "data" / "notes.txt").exists()
+
+
+def test_a_collection_created_with_a_named_vector_takes_upserts(tmp_path):
+    """``?vector=NAME`` on a new collection creates the named vector, and writes through the same URL fill it."""
+    url = f"qdrant://{tmp_path}/q/docs?vector=old"
+    coll = connect(url).create(dim=4)
+    coll.upsert(VectorBatch(["a", "b"], np.eye(2, 4, dtype=np.float32)))
+    assert coll.info().vector_fields == {"old": (4, "cosine")} and coll.info().count == 2
+    np.testing.assert_allclose(connect(url).get(["b"]).vectors, np.eye(2, 4)[1:], atol=1e-6)

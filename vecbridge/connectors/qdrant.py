@@ -363,7 +363,7 @@ class QdrantCollection(QdrantPointsCollection):
             elif len(fields) > 1:
                 points = self._merged_points(name, pids[chunk], vectors[chunk], payloads[chunk])
             else:
-                points = [models.PointStruct(id=pid, vector=vec, payload=payload)
+                points = [models.PointStruct(id=pid, vector=_named(name, vec), payload=payload)
                           for pid, vec, payload in zip(pids[chunk], vectors[chunk].tolist(), payloads[chunk])]
             self._call("writing points", self._client().upsert, self.name, points=points, wait=True)
         return len(batch)

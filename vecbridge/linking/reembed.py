@@ -1,10 +1,11 @@
-"""Anchors from re-embedding: the usual production path, and the reference-corpus fallback (seed 003, sec. 5.4).
+"""Anchors from re-embedding: the usual production path, and the reference-corpus fallback (the Vector Linking
+paper (2026), sec. 5.4).
 
 * :func:`reembed_pairs`: the old collection stores its texts (a payload field); embed a sample of them with the new
   model and pair each new vector with the stored old vector of the same record. A few thousand calls to the new
   model instead of millions.
 * :func:`reference_pairs`: when the two sides share nothing, a small public text file embedded by *both* models
-  supplies out-of-domain anchors (seed 003 shows OOD seeds still work because the map is global).
+  supplies out-of-domain anchors (the Vector Linking paper shows OOD seeds still work because the map is global).
 
 Models are loaded by :func:`load_model`: a sentence-transformers name or local directory, or a user's
 ``module:function`` (any callable from a list of texts to an (n, d) array), so any model a team runs can be plugged in.
