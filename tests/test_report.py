@@ -171,7 +171,7 @@ def test_html_report_renders_in_headless_chromium(tmp_path, full_report):
              f"--user-data-dir={tmp_path / 'profile'}"]
     dom = subprocess.run([browser, *flags, "--dump-dom", page.as_uri()], capture_output=True, text=True, timeout=120)
     assert f">{full_report['verdict']['verdict']}</div>" in dom.stdout
-    assert dom.stdout.count("<svg") == 4 and "<polyline" in dom.stdout     # anchors, cosines, spectrum, re-embed
+    assert dom.stdout.count("<svg") == 4 and "<path" in dom.stdout     # anchors, cosines, spectrum, re-embed
     assert "Recommended:" in dom.stdout
     shot = tmp_path / "shot.png"
     subprocess.run([browser, *flags, f"--screenshot={shot}", "--window-size=1100,1600", page.as_uri()],

@@ -15,9 +15,16 @@ import warnings
 import click
 
 from ._version import __version__
-from .errors import VecbridgeError
+from .errors import StoreError, VecbridgeError
 
 EXIT_INTERNAL = 70
+EXIT_INTERRUPTED = 130
+
+#: counts and sizes: zero or a negative number is a usage error (exit 2), never silently "the default"
+POSITIVE_INT = click.IntRange(min=1)
+
+#: commands whose interrupted runs continue with --resume
+_RESUMABLE = ("migrate", "merge")
 
 
 def _console(stderr: bool = False):
@@ -49,7 +56,13 @@ def handle_errors(fn):
         except VecbridgeError as exc:
             _emit_error(str(exc), exc.exit_code)
         except KeyboardInterrupt:
-            _emit_error("interrupted", 130)
+            ctx = click.get_current_context(silent=True)
+            hint = ("; rerun the same command with --resume to continue where it stopped"
+                    if ctx is not None and ctx.info_name in _RESUMABLE else "")
+            _emit_error(f"interrupted{hint}", EXIT_INTERRUPTED)
+        except PermissionError as exc:   # a file we were not allowed to touch: the user's to fix, not a bug
+            where = f" {exc.filename}" if exc.filename else ""
+            _emit_error(f"permission denied:{where} ({exc.strerror or exc})", StoreError.exit_code)
         except click.exceptions.Exit:
             raise
         except click.ClickException:
@@ -114,9 +127,9 @@ _pairs_help = ("How records correspond: 'ids' (same id), 'field:NAME' (same payl
               help="L2-normalise vectors before fitting (and before applying).")
 @click.option("--holdout", type=float, default=0.0, show_default=True,
               help="Fraction of pairs kept out of the fit (by id hash) for 'vecbridge evaluate'.")
-@click.option("--max-pairs", type=int, default=None, help="Fit on a uniform sample of at most N source records.")
+@click.option("--max-pairs", type=POSITIVE_INT, default=None, help="Fit on a uniform sample of at most N source records.")
 @click.option("--seed", type=int, default=0, show_default=True)
-@click.option("--batch-size", type=int, default=2000, show_default=True)
+@click.option("--batch-size", type=POSITIVE_INT, default=2000, show_default=True)
 @click.option("--source-model", default=None, help="Name of the old model (recorded in the artifact).")
 @click.option("--target-model", default=None, help="Name of the new model (recorded in the artifact).")
 @click.option("--param", "params", multiple=True, metavar="KEY=VALUE",
@@ -128,7 +141,9 @@ def fit(source_url, target_url, pairs, method, center, scale, alpha, normalize, 
         batch_size, source_model, target_model, params, output, as_json):
     """Fit an alignment from SOURCE's embedding space to TARGET's and save it."""
     from .align.workflow import _as_collection, fit_alignment
+    from .fs import require_writable
 
+    require_writable(output, "the alignment", "choose another -o")   # before the fit, not after it
     src = _as_collection(source_url) if source_url else None
     total = None
     if src is not None:
@@ -147,8 +162,10 @@ def fit(source_url, target_url, pairs, method, center, scale, alpha, normalize, 
         return
     f = alignment.metadata["fit"]
     con = _console()
+    examined = alignment.metadata.get("anchors", {}).get("n_examined")
     con.print(f"[bold green]saved[/] {path}: {alignment.kind} map {alignment.source_dim}d -> "
-              f"{alignment.target_dim}d from {f['n_pairs']:,} pairs", markup=True)
+              f"{alignment.target_dim}d from {f['n_pairs']:,} pairs"
+              + (f" ({examined:,} source records examined)" if examined else ""), markup=True)
     if "bound" in f:
         con.print(f"  in-sample mean squared residual {f['residual']:.4g} (Procrustes bound {f['bound']:.4g}, "
                   f"dot-product discrepancy delta {f['delta']:.4g})")
@@ -184,7 +201,7 @@ def _parse_params(items) -> dict:
 @click.option("--model", default=None, help="New model (name, path or module:function) for reembed/reference.")
 @click.option("--old-model", default=None, help="Old model, for --mode reference:FILE.")
 @click.option("--text-field", default="text", show_default=True, help="Payload field with the stored text.")
-@click.option("--sample", type=int, default=10_000, show_default=True, help="Records to sample per collection.")
+@click.option("--sample", type=POSITIVE_INT, default=10_000, show_default=True, help="Records to sample per collection.")
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--param", "params", multiple=True, metavar="KEY=VALUE",
               help="Estimator parameter for --mode geh / unsupervised (repeatable), e.g. --param n_runs=10.")
@@ -226,8 +243,8 @@ def link(source_url, target_url, mode, seeds, model, old_model, text_field, samp
 @click.option("--pairs", default="ids", show_default=True, help=_pairs_help)
 @click.option("--queries", "queries_url", default=None,
               help="New-model query vectors whose ids equal their relevant document's id (for recall retention).")
-@click.option("-k", "k", type=int, default=10, show_default=True)
-@click.option("--max-pairs", type=int, default=10000, show_default=True)
+@click.option("-k", "k", type=POSITIVE_INT, default=10, show_default=True)
+@click.option("--max-pairs", type=POSITIVE_INT, default=10000, show_default=True)
 @click.option("--all-pairs", is_flag=True, help="Also evaluate on pairs used in the fit (ignore the holdout split).")
 @click.option("--min-top1", type=float, default=None, help="Exit 1 if held-out top-1 falls below this.")
 @click.option("--min-retention", type=float, default=None, help="Exit 1 if recall retention@k falls below this.")
@@ -249,8 +266,11 @@ def evaluate(alignment_path, source_url, target_url, pairs, queries_url, k, max_
     if min_retention is not None:
         if "retrieval" not in result:
             raise InputError("--min-retention needs --queries")
-        if result["retrieval"]["retention"] < min_retention:
-            failures.append(f"retention@{k} {result['retrieval']['retention']:.3f} < {min_retention}")
+        retention = result["retrieval"]["retention"]
+        if retention is None:   # the native recall is too low for the ratio to mean anything: not a pass
+            failures.append(f"retention@{k} {result['retrieval'].get('unreliable') or 'unreliable'}")
+        elif retention < min_retention:
+            failures.append(f"retention@{k} {retention:.3f} < {min_retention}")
     result["passed"] = not failures
     if as_json:
         _print_json(result)
@@ -274,9 +294,9 @@ def _print_evaluation(result: dict):
     con.print(table)
     if "retrieval" in result:
         r = result["retrieval"]
+        retention = f"{r['retention']:.3f}" if r["retention"] is not None else (r.get("unreliable") or "unreliable")
         con.print(f"recall@{r['k']}: mapped {r['recall_mapped']:.3f} vs native {r['recall_native']:.3f} -> "
-                  f"retention {r['retention']:.3f}; top-{r['k']} overlap {r['overlap']:.3f} "
-                  f"({r['n_queries']:,} queries)")
+                  f"retention {retention}; top-{r['k']} overlap {r['overlap']:.3f} ({r['n_queries']:,} queries)")
 
 
 @main.command()
@@ -284,7 +304,7 @@ def _print_evaluation(result: dict):
 @click.option("--alignment", "alignment_path", required=True, type=click.Path(dir_okay=False))
 @click.option("--to", "target_url", default=None, help="New collection to write (must not exist unless --resume/--overwrite).")
 @click.option("--field", default=None, help="Instead of a new collection, add this vector field to SOURCE in place.")
-@click.option("--batch-size", type=int, default=None, help="Records per batch (default: what the target store prefers).")
+@click.option("--batch-size", type=POSITIVE_INT, default=None, help="Records per batch (default: what the target store prefers).")
 @click.option("--resume", is_flag=True, help="Continue an interrupted migration from its checkpoint.")
 @click.option("--overwrite", is_flag=True, help="Drop and recreate the target first (never the source).")
 @click.option("--dry-run", is_flag=True, help="Print the plan (count, dims, estimated time and size); write nothing.")
@@ -310,10 +330,16 @@ def migrate(source_url, alignment_path, target_url, field, batch_size, resume, o
         if t.speed:
             progress.update(task, rate=f"{t.speed:,.0f} vectors/s")
 
+    def phase(name):
+        if name == "index" and not as_json:
+            progress.update(task, description="building the vector index")
+            progress.console.print("all records written; building the target's vector index (this can take "
+                                   "minutes; --no-index leaves it to you)")
+
     with progress:
         result = run_migration(source_url, alignment_path, target_url, field=field, batch_size=batch_size,
                                resume=resume, overwrite=overwrite, dry_run=dry_run, checkpoint_path=checkpoint_path,
-                               build_index=build_index, on_progress=advanced, on_start=started)
+                               build_index=build_index, on_progress=advanced, on_start=started, on_phase=phase)
     if as_json:
         _print_json(result)
         return
@@ -330,9 +356,14 @@ def migrate(source_url, alignment_path, target_url, field, batch_size, resume, o
             con.print(f"  note: {note}")
         con.print("  nothing was written (dry run)")
         return
+    where = result["target"] + (f" (field {result['field']})" if result["field"] else "")
+    if result["resumed_from"] and not result["written"]:
+        con.print(f"[bold green]done[/]: nothing was left to migrate; {where} holds all "
+                  f"{result['resumed_from']:,} records of the earlier run ({result['seconds']:.1f} s)", markup=True)
+        return
     rate = f" ({result['vectors_per_s']:,.0f} vectors/s)" if result["vectors_per_s"] else ""
     resumed = f", resumed after {result['resumed_from']:,}" if result["resumed_from"] else ""
-    con.print(f"[bold green]migrated[/] {result['written']:,} records into {result['target']} in "
+    con.print(f"[bold green]migrated[/] {result['written']:,} records into {where} in "
               f"{result['seconds']:.1f} s{rate}{resumed}", markup=True)
 
 
@@ -346,7 +377,7 @@ def migrate(source_url, alignment_path, target_url, field, batch_size, resume, o
               help="Which records are the same item: 'ids' or a CSV/JSON file of a_id,b_id pairs.")
 @click.option("--policy", type=click.Choice(["keep-b", "keep-a", "keep-both"]), default="keep-b", show_default=True,
               help="Vector kept for a linked pair (keep-both: A's mapped vector in a second field).")
-@click.option("--batch-size", type=int, default=None)
+@click.option("--batch-size", type=POSITIVE_INT, default=None)
 @click.option("--resume", is_flag=True)
 @click.option("--overwrite", is_flag=True)
 @click.option("--checkpoint", "checkpoint_path", default=None, type=click.Path(dir_okay=False))
@@ -375,7 +406,7 @@ def merge(a_url, b_url, into_url, alignment_path, links, policy, batch_size, res
 @click.argument("target_url")
 @click.option("--alignment", "alignment_path", required=True, type=click.Path(dir_okay=False))
 @click.option("--field", default=None, help="Verify an in-place vector field of TARGET_URL.")
-@click.option("--sample", type=int, default=1000, show_default=True, help="Records whose mapping is recomputed.")
+@click.option("--sample", type=POSITIVE_INT, default=1000, show_default=True, help="Records whose mapping is recomputed.")
 @click.option("--tolerance", type=float, default=1e-5, show_default=True)
 @click.option("--json", "as_json", is_flag=True)
 @handle_errors
@@ -402,7 +433,7 @@ def verify(source_url, target_url, alignment_path, field, sample, tolerance, as_
 @click.option("--native", multiple=True, metavar="URL", help="A collection already in the new model's space.")
 @click.option("--vectors", "vectors_path", required=True, type=click.Path(exists=True, dir_okay=False),
               help=".npy file of new-model query vectors (one row per query).")
-@click.option("-k", "k", type=int, default=10, show_default=True)
+@click.option("-k", "k", type=POSITIVE_INT, default=10, show_default=True)
 @click.option("--json", "as_json", is_flag=True)
 @handle_errors
 def search(wrapped, native, vectors_path, k, as_json):
@@ -448,7 +479,7 @@ def search(wrapped, native, vectors_path, k, as_json):
               help="New-model query vectors (ids = the relevant document's id): recall retention.")
 @click.option("--old-queries", "old_queries_url", default=None,
               help="The same queries in the old model: three-way comparison (stay / mapped / re-embed).")
-@click.option("--sample", type=int, default=5000, show_default=True)
+@click.option("--sample", type=POSITIVE_INT, default=5000, show_default=True)
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--center/--no-center", default=False, show_default=True)
 @click.option("--target", "target_retention", type=float, default=0.95, show_default=True,
@@ -500,15 +531,23 @@ def _print_report(rep: dict, html_path):
     table.add_column("metric")
     table.add_column("value", justify="right")
     partner = "pseudo-partner (unsupervised)" if c.get("pseudo") else "true partner"
-    table.add_row(f"top-1 of the {partner}", f"{ho['top1']:.3f}")
-    table.add_row("mean rank", f"{ho['mean_rank']:.2f}")
+    pool = ho.get("pool", c["held_out"])
+    table.add_row(f"top-1 of the {partner} (among {pool:,} held-out items)", f"{ho['top1']:.3f}")
+    if ho.get("top1_predicted") is not None and ho.get("full_size", 0) > pool:
+        how = "measured" if ho.get("top1_curve", {}).get("pool_sizes", [0])[-1] >= ho["full_size"] else "predicted"
+        table.add_row(f"top-1 among the collection's {ho['full_size']:,} items ({how})", f"{ho['top1_predicted']:.3f}")
+    table.add_row(f"mean rank (among {pool:,})", f"{ho['mean_rank']:.2f}")
     table.add_row("mean cosine", f"{ho['mean_cosine']:.3f}")
     table.add_row("residual (held-out / in-sample / bound)",
                   f"{ho['residual']:.3g} / {rep['fit']['residual']:.3g} / {rep['fit']['bound']:.3g}")
     if "retrieval" in rep:
         r = rep["retrieval"]
-        table.add_row(f"recall retention@{r['k']} (measured on {int(r['pool_sizes'][-1]):,} docs)", f"{r['measured']:.3f}")
-        table.add_row(f"recall retention@{r['k']} (predicted for {r['full_size']:,} docs)", f"{r['predicted']:.3f}")
+        if r.get("measured") is None:
+            table.add_row(f"recall retention@{r['k']}", escape(r.get("unreliable") or "unreliable"))
+        else:
+            table.add_row(f"recall retention@{r['k']} (measured on {r.get('pool', int(r['pool_sizes'][-1])):,} docs)",
+                          f"{r['measured']:.3f}")
+            table.add_row(f"recall retention@{r['k']} (predicted for {r['full_size']:,} docs)", f"{r['predicted']:.3f}")
     if "retrieval_unsupervised" in rep:
         r = rep["retrieval_unsupervised"]
         table.add_row(f"Recall@{r['k']} of new-model queries over mapped old vectors", f"{r['recall_mapped']:.3f}")
@@ -518,7 +557,9 @@ def _print_report(rep: dict, html_path):
         table.add_row("Recall@k: stay / mapped / re-embed",
                       f"{t['stay_on_old_model']:.3f} / {t['mapped_upgrade']:.3f} / {full}")
     if "neighbourhood_overlap" in rep:
-        table.add_row("neighbourhood top-k overlap", f"{rep['neighbourhood_overlap']['overlap']:.3f}")
+        no = rep["neighbourhood_overlap"]
+        table.add_row(f"neighbourhood top-{no['k']} overlap" + (f" (among {no['pool']:,} held-out items)"
+                                                              if no.get("pool") else ""), f"{no['overlap']:.3f}")
     con.print(table)
     for a in rep["advice"]:
         con.print(f"note: {escape(a)}")
@@ -537,7 +578,13 @@ def _print_drift(result: dict, as_json: bool):
         _print_json(result)
         return
     m = result["measures"]
-    shown = ", ".join(f"{k} {m[k]:.4g}" for k in ("residual_ratio", "retention", "centroid_shift", "mmd_pvalue", "top1")
+
+    def measure(k):   # a ratio over a near-zero native recall is no measurement: say so, never print the ratio
+        if k == "retention" and m.get("retention_unreliable"):
+            return f"retention unreliable (native recall {m.get('recall_native', 0.0):.3f} too low to compare)"
+        return f"{k} {m[k]:.4g}"
+
+    shown = ", ".join(measure(k) for k in ("residual_ratio", "retention", "centroid_shift", "mmd_pvalue", "top1")
                       if k in m)
     status = "[red]BREACH[/]" if result["breached"] else "[green]ok[/]"
     from rich.markup import escape
@@ -563,7 +610,7 @@ def drift_run(config, as_json):
 @drift.command("watch")
 @click.argument("config", type=click.Path(dir_okay=False))
 @click.option("--every", default="1h", show_default=True, help="Interval: 30s, 15m, 1h, 1d.")
-@click.option("--max-runs", type=int, default=None, help="Stop after this many runs.")
+@click.option("--max-runs", type=POSITIVE_INT, default=None, help="Stop after this many runs.")
 @click.option("--stop-on-breach", is_flag=True, help="Exit 1 at the first breach instead of continuing.")
 @click.option("--json", "as_json", is_flag=True)
 @handle_errors
@@ -612,7 +659,7 @@ def drift_history(config, plot_path, as_json):
     table = Table(title=f"drift history: {cfg.name} ({len(rows)} runs)")
     for col in ("run", "at", "residual ratio", "retention", "centroid shift", "MMD p", "status"):
         table.add_column(col)
-    fmt = lambda m, k: f"{m[k]:.4g}" if k in m else "-"
+    fmt = lambda m, k: "-" if k not in m else "unreliable" if m[k] is None else f"{m[k]:.4g}"
     for r in rows:
         m = r["measures"]
         table.add_row(str(r["id"]), r["at"], fmt(m, "residual_ratio"), fmt(m, "retention"),

@@ -108,17 +108,45 @@ def recall_at_k(queries, docs, relevant=None, k: int = 10, *, metric: str = "cos
     return float(hits.mean())
 
 
+#: Floor on the denominator of every retention ratio in the tool (mapped recall / native recall). Below it the native
+#: re-embed hardly finds the relevant documents at all, so the ratio is decided by a handful of hits and can read
+#: anything (50x has been seen): it is then reported as unreliable (``None`` with a reason), never as a measurement.
+#: A native Recall@k under 5% means the queries do not fit the collection (wrong model, ids that do not name their
+#: relevant documents, a broken ingestion) rather than a map that lost quality.
+MIN_NATIVE_RECALL = 0.05
+#: ... and the native hits must be at least this many queries (5% of 40 queries is 2 hits: not a measurement either)
+MIN_NATIVE_HITS = 5
+
+
+def retention_ratio(recall_mapped: float, recall_native: float, n_queries: int | None = None, *, k: int | None = None
+                    ) -> tuple[float | None, str | None]:
+    """``recall_mapped / recall_native`` when the denominator is at least :data:`MIN_NATIVE_RECALL` (and, given
+    ``n_queries``, at least :data:`MIN_NATIVE_HITS` native hits); otherwise ``(None, reason)``.
+
+    Every retention the tool reports goes through this one guard (reports, options, drift checks, evaluation).
+    """
+    at = f"@{k}" if k is not None else ""
+    hits = None if n_queries is None else round(recall_native * n_queries)
+    if not recall_native >= MIN_NATIVE_RECALL or (hits is not None and hits < MIN_NATIVE_HITS):
+        why = (f"unreliable: native recall{at} {recall_native:.3f} too low to compare (the ratio needs at least "
+               f"{MIN_NATIVE_RECALL:.2f}")
+        why += f" and {MIN_NATIVE_HITS} native hits; got {hits} of {n_queries} queries)" if hits is not None else ")"
+        return None, why
+    return recall_mapped / recall_native, None
+
+
 def recall_retention(queries, mapped_docs, native_docs, relevant=None, k: int = 10, *, metric: str = "cosine",
                      max_block_bytes: int = DEFAULT_BLOCK_BYTES) -> dict:
     """Recall@k of new-model queries over the mapped old vectors, divided by Recall@k over a native re-embed.
 
     This is the number the field quotes (Drift-Adapter: 95-99% of a full re-embed; isotrieve: 0.871).
-    Returns ``{"recall_mapped", "recall_native", "retention"}``.
+    Returns ``{"recall_mapped", "recall_native", "retention", "unreliable"}``: ``retention`` is None and
+    ``unreliable`` says why when the native recall is below the floor of :func:`retention_ratio`.
     """
     r_mapped = recall_at_k(queries, mapped_docs, relevant, k, metric=metric, max_block_bytes=max_block_bytes)
     r_native = recall_at_k(queries, native_docs, relevant, k, metric=metric, max_block_bytes=max_block_bytes)
-    return {"recall_mapped": r_mapped, "recall_native": r_native,
-            "retention": (r_mapped / r_native) if r_native > 0 else float("nan")}
+    retention, why = retention_ratio(r_mapped, r_native, int(np.asarray(queries).shape[0]), k=k)
+    return {"recall_mapped": r_mapped, "recall_native": r_native, "retention": retention, "unreliable": why}
 
 
 def topk_overlap(queries, mapped_docs, native_docs, k: int = 10, *, metric: str = "cosine",

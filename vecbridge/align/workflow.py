@@ -9,6 +9,7 @@ from ..connectors import connect
 from ..connectors.base import Collection
 from ..errors import InputError
 from ..linking import describe_pairs, in_holdout, iter_pairs
+from ..validation import check_paired
 from ..vectors import l2_normalize
 from .artifact import Alignment
 from .baselines import LinearMap, NoMap
@@ -37,6 +38,33 @@ def make_estimator(method: str = "orthogonal", *, center: bool = False, scale: b
 
 def _as_collection(obj, read_only=True) -> Collection:
     return obj if isinstance(obj, Collection) else connect(obj, read_only=read_only)
+
+
+class _CountingSource:
+    """A source collection that counts the records read from it (``scan``, ``sample``, ``get``), so that "no pairs"
+    can say how many records were examined; every other attribute is the collection's own."""
+
+    def __init__(self, coll: Collection):
+        self._coll = coll
+        self.n_read = 0
+
+    def __getattr__(self, name):
+        return getattr(self._coll, name)
+
+    def scan(self, *args, **kwargs):
+        for batch in self._coll.scan(*args, **kwargs):
+            self.n_read += len(batch)
+            yield batch
+
+    def sample(self, *args, **kwargs):
+        batch = self._coll.sample(*args, **kwargs)
+        self.n_read += len(batch)
+        return batch
+
+    def get(self, *args, **kwargs):
+        batch = self._coll.get(*args, **kwargs)
+        self.n_read += len(batch)
+        return batch
 
 
 def _vector_links(pairs: str):
@@ -87,8 +115,9 @@ def fit_alignment(source, target, *, pairs: str = "ids", method: str = "orthogon
     ``holdout`` keeps a deterministic fraction of pairs (by id hash) out of the fit so that ``evaluate`` can measure
     on unseen items; ``max_pairs`` fits on a seeded uniform sample of the source instead of a full scan.
 
-    ``pairs="unsupervised"`` needs no correspondences at all: mini-vec2vec (seed 002,
-    :class:`~vecbridge.linking.MiniVec2Vec` with ``params``) on a sample of ``max_pairs`` (default 10,000) records
+    ``pairs="unsupervised"`` needs no correspondences at all: mini-vec2vec ("mini-vec2vec: Scaling Universal
+    Geometry Alignment with Linear Transformations", Dar 2025; :class:`~vecbridge.linking.MiniVec2Vec` with ``params``)
+    on a sample of ``max_pairs`` (default 10,000) records
     of each collection; the artifact holds its nearest orthogonal map (with both means). On wordnet this keeps
     retention@10 0.78 where refitting Procrustes on its mutual-nearest-neighbour links keeps 0.72
     (``bench/linking_retention.py``).
@@ -104,6 +133,7 @@ def fit_alignment(source, target, *, pairs: str = "ids", method: str = "orthogon
         raise InputError("holdout must be in [0, 1)")
     links = _vector_links(pairs)
     described = {}
+    counting = None
     if links is None:
         if source is None or target is None:
             raise InputError("fitting on shared ids, a payload field or id pairs needs --source and --target")
@@ -112,6 +142,7 @@ def fit_alignment(source, target, *, pairs: str = "ids", method: str = "orthogon
         for coll, info in ((src, src_info), (tgt, tgt_info)):
             if info.count == 0:
                 raise InputError(f"collection is empty: {coll.display_url}")
+        src = counting = _CountingSource(src)
         batches = iter_pairs(src, tgt, pairs, batch_size=batch_size, limit=max_pairs, seed=seed)
         metric = tgt_info.metric
         described = {"source": {"url": src.display_url, "dim": src_info.dim, "count": src_info.count},
@@ -122,7 +153,7 @@ def fit_alignment(source, target, *, pairs: str = "ids", method: str = "orthogon
         metric = links.meta.get("metric", "cosine")
         where = f"in {pairs}"
     moments = None
-    n_seen = 0
+    n_seen = 0               # paired records (fit and held out)
     kept: list = []          # method "clustered" fits on the pairs themselves (bounded by max_pairs), not moments
     if method == "clustered" and max_pairs is None:
         max_pairs = CLUSTERED_MAX_PAIRS
@@ -132,6 +163,10 @@ def fit_alignment(source, target, *, pairs: str = "ids", method: str = "orthogon
         n_seen += len(s_batch)
         keep = ~in_holdout(s_batch.ids, holdout)
         X, Y = s_batch.vectors[keep], t_batch.vectors[keep]
+        if len(X):   # name the record, not a row of this batch, when a vector is NaN, inf or all zeros
+            X, Y = check_paired(X, Y, names=("source", "target"),
+                                ids=(np.asarray(s_batch.ids, dtype=object)[keep],
+                                     np.asarray(t_batch.ids, dtype=object)[keep]))
         if normalization == "l2":
             X, Y = l2_normalize(X, np.float64), l2_normalize(Y, np.float64)
         if moments is None:
@@ -142,9 +177,12 @@ def fit_alignment(source, target, *, pairs: str = "ids", method: str = "orthogon
                 kept.append((np.asarray(X, np.float32), np.asarray(Y, np.float32)))
         if on_batch:
             on_batch(len(s_batch))
+    n_examined = counting.n_read if counting is not None else n_seen
     if moments is None or moments.n == 0:
         why = "no shared ids" if pairs == "ids" else "no matching pairs"
-        raise InputError(f"cannot fit: {why} {where} ({n_seen} source records examined)")
+        if n_seen:   # pairs exist, but all of them fell in the held-out split
+            why = f"all {n_seen:,} pairs are in the held-out split (--holdout {holdout})"
+        raise InputError(f"cannot fit: {why} {where} ({n_examined:,} source records examined)")
     if method == "clustered":
         from .clustered import ClusteredProcrustes
 
@@ -155,7 +193,8 @@ def fit_alignment(source, target, *, pairs: str = "ids", method: str = "orthogon
     anchors = describe_pairs(pairs)
     if links is not None:
         anchors["method"] = links.mode
-    anchors.update({"n_examined": n_seen, "holdout": holdout, "max_pairs": max_pairs, "seed": seed})
+    anchors.update({"n_examined": n_examined, "n_paired": n_seen, "holdout": holdout, "max_pairs": max_pairs, "seed":
+    seed})
     return Alignment.from_estimator(
         estimator, source_model=source_model, target_model=target_model, metric=metric,
         normalization=normalization, anchors=anchors, **described)

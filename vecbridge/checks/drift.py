@@ -17,6 +17,9 @@ A check is a small TOML file::
     [thresholds]                                   # defaults shown
     max_residual_ratio = 1.5    # residual of the alignment on fresh pairs / its in-sample residual at fit time
     min_retention = 0.8         # recall retention@k of the probe queries (mapped old vs native new)
+                                # (a native recall below vecbridge.metrics.MIN_NATIVE_RECALL makes the ratio
+                                # meaningless: it is recorded as None, "retention_unreliable" says why, and the
+                                # run is flagged, never passed on a number like 50x)
     max_centroid_shift = 3.0    # ||mean_now - mean_ref|| in units of its sampling noise (about 1 when stable)
     min_mmd_pvalue = 0.01       # permutation p-value of the RBF-kernel MMD between now and the reference sample
 
@@ -182,7 +185,10 @@ def run_check(config: DriftConfig, *, seed: int | None = None) -> dict:
             native = docs_new.vectors[[nd[i] for i in keep_ids]]
             Q = probe.vectors[[qd[i] for i in keep_ids]]
             ret = metrics.recall_retention(Q, alignment.transform(docs_old.vectors), native, k=config.k)
-            measures["retention"] = ret["retention"]
+            measures["retention"] = ret["retention"]          # None when the native recall is too low
+            measures["recall_mapped"], measures["recall_native"] = ret["recall_mapped"], ret["recall_native"]
+            if ret["unreliable"]:
+                measures["retention_unreliable"] = ret["unreliable"]
     # distribution shift of the new-space vectors against the first run's reference sample
     if config.reference.is_file():
         with np.load(config.reference, allow_pickle=False) as z:
@@ -198,7 +204,12 @@ def run_check(config: DriftConfig, *, seed: int | None = None) -> dict:
     if measures.get("residual_ratio", 0) > t["max_residual_ratio"]:
         breaches.append(f"alignment residual is {measures['residual_ratio']:.2f}x the fit's "
                         f"(> {t['max_residual_ratio']})")
-    if "retention" in measures and measures["retention"] < t["min_retention"]:
+    if measures.get("retention_unreliable"):
+        breaches.append(f"probe retention@{config.k} is {measures['retention_unreliable']}: the probe queries hardly "
+                        f"find their documents among the new collection's own vectors (recall mapped "
+                        f"{measures['recall_mapped']:.3f}, native {measures['recall_native']:.3f}), so the check "
+                        f"cannot tell whether the alignment still works: look at the new collection and the probe")
+    elif measures.get("retention") is not None and measures["retention"] < t["min_retention"]:
         breaches.append(f"probe retention@{config.k} {measures['retention']:.3f} < {t['min_retention']}")
     if measures.get("centroid_shift", 0) > t["max_centroid_shift"]:
         breaches.append(f"centroid shifted by {measures['centroid_shift']:.3f} (> {t['max_centroid_shift']})")
@@ -234,10 +245,10 @@ def render_history_html(name: str, rows: list[dict]) -> str:
 
     charts = []
     for key in ("residual_ratio", "retention", "centroid_shift", "mmd_pvalue", "top1"):
-        pts = [(r["id"], r["measures"][key]) for r in rows if key in r["measures"]]
+        pts = [(r["id"], r["measures"][key]) for r in rows if r["measures"].get(key) is not None]
         if pts:
             xs, ys = zip(*pts)
-            charts.append(line_chart(key.replace("_", " "), "run", key, {key: (list(xs), list(ys))}))
+            charts.append(line_chart(key.replace("_", " "), "run", key.replace("_", " "), {key: (list(xs), list(ys))}))
     breaches = "".join(f"<li>run {r['id']} at {escape(r['at'])}: {escape(r['reason'])}</li>"
                        for r in rows if r["breached"])
     return (f"<!doctype html><html><head><meta charset='utf-8'><title>drift: {escape(name)}</title></head>"

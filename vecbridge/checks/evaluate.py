@@ -44,7 +44,9 @@ def evaluate_alignment(alignment: Alignment, source, target, *, pairs: str = "id
     * pair quality: top-1 accuracy and mean rank of each mapped source vector's true partner among all evaluated
       target vectors, and their mean cosine; the same for "no map" when the dimensions agree (the do-nothing baseline);
     * with ``queries`` (a collection of new-model query vectors whose ids equal the id of their relevant document):
-      recall retention@k (Recall@k over mapped old vectors / over the native new vectors) and top-k overlap.
+      recall retention@k (Recall@k over mapped old vectors / over the native new vectors) and top-k overlap;
+      ``retention`` is None, and ``unreliable`` says why, when the native recall is too low for the ratio to mean
+      anything (:func:`vecbridge.metrics.retention_ratio`).
     """
     src, tgt = _as_collection(source), _as_collection(target)
     holdout = float(alignment.metadata.get("anchors", {}).get("holdout") or 0.0) if use_holdout else 0.0

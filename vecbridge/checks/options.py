@@ -21,7 +21,8 @@ re-embedding them (:func:`reliability_scores`):
 * ``anchor_residual``: the residual ``1 - cos(T(x_a), y_a)`` of the nearest anchors (in the old space), weighted by
   similarity: where the map is bad on known pairs, it is probably bad on their neighbours;
 * ``inconsistency``: ``1 - |kNN_old(x) ∩ kNN_new(T(x))| / k`` over the anchors: the item's neighbourhood among the
-  anchors is not the same before and after mapping (seed 003's local-consistency premise, used as a per-item test);
+  anchors is not the same before and after mapping (the local-consistency premise of "Vector Linking via
+  Cross-Model Local Isometric Consistency", SIGMOD 2025, used as a per-item test);
 * ``frequency``: how often the mapped item is in the top 10 of a query log (most often retrieved first);
 * ``link_confidence``: ``1 - confidence`` when the pairs came from GEH links (the caller passes the scores);
 * ``random``: the baseline every strategy must beat.
@@ -197,21 +198,33 @@ class Option:
 
 
 def recommend(options: list[Option], target: float = 0.95, model: CostModel | None = None, *,
-              allow_old_model: bool = True, have_texts: bool = True, have_query_log: bool = True) -> dict:
+              allow_old_model: bool = True, have_texts: bool = True, have_query_log: bool = True,
+              exclude: dict | None = None) -> dict:
     """The cheapest option (total seconds under ``model``, then storage) whose measured retention meets ``target``.
 
     Options whose needs the user cannot meet (old model at query time, stored texts, a query log) are skipped.
-    Without any option meeting the target, the best-retaining one is returned with ``meets_target = False`` and the
-    shortfall.
+    ``exclude`` maps option names to why they are ruled out (a report's NO-GO, say): they stay in the table with
+    that reason under ``"excluded"`` but are never chosen. Without any option meeting the target, the best-retaining
+    one is returned with ``meets_target = False`` and the shortfall.
     """
     model = model or CostModel()
-    usable = [o for o in options if (allow_old_model or not o.needs_old_model) and (have_texts or not o.needs_texts)
-              and (have_query_log or not o.needs_query_log)]
+    exclude = exclude or {}
+    possible = [o for o in options if (allow_old_model or not o.needs_old_model)
+                and (have_texts or not o.needs_texts) and (have_query_log or not o.needs_query_log)]
+    usable = [o for o in possible if o.name not in exclude]
     if not usable:
         raise InputError("no option is usable under these constraints")
     ok = [o for o in usable if o.retention >= target]
-    table = sorted(({"name": o.name, "retention": o.retention, **o.cost(model)} for o in usable),
-                   key=lambda r: (r["total_s"], r["extra_storage_bytes"]))
+
+    def row(o):
+        r = {"name": o.name, "retention": o.retention, **o.cost(model)}
+        if "retention_measured" in o.details:
+            r["retention_measured"] = o.details["retention_measured"]
+        if o.name in exclude:
+            r["excluded"] = exclude[o.name]
+        return r
+
+    table = sorted((row(o) for o in possible), key=lambda r: (r["total_s"], r["extra_storage_bytes"]))
     if ok:
         best = min(ok, key=lambda o: (o.cost(model)["total_s"], o.cost(model)["extra_storage_bytes"], -o.retention))
         reason = (f"cheapest option with retention >= {target:.2f}: {best.name} ({best.retention:.3f}), "
@@ -238,16 +251,19 @@ def _fmt_s(s: float) -> str:
 def measure_options(X_fit, Y_fit, X_eval, Y_eval, Q_new, relevant, *, Q_old=None, query_log=None, k: int = 10,
                     fractions=DEFAULT_FRACTIONS, rerank_k=DEFAULT_RERANK_K, hub_k: int = 10, hub_weight: float = 0.5,
                     beta: float = 1.0, clustered_kw: dict | None = None, strategies=STRATEGIES,
-                    random_state=0, on_step=lambda s: None) -> dict:
+                    random_state=0, center: bool = False, on_step=lambda s: None) -> dict:
     """Fit on ``(X_fit, Y_fit)``, evaluate on the pool ``(X_eval, Y_eval)`` with new-model queries ``Q_new``
     (``relevant[i]`` = row of ``X_eval`` relevant to query i).
 
     ``Q_old`` (the same queries through the old model) enables dual-query fusion; ``query_log`` (new-model vectors
     of other queries, e.g. a log sample) is the hub penalty's reference (without it, the new-model vectors of the
-    anchors are). Returns ``{"native_recall", "options": [Option], "curves": {...}}``.
+    anchors are). ``center``: the global orthogonal map centres both sides (as the report's map does).
+    Returns ``{"native_recall", "options": [Option], "curves": {...}}``; retention is refused (InputError) when the
+    native recall is below the floor of :func:`vecbridge.metrics.retention_ratio`.
     """
     from ..align.clustered import ClusteredProcrustes
     from ..align.procrustes import FewPairsWarning, OrthogonalProcrustes
+    from ..metrics import retention_ratio
     from ..migrate.rerank import hub_penalty
 
     X_fit, Y_fit = np.asarray(X_fit, np.float32), np.asarray(Y_fit, np.float32)
@@ -257,8 +273,9 @@ def measure_options(X_fit, Y_fit, X_eval, Y_eval, Q_new, relevant, *, Q_old=None
         raise InputError(f"{len(Q_new)} queries but {len(rel)} relevant rows")
     n_eval = len(X_eval)
     native = recall(relevant_ranks(Q_new, Y_eval, rel), k)
-    if native == 0:
-        raise InputError("the native re-embed finds no relevant item in the top k: retention is undefined")
+    _, why = retention_ratio(1.0, native, len(rel), k=k)
+    if why is not None:
+        raise InputError(f"retention cannot be measured: {why}")
     options: list[Option] = []
     curves: dict = {}
 
@@ -275,7 +292,7 @@ def measure_options(X_fit, Y_fit, X_eval, Y_eval, Q_new, relevant, *, Q_old=None
     on_step("fitting the global and the clustered maps")
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", FewPairsWarning)
-        ortho = OrthogonalProcrustes().fit(X_fit, Y_fit)
+        ortho = OrthogonalProcrustes(center=center).fit(X_fit, Y_fit)
     clustered = ClusteredProcrustes(random_state=random_state, **(clustered_kw or {})).fit(X_fit, Y_fit)
     M_o, t_o = timed_transform(ortho)
     M_c, t_c = timed_transform(clustered)

@@ -9,13 +9,21 @@ Nothing is written to any store. The report
    what needs no true pairs -- Recall@k of new-model queries over the mapped old vectors, and against staying on
    the old model -- and never says GO);
 2. fits orthogonal Procrustes on a training split and measures the held-out split: top-1 and mean rank of the true
-   partner, mean cosine, held-out residual, seed 000's residual/bound and singular-value spectrum, and how quality
-   grows with the number of anchors;
-3. with new-model queries (vectors whose id is their relevant document's id) measures recall retention@k on the
-   held-out documents, extrapolated to the size of the whole collection (Recall@k falls as a collection grows; the
-   ratio much less, but the report fits ``retention = a + b log(pool size)`` over sub-pools and predicts the full
-   size); with old-model queries too, the three-way comparison: stay on A, mapped upgrade, full re-embed;
-4. gives a verdict (GO / CAUTION / NO-GO) from :data:`THRESHOLDS`, with the reason in one sentence.
+   partner among the held-out items (the pool is stated with every figure, and top-1 is also extrapolated to the
+   collection's size the way retention is, below), mean cosine, held-out residual, the residual against the
+   Procrustes bound ("When Embedding Models Meet: Procrustes Bounds and Applications", 2025) and the singular-value
+   spectrum, and how quality grows with the number of anchors;
+3. with new-model queries (vectors whose id is their relevant document's id) measures recall retention@k of the
+   held-out documents within the pool of every sampled item, extrapolated to the size of the whole collection
+   (Recall@k falls as a collection grows; the ratio much less, but the report fits ``retention = a + b log(pool
+   size)`` over sub-pools and predicts the full size); with old-model queries too, the three-way comparison: stay on
+   A, mapped upgrade, full re-embed. A ratio over a native recall below :data:`vecbridge.metrics.MIN_NATIVE_RECALL`
+   is reported as unreliable, not as a figure;
+4. gives a verdict (GO / CAUTION / NO-GO) from :data:`THRESHOLDS`, with the reason in one sentence;
+5. measures the options that keep more quality (:mod:`vecbridge.checks.options`) on the same pool as the headline and
+   carries them to the collection's size the same way, so the plain orthogonal option *is* the headline figure; it
+   recommends the cheapest that meets the target, never one the verdict has ruled out, and says so when the verdict
+   is NO-GO.
 """
 from __future__ import annotations
 
@@ -29,16 +37,21 @@ from ..align.procrustes import FewPairsWarning, OrthogonalProcrustes
 from ..align.workflow import _as_collection
 from ..connectors.base import Collection
 from ..errors import InputError
+from ..validation import check_paired
 
-#: verdict thresholds (documented in the README): GO needs all of the "go" ones; NO-GO any of the "no_go" ones
+#: verdict thresholds (documented in the README): GO needs all of the "go" ones; NO-GO any of the "no_go" ones.
+#: Top-1 is the measured one, among the held-out items (``held_out["pool"]``); its extrapolation to the collection's
+#: size is reported beside it but does not move the verdict.
 THRESHOLDS = {
-    "go_top1": 0.95,            # held-out top-1 of the true partner
+    "go_top1": 0.95,            # held-out top-1 of the true partner (among the held-out items)
     "go_retention": 0.90,       # predicted recall retention@k
     "no_go_top1": 0.50,
     "no_go_retention": 0.70,
     "worse_than_staying": 0.0,  # mapped recall below staying on A by more than this -> NO-GO
 }
 MIN_PAIRS = 50
+#: the plain map's name among the options (:func:`vecbridge.checks.options.measure_options`)
+ORTHO_OPTION = "orthogonal (one global Q)"
 
 
 @dataclass
@@ -50,6 +63,7 @@ class Correspondences:
     ids: list              # old ids (the held-out split is drawn over these)
     pseudo: bool = False   # True when Y are estimated partners (unsupervised), not the same items
     diagnostics: dict | None = None
+    new_ids: list | None = None   # ids of the Y rows in the new collection (None: re-embedded, no record)
 
 
 def _by_ids(old: Collection, new: Collection, sample: int, seed: int):
@@ -73,13 +87,14 @@ def find_correspondences(old: Collection, new: Collection | None, *, sample: int
             X = np.concatenate([a.vectors for a, _ in parts])
             Y = np.concatenate([b.vectors for _, b in parts])
             return Correspondences("payload-key", f"{len(X):,} sampled records share payload field {key!r}",
-                                   X, Y, [i for a, _ in parts for i in a.ids])
+                                   X, Y, [i for a, _ in parts for i in a.ids],
+                                   new_ids=[i for _, b in parts for i in b.ids])
     if new is not None:
         s, t, rows, pos = _by_ids(old, new, sample, seed)
         if len(rows) >= MIN_PAIRS:
             return Correspondences("shared-ids", f"{len(rows):,} of {len(s):,} sampled old ids also exist in the "
                                    f"new collection", s.vectors[rows], t.vectors[[pos[s.ids[j]] for j in rows]],
-                                   [s.ids[j] for j in rows])
+                                   [s.ids[j] for j in rows], new_ids=[s.ids[j] for j in rows])
     if model and text_field:
         from ..linking.reembed import load_model, reembed_pairs
 
@@ -95,7 +110,8 @@ def find_correspondences(old: Collection, new: Collection | None, *, sample: int
 
 
 def _unsupervised_correspondences(old, new, sample, seed, params) -> Correspondences:
-    """mini-vec2vec (seed 002) on a sample of each side, then the mutual nearest neighbours under its map."""
+    """mini-vec2vec ("mini-vec2vec: Scaling Universal Geometry Alignment with Linear Transformations", Dar 2025) on
+    a sample of each side, then the mutual nearest neighbours under its map."""
     from ..linking.run import pseudo_pairs, unsupervised_fit
 
     a, b, est = unsupervised_fit(old, new, sample=sample, seed=seed, params=params)
@@ -106,7 +122,8 @@ def _unsupervised_correspondences(old, new, sample, seed, params) -> Corresponde
     return Correspondences("unsupervised", f"no shared ids, texts or seeds; mini-vec2vec aligned {len(a):,} and "
                            f"{len(b):,} unpaired vectors and {len(pairs):,} mutual nearest neighbours "
                            f"({frac:.0%}) serve as pseudo-pairs", a.vectors[pairs[:, 0]], b.vectors[pairs[:, 1]],
-                           [a.ids[i] for i in pairs[:, 0]], pseudo=True, diagnostics=diag)
+                           [a.ids[i] for i in pairs[:, 0]], pseudo=True, diagnostics=diag,
+                           new_ids=[b.ids[i] for i in pairs[:, 1]])
 
 
 def _geh_correspondences(old, new, seeds, sample, seed) -> Correspondences:
@@ -118,15 +135,29 @@ def _geh_correspondences(old, new, seeds, sample, seed) -> Correspondences:
         raise InputError(f"GEH grew only {len(links)} links from {n_seeds} seeds: too few to fit a map")
     return Correspondences("geh", f"no shared ids; GEH grew {len(links):,} links from {n_seeds} seed pairs "
                            f"(mean confidence {float(np.mean(geh.confidence_)):.2f})", a.vectors[links[:, 0]],
-                           b.vectors[links[:, 1]], [a.ids[i] for i in links[:, 0]])
+                           b.vectors[links[:, 1]], [a.ids[i] for i in links[:, 0]],
+                           new_ids=[b.ids[i] for i in links[:, 1]])
+
+
+def _log_pool_fit(sizes, values, full_size: int, hi: float = 1.0) -> float:
+    """``a + b log(pool size)`` fitted over the measured pools, evaluated at ``full_size`` and clamped to [0, hi];
+    the largest pool's value when there is nothing to extrapolate to."""
+    sizes, values = np.asarray(sizes, float), np.asarray(values, float)
+    if len(sizes) >= 2 and full_size > sizes[-1]:
+        b, a = np.polyfit(np.log(sizes), values, 1)
+        return float(np.clip(a + b * math.log(full_size), 0.0, hi))
+    return float(values[-1])
 
 
 def _retention_curve(Qn, mapped, native, rel, k, rng, full_size) -> dict:
     """Retention@k over the whole held-out pool and over random sub-pools; a log-linear fit predicts the
-    retention at ``full_size`` documents (clamped to [0, 1])."""
+    retention at ``full_size`` documents (clamped to [0, 1]).
+
+    A (sub-)pool whose native recall is below the floor of :func:`vecbridge.metrics.retention_ratio` gives no point;
+    when the whole pool is one of them, ``measured`` and ``predicted`` are None and ``unreliable`` says why."""
     m = len(mapped)
     sizes = sorted({max(k * 5, int(m * f)) for f in (0.25, 0.5, 1.0) if int(m * f) >= k * 5})
-    points = []
+    points, why = [], None
     for size in sizes:
         vals = []
         for _ in range(3 if size < m else 1):
@@ -135,18 +166,43 @@ def _retention_curve(Qn, mapped, native, rel, k, rng, full_size) -> dict:
             where = {j: i for i, j in enumerate(keep)}
             r = np.array([where[j] for j in rel[inpool]])
             res = metrics.recall_retention(Qn[inpool], mapped[keep], native[keep], r, k=k)
+            if res["retention"] is None:
+                why = res["unreliable"]
+                continue
             vals.append((res["retention"], res["recall_mapped"], res["recall_native"]))
-        points.append((size, *np.mean(vals, axis=0)))
-    sizes_arr = np.array([p[0] for p in points], float)
-    ret = np.array([p[1] for p in points])
-    if len(points) >= 2 and full_size > sizes_arr[-1]:
-        b, a = np.polyfit(np.log(sizes_arr), ret, 1)
-        predicted = float(np.clip(a + b * math.log(full_size), 0.0, 1.0))
-    else:
-        predicted = float(ret[-1])
-    return {"pool_sizes": sizes_arr.tolist(), "retention": ret.tolist(),
-            "recall_mapped": [p[2] for p in points], "recall_native": [p[3] for p in points],
-            "measured": float(ret[-1]), "predicted": predicted, "full_size": int(full_size)}
+        if vals:
+            points.append((size, *np.mean(vals, axis=0)))
+    out = {"pool_sizes": [float(p[0]) for p in points], "retention": [float(p[1]) for p in points],
+           "recall_mapped": [float(p[2]) for p in points], "recall_native": [float(p[3]) for p in points],
+           "full_size": int(full_size), "pool": int(m)}
+    if not points or points[-1][0] != m:
+        out.update(measured=None, predicted=None, unreliable=why)
+        return out
+    out.update(measured=out["retention"][-1],
+               predicted=_log_pool_fit(out["pool_sizes"], out["retention"], full_size))
+    return out
+
+
+def _top1_curve(mapped_held, Y_pool, top1_held: float, rng, full_size: int) -> dict:
+    """Held-out top-1 as the candidate pool grows: among the held-out items alone (the reported figure), then with
+    the other sampled items' new vectors added as distractors (``Y_pool`` holds the held-out rows first); the same
+    ``a + b log(pool size)`` fit as retention predicts it for ``full_size`` items (never above the largest pool's)."""
+    n_held, n = len(mapped_held), len(Y_pool)
+    points = [(n_held, float(top1_held))]
+    for size in sorted({n // 2, n}):
+        if size <= n_held:
+            continue
+        vals = []
+        for _ in range(3 if size < n else 1):
+            extra = np.arange(n_held, n) if size == n else \
+                np.sort(rng.choice(np.arange(n_held, n), size - n_held, replace=False))
+            cand = np.concatenate([np.arange(n_held), extra])
+            ranks = metrics.partner_ranks(mapped_held, Y_pool[cand], np.arange(n_held))
+            vals.append(float(np.mean(ranks == 1)))
+        points.append((size, float(np.mean(vals))))
+    sizes, vals = [p[0] for p in points], [p[1] for p in points]
+    return {"pool_sizes": [int(x) for x in sizes], "top1": vals,
+            "predicted": _log_pool_fit(sizes, vals, full_size, hi=vals[-1]), "full_size": int(full_size)}
 
 
 def compatibility_report(old, new=None, *, sample: int = 5000, seed: int = 0, holdout: float = 0.2,
@@ -169,11 +225,17 @@ def compatibility_report(old, new=None, *, sample: int = 5000, seed: int = 0, ho
     n = len(corr.X)
     if n < MIN_PAIRS:
         raise InputError(f"only {n} correspondences: at least {MIN_PAIRS} are needed for a report")
+    # a NaN, inf or zero vector: name the record, not a row of this sample
+    check_paired(corr.X, corr.Y, names=("old collection", "new collection" if corr.new_ids is not None else
+                                        "re-embedded text of"), ids=(corr.ids, corr.new_ids or corr.ids))
     rng = np.random.default_rng(seed)
     perm = rng.permutation(n)
     n_held = max(int(round(n * holdout)), min(200, n // 2))
     held, train = perm[:n_held], perm[n_held:]
     X, Y = corr.X.astype(np.float32), corr.Y.astype(np.float32)
+    # the retrieval pool is every sampled pair (held-out first, so that row i of the pool is held-out item i), the
+    # closest stand-in for the whole collection: retention, top-1 beyond the held-out items and the options use it
+    pool_order = np.concatenate([held, train])
 
     on_step(f"fitting on {len(train):,} pairs, measuring on {len(held):,} held out")
     with warnings.catch_warnings():
@@ -183,14 +245,19 @@ def compatibility_report(old, new=None, *, sample: int = 5000, seed: int = 0, ho
     pq = metrics.pair_quality(mapped_held, Y[held])
     cos = np.einsum("ij,ij->i", metrics._prep(mapped_held, "cosine"), metrics._prep(Y[held], "cosine"))
     held_resid = float(np.mean(np.sum((mapped_held - Y[held]) ** 2, axis=1)))
+    top1_curve = _top1_curve(mapped_held, Y[pool_order], pq.top1, np.random.default_rng(seed + 1), old_info.count)
 
     report = {
         "old": old_c.display_url, "new": new_c.display_url if new_c else None,
         "old_info": old_info.as_dict(), "new_info": new_c.info().as_dict() if new_c else None,
         "correspondences": {"mode": corr.mode, "reason": corr.reason, "n": n, "train": len(train),
                             "held_out": len(held), "pseudo": corr.pseudo, **(corr.diagnostics or {})},
-        "held_out": {**pq.as_dict(), "residual": held_resid,
-                     "cosine_histogram": np.histogram(cos, bins=20, range=(-1, 1))[0].tolist()},
+        # top-1 and mean rank are among the held-out items only ("pool"); top1_predicted carries top-1 to the
+        # collection's size ("full_size") with the same log-linear fit as retention
+        "held_out": {**pq.as_dict(), "pool": len(held), "residual": held_resid,
+                     "cosine_histogram": np.histogram(cos, bins=20, range=(-1, 1))[0].tolist(),
+                     "top1_curve": {"pool_sizes": top1_curve["pool_sizes"], "top1": top1_curve["top1"]},
+                     "top1_predicted": top1_curve["predicted"], "full_size": top1_curve["full_size"]},
         "fit": {"residual": est.residual_, "relative_residual": est.relative_residual_, "delta": est.delta_,
                 "bound": est.bound_, "bound_vacuous": bool(est.bound_ >= 4 * np.mean(np.sum(Y ** 2, axis=1))),
                 "singular_values": est.singular_values_.tolist(), "center": center},
@@ -204,14 +271,14 @@ def compatibility_report(old, new=None, *, sample: int = 5000, seed: int = 0, ho
         qn_c = _as_collection(queries_new)
         qb = qn_c.get(held_ids)
         if len(qb) < 10:
-            raise InputError(f"only {len(qb)} queries in {qn_c.display_url} have a held-out relevant document")
+            raise InputError(_too_few_queries(qn_c, qb, corr, held_ids))
         pos = {i: j for j, i in enumerate(held_ids)}
         rel = np.array([pos[i] for i in qb.ids])
 
     # learning curve over the number of anchors (one fit per size)
     on_step("learning curve")
     sizes = [s for s in (25, 50, 100, 200, 500, 1000, 2000, 5000, 10000, 20000) if s < len(train)] + [len(train)]
-    curve: dict = {"n_anchors": [], "top1": []}
+    curve: dict = {"n_anchors": [], "top1": [], "pool": len(held)}
     if qb is not None:
         curve["retention"] = []
     for s in sizes:
@@ -220,14 +287,12 @@ def compatibility_report(old, new=None, *, sample: int = 5000, seed: int = 0, ho
             mapped_s = OrthogonalProcrustes(center=center).fit(X[train[:s]], Y[train[:s]]).transform(X[held])
         curve["n_anchors"].append(int(s))
         curve["top1"].append(metrics.pair_quality(mapped_s, Y[held]).top1)
-        if qb is not None:
+        if qb is not None:   # None where the native recall is too low for the ratio to mean anything
             curve["retention"].append(metrics.recall_retention(qb.vectors, mapped_s, Y[held], rel, k=k)["retention"])
     report["learning_curve"] = curve
 
+    measure = None
     if qb is not None:
-        # the retrieval pool is every sampled pair (held-out first, so rel indexes it), the closest stand-in for
-        # the whole collection
-        pool_order = np.concatenate([held, train])
         pool_x = X[pool_order]
         mapped_pool = est.transform(pool_x)
         both, Q_old = _old_queries(queries_old, qb)     # fetched once: three-way comparison and options
@@ -251,18 +316,35 @@ def compatibility_report(old, new=None, *, sample: int = 5000, seed: int = 0, ho
                                                                               rel_b, k),
                 "n_queries": len(both), "pool": len(pool_order), "k": k,
             }
-        if options and not corr.pseudo:
-            on_step("measuring the options that keep more quality (local maps, re-embedding, re-ranking)")
+        if options and not corr.pseudo and report["retrieval"]["measured"] is not None:
             all_old = Q_old if Q_old is not None and len(both) == len(qb) else None
-            report["options"] = _options_section(X[train], Y[train], X[held], Y[held], qb, rel, all_old, k,
-                                                 old_info.count, target_retention, seed)
+            measure = (X[train], Y[train], pool_x, Y[pool_order], qb, rel, all_old)
     else:
         # no queries: neighbourhood overlap, each held-out item's new vector as the query (itself excluded)
         ov = metrics.topk_overlap(Y[held], mapped_held, Y[held], k=k + 1)
-        report["neighbourhood_overlap"] = {"k": k, "overlap": ov}
+        report["neighbourhood_overlap"] = {"k": k, "overlap": ov, "pool": len(held)}
     report["verdict"] = verdict(report)
+    if measure is not None:   # after the verdict: the recommendation must not contradict it
+        on_step("measuring the options that keep more quality (local maps, re-embedding, re-ranking)")
+        report["options"] = _options_section(report, *measure, k=k, n_items=old_info.count,
+                                             target=target_retention, seed=seed, center=center)
     report["advice"] = advice(report)
     return report
+
+
+def _too_few_queries(qn_c, qb, corr, held_ids) -> str:
+    """Why fewer than 10 queries count, and what the queries need to be."""
+    n_given = qn_c.info().count
+    n_paired = len(qn_c.get(list(corr.ids)))
+    shared = {"shared-ids": "items present in both collections (the same id in each)",
+              "payload-key": "old-collection items whose payload key is found in the new collection",
+              "re-embedded-sample": "the sampled old-collection items whose texts were re-embedded",
+              "geh": "old-collection items linked by GEH to the new collection"}.get(corr.mode, "linked items")
+    return (f"only {len(qb)} of the {n_given:,} queries in {qn_c.display_url} have a held-out relevant document "
+            f"(at least 10 are needed): a query's id must be the id of its relevant document, and that document "
+            f"must be one of the {len(corr.ids):,} sampled pairs, i.e. {shared}; {n_paired:,} of the queries name "
+            f"one of those pairs and {len(qb)} one of the {len(held_ids):,} held out. Give queries whose ids name "
+            f"documents present in both collections (the linked pairs), or sample more (--sample)")
 
 
 def _old_queries(queries_old, qb):
@@ -276,34 +358,100 @@ def _old_queries(queries_old, qb):
     return both, qa.vectors[[pos[qb.ids[j]] for j in both]]
 
 
-def _options_section(X_fit, Y_fit, X_eval, Y_eval, qb, rel, Q_old, k, n_items, target, seed) -> dict:
-    """Issue 7's options measured on this collection's held-out pairs, and the cheapest one that meets ``target``.
+def _to_collection_size(r: float, r_ortho: float, predicted: float) -> float:
+    """Carry an option's retention measured on the report's pool to the collection's size the way the headline was.
+
+    The plain map's loss ``1 - r`` grows from ``1 - r_ortho`` (measured) to ``1 - predicted`` (extrapolated); every
+    option's loss is scaled by the same factor, so the plain map lands exactly on the headline and an option that
+    loses nothing (a full re-embed) stays at 1. When the plain map loses nothing on the pool (or beats the native
+    re-embed) no factor exists, and the headline's shift is added instead."""
+    if r_ortho >= 1.0 - 1e-12:
+        return max(0.0, r + (predicted - r_ortho))
+    return max(0.0, 1.0 - (1.0 - r) * (1.0 - predicted) / (1.0 - r_ortho))
+
+
+def _options_section(report, X_fit, Y_fit, X_pool, Y_pool, qb, rel, Q_old, *, k, n_items, target, seed,
+                     center) -> dict:
+    """The options that keep more quality, measured on the same pool as the headline retention (every sampled item;
+    queries of the held-out ones) with the same map, carried to the collection's size as the headline is, and the
+    cheapest one that meets ``target`` -- never one the verdict rules out (:func:`_ruled_out`).
     ``Q_old``: the old-model vectors of all of ``qb``'s queries (dual-query fusion), or None."""
+    from dataclasses import replace
+
     from .options import CostModel, measure_options, recommend
 
-    m = measure_options(X_fit, Y_fit, X_eval, Y_eval, qb.vectors, rel, Q_old=Q_old, k=k, random_state=seed)
+    ret = report["retrieval"]
+    m = measure_options(X_fit, Y_fit, X_pool, Y_pool, qb.vectors, rel, Q_old=Q_old, k=k, random_state=seed,
+                        center=center)
+    r_ortho = next(o.retention for o in m["options"] if o.name == ORTHO_OPTION)
+    predicted = ret["predicted"]
+
+    def carry(r):
+        return _to_collection_size(r, r_ortho, predicted)
+
+    opts = [o if o.reembed_fraction >= 1.0 else
+            replace(o, retention=carry(o.retention), details={**o.details, "retention_measured": o.retention})
+            for o in m["options"]]
     cost = CostModel(n_items=int(n_items))
-    rec = recommend(m["options"], target=target, model=cost)
-    return {"target": target, "native_recall": m["native_recall"], "n_eval": m["n_eval"],
-            "n_queries": m["n_queries"], "reembed_curve": m["curves"]["reembed"],
-            "rerank": {str(K): v for K, v in m["curves"]["rerank"].items()},
+    excluded = _ruled_out(report, opts, k)
+    rec = recommend(opts, target=target, model=cost, exclude=excluded)
+    if excluded:
+        v = report["verdict"]
+        rec["verdict_note"] = (f"the verdict is {v['verdict']} for the plain orthogonal map, so it is not recommended; "
+                               f"{len(excluded)} option(s) ruled out with it")
+        rec["reason"] = (f"the plain orthogonal map is {v['verdict']} (see the verdict); instead, " + rec["reason"])
+    rc = m["curves"]["reembed"]
+    reembed = {**rc, "retention": {s: [carry(r) for r in ys] for s, ys in rc["retention"].items()},
+               "retention_measured": rc["retention"]}
+    rerank = {str(K): {**v, "retention": carry(v["retention"]), "retention_measured": v["retention"]}
+              for K, v in m["curves"]["rerank"].items()}
+    return {"target": target, "native_recall": m["native_recall"], "n_eval": m["n_eval"], "pool": m["n_eval"],
+            "full_size": int(n_items), "n_queries": m["n_queries"],
+            "size_note": (f"measured among the {m['n_eval']:,} sampled items (the headline's pool) and carried to the "
+                          f"collection's {int(n_items):,} items with the headline's extrapolation"
+                          if n_items > m["n_eval"] else f"measured among all {m['n_eval']:,} items"),
+            "reembed_curve": reembed, "rerank": rerank,
             "cost_model": {"n_items": cost.n_items, "n_queries": cost.n_queries,
                            "encode_item_s": cost.encode_item_s, "encode_query_old_s": cost.encode_query_old_s},
             "recommendation": rec}
 
 
+def _ruled_out(report: dict, options, k: int) -> dict:
+    """Options the verdict rules out, with why: under NO-GO the plain orthogonal map itself, and (when the three-way
+    comparison is what said NO-GO) every option short of a full re-embed that retrieves worse than staying on the old
+    model."""
+    v = report["verdict"]
+    if v["verdict"] != "NO-GO":
+        return {}
+    out = {ORTHO_OPTION: "the verdict (NO-GO) is about this map"}
+    three = report.get("three_way")
+    if three:
+        stay = three["stay_on_old_model"] - report["thresholds"]["worse_than_staying"]
+        for o in options:
+            if o.reembed_fraction < 1.0 and o.recall < stay and o.name not in out:
+                out[o.name] = (f"Recall@{k} {o.recall:.3f} is below staying on the old model "
+                               f"({three['stay_on_old_model']:.3f})")
+    return out
+
+
 def verdict(report: dict) -> dict:
     """GO / CAUTION / NO-GO with the reason in one sentence."""
     t = report["thresholds"]
-    top1 = report["held_out"]["top1"]
-    retention = report.get("retrieval", {}).get("predicted")
+    ho = report["held_out"]
+    top1 = ho["top1"]
+    retrieval = report.get("retrieval", {})
+    retention = retrieval.get("predicted")
+    pool = ho.get("pool")
+    among = f" among {pool:,} held-out items" if pool else ""
     three = report.get("three_way")
     if three and three["mapped_upgrade"] < three["stay_on_old_model"] - t["worse_than_staying"]:
         full = three.get("full_re_embed")
         return {"verdict": "NO-GO", "reason": (
             f"new-model queries over the mapped old vectors retrieve worse than staying on the old model "
-            f"(Recall@{three.get('k', report.get('retrieval', {}).get('k', 10))} {three['mapped_upgrade']:.3f} vs {three['stay_on_old_model']:.3f}"
-            + (f"; a full re-embed gives {full:.3f}" if full is not None else "") + "): keep the old model or re-embed")}
+            f"(Recall@{three.get('k', retrieval.get('k', 10))} {three['mapped_upgrade']:.3f} vs "
+            f"{three['stay_on_old_model']:.3f}" + (f"; a full re-embed gives {full:.3f}" if full is not None else "")
+            + (f", among {three['pool']:,} sampled items" if three.get("pool") else "")
+            + "): keep the old model or re-embed")}
     if report.get("correspondences", {}).get("pseudo"):
         c = report["correspondences"]
         ru = report.get("retrieval_unsupervised")
@@ -313,19 +461,33 @@ def verdict(report: dict) -> dict:
             f"mutual partner){got}; retention against a re-embed cannot be measured without true pairs: give "
             f"--model/--text-field or --seeds to measure it")}
     if top1 < t["no_go_top1"]:
+        pred, full = ho.get("top1_predicted"), ho.get("full_size")
+        word = "measured" if ho.get("top1_curve", {}).get("pool_sizes", [0])[-1] >= (full or 0) else "predicted"
+        extra = (f"; {word} {pred:.0%} among the collection's {full:,} items"
+                 if pred is not None and full and pool and full > pool else "")
         return {"verdict": "NO-GO", "reason": f"only {top1:.0%} of held-out items find their own new vector "
-                                              f"(top-1 < {t['no_go_top1']:.0%}): the spaces do not align"}
+                                              f"(top-1{among} < {t['no_go_top1']:.0%}{extra}): the spaces do not "
+                                              f"align"}
+    if retrieval.get("unreliable") and retention is None:
+        return {"verdict": "CAUTION", "reason": (
+            f"held-out top-1 {top1:.3f}{among}, but recall retention@{retrieval.get('k', 10)} is "
+            f"{retrieval['unreliable']}: the queries hardly find their relevant documents even among the new "
+            f"collection's own vectors, so the ratio would mean nothing (are they new-model query vectors whose ids "
+            f"name their relevant documents?)")}
     if retention is not None and retention < t["no_go_retention"]:
-        return {"verdict": "NO-GO", "reason": f"predicted recall retention@{report['retrieval']['k']} "
+        return {"verdict": "NO-GO", "reason": f"predicted recall retention@{retrieval['k']} "
                                               f"{retention:.3f} is below {t['no_go_retention']}"}
     if top1 >= t["go_top1"] and retention is not None and retention >= t["go_retention"]:
-        return {"verdict": "GO", "reason": f"held-out top-1 {top1:.3f} and predicted retention {retention:.3f} "
-                                           f"meet the GO thresholds ({t['go_top1']}, {t['go_retention']})"}
+        return {"verdict": "GO", "reason": f"held-out top-1 {top1:.3f}{among} and predicted retention "
+                                           f"{retention:.3f} meet the GO thresholds ({t['go_top1']}, "
+                                           f"{t['go_retention']})"}
     if retention is None:
-        return {"verdict": "CAUTION", "reason": f"held-out top-1 is {top1:.3f}, but without new-model queries "
-                                                f"the retrieval quality kept cannot be measured (give --queries)"}
-    return {"verdict": "CAUTION", "reason": f"held-out top-1 {top1:.3f}, predicted retention {retention:.3f}: "
-                                            f"usable, but below the GO thresholds ({t['go_top1']}, {t['go_retention']})"}
+        return {"verdict": "CAUTION", "reason": f"held-out top-1 is {top1:.3f}{among}, but without new-model "
+                                                f"queries the retrieval quality kept cannot be measured (give "
+                                                f"--queries)"}
+    return {"verdict": "CAUTION", "reason": f"held-out top-1 {top1:.3f}{among}, predicted retention "
+                                            f"{retention:.3f}: usable, but below the GO thresholds "
+                                            f"({t['go_top1']}, {t['go_retention']})"}
 
 
 def advice(report: dict) -> list[str]:
@@ -335,9 +497,11 @@ def advice(report: dict) -> list[str]:
         out.append(f"recommended option: {opt['recommendation']['reason']}")
     c = report["learning_curve"]
     key = "retention" if "retention" in c else "top1"
-    if len(c[key]) >= 2 and c[key][-1] - c[key][-2] > 0.01:
-        out.append(f"more anchors would help: {key} rose from {c[key][-2]:.3f} to {c[key][-1]:.3f} between "
+    last = [v for v in c[key][-2:] if v is not None]
+    if len(c[key]) >= 2 and len(last) == 2 and last[1] - last[0] > 0.01:
+        out.append(f"more anchors would help: {key} rose from {last[0]:.3f} to {last[1]:.3f} between "
                    f"{c['n_anchors'][-2]:,} and {c['n_anchors'][-1]:,} anchors")
     if report["fit"]["bound_vacuous"]:
-        out.append("seed 000's worst-case bound is vacuous at this dimension; rely on the held-out numbers")
+        out.append("the worst-case Procrustes bound (When Embedding Models Meet: Procrustes Bounds and "
+                   "Applications, 2025) is vacuous at this dimension; rely on the held-out numbers")
     return out
