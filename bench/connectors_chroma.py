@@ -20,8 +20,9 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the engine plugin lives in the repo's tests/
-from tests.connectors.engines.chroma_server import ChromaServer  # noqa: E402
 from _paired import data, paired_vps, result_row  # noqa: E402
+
+from tests.connectors.engines.chroma_server import ChromaServer  # noqa: E402
 from vecbridge.connectors import VectorBatch, connect  # noqa: E402
 from vecbridge.connectors.chroma import ChromaCollection  # noqa: E402
 

@@ -22,8 +22,9 @@ from typing import Callable
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the engine plugin lives in the repo's tests/
-from tests.connectors.engines.milvus_server import MilvusServer  # noqa: E402
 from _paired import data, paired_vps, result_row  # noqa: E402
+
+from tests.connectors.engines.milvus_server import MilvusServer  # noqa: E402
 from vecbridge.connectors import VectorBatch, connect  # noqa: E402
 from vecbridge.connectors.milvus import MilvusCollection  # noqa: E402
 

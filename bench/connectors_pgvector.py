@@ -23,8 +23,9 @@ from psycopg import sql
 from psycopg.types.json import Jsonb
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the engine plugin lives in the repo's tests/
-from tests.connectors.engines.pgvector import PgServer  # noqa: E402
 from _paired import data, paired_vps, result_row  # noqa: E402
+
+from tests.connectors.engines.pgvector import PgServer  # noqa: E402
 from vecbridge.connectors import VectorBatch, connect  # noqa: E402
 from vecbridge.connectors.pgvector import PgVectorCollection  # noqa: E402
 

@@ -17,8 +17,8 @@ import uuid
 from pathlib import Path
 
 import numpy as np
-
 from _paired import data, paired_vps, result_row
+
 from vecbridge.connectors import VectorBatch, connect
 
 BATCH = 1000

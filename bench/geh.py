@@ -39,7 +39,7 @@ import numpy as np
 
 from vecbridge.align import LinearMap, OrthogonalProcrustes
 from vecbridge.linking.geh import GEH
-from vecbridge.linking.neighbors import mutual_nearest_neighbours
+from vecbridge.numeric.neighbors import mutual_nearest_neighbours
 from vecbridge.vectors import l2_normalize
 
 ROOT = Path(__file__).resolve().parents[1]

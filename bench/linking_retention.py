@@ -26,9 +26,9 @@ from pathlib import Path
 import numpy as np
 
 from vecbridge import metrics
-from vecbridge.align import OrthogonalProcrustes
-from vecbridge.linking import GEH, MiniVec2Vec
-from vecbridge.linking.neighbors import mutual_nearest_neighbours
+from vecbridge.align import MiniVec2Vec, OrthogonalProcrustes
+from vecbridge.linking import GEH
+from vecbridge.numeric.neighbors import mutual_nearest_neighbours
 
 ROOT = Path(__file__).resolve().parents[1]
 

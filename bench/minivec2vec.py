@@ -47,7 +47,7 @@ import numpy as np
 
 from vecbridge import metrics
 from vecbridge.align import FewPairsWarning, OrthogonalProcrustes
-from vecbridge.linking.minivec2vec import MiniVec2Vec
+from vecbridge.align.minivec2vec import MiniVec2Vec
 from vecbridge.vectors import l2_normalize
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -32,13 +32,22 @@ import warnings
 from pathlib import Path
 
 import numpy as np
+from adapters import ResidualMLPAdapter
 
 from vecbridge.align import FewPairsWarning, LinearMap, OrthogonalProcrustes
-from vecbridge.align.adapters import ResidualMLPAdapter
 from vecbridge.align.clustered import ClusteredProcrustes
-from vecbridge.checks.options import (CostModel, Option, anchor_residuals, recall, recommend, relevant_ranks,
-                                      reliability_scores, rerank_recall, select)
-from vecbridge.migrate.rerank import hub_penalty
+from vecbridge.jobs.options import (
+    CostModel,
+    Option,
+    anchor_residuals,
+    recall,
+    recommend,
+    relevant_ranks,
+    reliability_scores,
+    rerank_recall,
+    select,
+)
+from vecbridge.jobs.rerank import hub_penalty
 from vecbridge.vectors import l2_normalize
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -376,7 +385,7 @@ def markdown(res: dict) -> str:
                  f"{cell(g['best_5pct_maps_retention'], 0.95, g['best_5pct_maps'])} | "
                  f"{cell(g['best_5pct_retention'], 0.95, g['best_5pct'])} |")
     if res.get("recommendations"):
-        L += ["", "recommender (vecbridge.checks.options.recommend): 1M items, 1M queries, new-model encode time "
+        L += ["", "recommender (vecbridge.jobs.options.recommend): 1M items, 1M queries, new-model encode time "
               "from the README", "", "| pair | target | old model kept for queries | choice | retention | compute |",
               "|---|---|---|---|---|---|"]
         for r in res["recommendations"]:

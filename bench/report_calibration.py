@@ -23,9 +23,9 @@ sys.path.insert(0, str(ROOT))
 
 from vecbridge import metrics  # noqa: E402
 from vecbridge.align import Alignment, OrthogonalProcrustes  # noqa: E402
-from vecbridge.checks.report import compatibility_report, find_correspondences  # noqa: E402
 from vecbridge.connectors import connect  # noqa: E402
-from vecbridge.migrate import migrate  # noqa: E402
+from vecbridge.jobs import migrate  # noqa: E402
+from vecbridge.jobs.report import compatibility_report, find_correspondences  # noqa: E402
 
 W = ROOT.parent / "shared" / "data" / "wordnet"
 PAIRS = [("minilm6", "mpnet"), ("mpnet", "minilm6"), ("minilm6", "minilm3"), ("minilm3", "minilm6")]

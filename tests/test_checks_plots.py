@@ -5,7 +5,7 @@ import re
 
 import numpy as np
 
-from vecbridge.checks import svg
+from vecbridge.render import svg
 
 
 def _inside(fig, artist, tol=1.0):

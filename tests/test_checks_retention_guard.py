@@ -9,8 +9,9 @@ from click.testing import CliRunner
 
 from vecbridge import metrics
 from vecbridge.align import Alignment, OrthogonalProcrustes
-from vecbridge.checks.drift import DriftConfig, History, render_history_html, run_check
 from vecbridge.cli import main
+from vecbridge.jobs.drift import DriftConfig, History, run_check
+from vecbridge.render.html import drift_history_html
 
 from .conftest import write_collection
 
@@ -60,7 +61,7 @@ def test_drift_reports_unreliable_retention_instead_of_a_ratio(broken_probe):
     assert r["breached"] and "unreliable" in r["reason"] and "native recall" in r["reason"]
     rows = History(DriftConfig.load(broken_probe).history).rows()
     assert rows[-1]["measures"]["retention"] is None
-    assert "<svg" in render_history_html("broken", rows)
+    assert "<svg" in drift_history_html("broken", rows)
 
 
 def test_drift_cli_prints_unreliable_not_a_huge_ratio(broken_probe):
@@ -77,7 +78,7 @@ def test_drift_cli_prints_unreliable_not_a_huge_ratio(broken_probe):
 
 def test_report_retention_guard_in_the_report(tmp_path, sample):
     """The report's headline retention gets the same floor: unreliable, no verdict drawn from it."""
-    from vecbridge.checks.report import compatibility_report
+    from vecbridge.jobs.report import compatibility_report
 
     old = write_collection(f"file://{tmp_path}/old", sample.ids, sample.docs_old)
     new = write_collection(f"file://{tmp_path}/new", sample.ids, sample.docs_new)

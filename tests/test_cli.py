@@ -6,7 +6,6 @@ import subprocess
 import sys
 
 import numpy as np
-import pytest
 from click.testing import CliRunner
 
 from vecbridge.cli import main

@@ -252,7 +252,7 @@ def test_existing_kinds_unchanged(tmp_path, rng):
 
 def test_wrapped_search_with_a_clustered_alignment(sample, sample_stores, real_fit):
     from vecbridge.connectors import connect
-    from vecbridge.migrate import wrap
+    from vecbridge.jobs import wrap
 
     alignment = Alignment.from_estimator(real_fit)
     w = wrap(connect(sample_stores["old"]), alignment, overfetch=20)

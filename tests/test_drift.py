@@ -8,10 +8,10 @@ import pytest
 from click.testing import CliRunner
 
 from vecbridge.align import Alignment, OrthogonalProcrustes
-from vecbridge.checks.drift import DriftConfig, History, centroid_shift, mmd_test, parse_every, run_check
 from vecbridge.cli import main
 from vecbridge.connectors import VectorBatch
 from vecbridge.errors import InputError
+from vecbridge.jobs.drift import DriftConfig, History, centroid_shift, mmd_test, parse_every, run_check
 
 from .conftest import SHARED_WORDNET, write_collection
 

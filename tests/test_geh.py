@@ -10,7 +10,7 @@ import pytest
 from vecbridge.align import OrthogonalProcrustes
 from vecbridge.errors import InputError
 from vecbridge.linking.geh import GEH, _fps, _otsu, check_seed_pairs
-from vecbridge.linking.neighbors import KnnIndex, csls_best, csls_mutual_from_knn, knn
+from vecbridge.numeric.neighbors import KnnIndex, csls_best, csls_mutual_from_knn, knn
 from vecbridge.vectors import l2_normalize
 
 

@@ -11,7 +11,7 @@ from vecbridge.align import Alignment, OrthogonalProcrustes
 from vecbridge.cli import main
 from vecbridge.connectors import connect
 from vecbridge.errors import InputError, StoreError
-from vecbridge.migrate import merge
+from vecbridge.jobs import merge
 
 from .conftest import write_collection
 

@@ -16,9 +16,9 @@ from click.testing import CliRunner
 
 from vecbridge.align import Alignment, OrthogonalProcrustes
 from vecbridge.cli import main
-from vecbridge.connectors import VectorBatch, connect
+from vecbridge.connectors import connect
 from vecbridge.errors import InputError, StoreError
-from vecbridge.migrate import MappedEmbeddings, federated_search, migrate, verify, wrap
+from vecbridge.jobs import MappedEmbeddings, federated_search, migrate, verify, wrap
 
 from .conftest import flaky, write_collection
 

@@ -6,9 +6,8 @@ import pytest
 
 from vecbridge import metrics
 from vecbridge.align import Alignment
+from vecbridge.align.minivec2vec import MiniVec2Vec, _centroid_similarity, _qap_scipy, kmeans, qap_2opt, qap_objective
 from vecbridge.errors import InputError
-from vecbridge.linking.minivec2vec import (MiniVec2Vec, _centroid_similarity, _qap_scipy, kmeans, qap_2opt,
-                                           qap_objective)
 
 from .conftest import SHARED_WORDNET
 

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from vecbridge.errors import InputError
-from vecbridge.linking.neighbors import csls_best, knn, mutual_nearest_neighbours
+from vecbridge.numeric.neighbors import csls_best, knn, mutual_nearest_neighbours
 from vecbridge.vectors import l2_normalize
 
 

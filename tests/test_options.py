@@ -9,11 +9,28 @@ import pytest
 
 from vecbridge import metrics
 from vecbridge.align import Alignment, OrthogonalProcrustes
-from vecbridge.checks.options import (CostModel, Option, anchor_residuals, measure_options, recall, recommend,
-                                      relevant_ranks, reliability_scores, rerank_recall, select)
 from vecbridge.errors import InputError
-from vecbridge.migrate.rerank import (RerankedSearch, augment_documents, augment_queries, fused_scores,
-                                      fused_search, hub_penalty, rerank_candidates)
+from vecbridge.jobs.options import (
+    CostModel,
+    Option,
+    anchor_residuals,
+    measure_options,
+    recall,
+    recommend,
+    relevant_ranks,
+    reliability_scores,
+    rerank_recall,
+    select,
+)
+from vecbridge.jobs.rerank import (
+    RerankedSearch,
+    augment_documents,
+    augment_queries,
+    fused_scores,
+    fused_search,
+    hub_penalty,
+    rerank_candidates,
+)
 from vecbridge.vectors import l2_normalize
 
 
@@ -66,7 +83,7 @@ def test_rerank_recall_rises_to_native(held):
 def test_reranked_search_over_a_wrapped_collection_caches_embeddings(sample, sample_stores, ortho):
     from tests.embedders import mpnet_lookup
     from vecbridge.connectors import connect
-    from vecbridge.migrate import wrap
+    from vecbridge.jobs import wrap
 
     calls = []
 
@@ -182,7 +199,7 @@ def test_measure_options_on_the_sample(sample):
 
 
 def test_measure_options_split_keeps_only_queries_of_evaluated_items():
-    from vecbridge.checks.options import measure_options_split
+    from vecbridge.jobs.options import measure_options_split
 
     rng = np.random.default_rng(1)
     X = rng.normal(size=(400, 16))

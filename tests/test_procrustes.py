@@ -6,8 +6,14 @@ import warnings
 import numpy as np
 import pytest
 
-from vecbridge.align import (FewPairsWarning, LinearMap, NoMap, OrthogonalProcrustes, PairMoments,
-                             dot_product_discrepancy)
+from vecbridge.align import (
+    FewPairsWarning,
+    LinearMap,
+    NoMap,
+    OrthogonalProcrustes,
+    PairMoments,
+    dot_product_discrepancy,
+)
 from vecbridge.errors import InputError
 
 

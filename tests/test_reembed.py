@@ -6,8 +6,8 @@ import pytest
 
 from vecbridge.align import OrthogonalProcrustes
 from vecbridge.errors import InputError
+from vecbridge.jobs.reembed import load_model, read_texts, reembed_pairs, reference_pairs
 from vecbridge.linking.links import Links
-from vecbridge.linking.reembed import load_model, read_texts, reembed_pairs, reference_pairs
 from vecbridge.vectors import l2_normalize
 
 from .conftest import write_collection
@@ -39,7 +39,7 @@ def test_links_with_vectors_round_trip_and_feed_fit(tmp_path, old, sample):
     np.testing.assert_array_equal(back.target_vectors, news.astype(np.float32))
     with pytest.raises(InputError, match="carry vectors"):
         links.save(tmp_path / "anchors.csv")
-    from vecbridge.align.workflow import fit_alignment
+    from vecbridge.jobs.fit import fit_alignment
 
     a = fit_alignment(old, old, pairs=str(path))
     assert (a.source_dim, a.target_dim, a.metadata["fit"]["n_pairs"]) == (384, 768, len(olds))

@@ -5,16 +5,15 @@ import json
 import os
 import shutil
 import subprocess
-from pathlib import Path
 
 import numpy as np
 import pytest
 from click.testing import CliRunner
 
-from vecbridge.checks.html import render_html
-from vecbridge.checks.report import THRESHOLDS, compatibility_report, verdict
 from vecbridge.cli import main
 from vecbridge.errors import InputError
+from vecbridge.jobs.report import THRESHOLDS, compatibility_report, verdict
+from vecbridge.render.html import render_html
 
 from .conftest import write_collection
 

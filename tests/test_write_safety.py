@@ -16,10 +16,10 @@ from click.testing import CliRunner
 
 from vecbridge.align import Alignment, OrthogonalProcrustes
 from vecbridge.cli import main
-from vecbridge.connectors import VectorBatch, connect
+from vecbridge.connectors import connect
 from vecbridge.errors import CheckFailed, InputError
-from vecbridge.migrate import merge, migrate
-from vecbridge.migrate.guard import exclusive_writer
+from vecbridge.jobs import merge, migrate
+from vecbridge.jobs.guard import exclusive_writer
 
 from .conftest import flaky, lossy, write_collection
 

@@ -23,7 +23,7 @@ def thread_limit(n: int | None):
     if not n:
         yield
         return
-    from .linking.neighbors import _faiss
+    from .numeric.neighbors import _faiss
 
     faiss = _faiss()
     old = faiss.omp_get_max_threads() if faiss is not None else None

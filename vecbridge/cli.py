@@ -127,7 +127,8 @@ _pairs_help = ("How records correspond: 'ids' (same id), 'field:NAME' (same payl
               help="L2-normalise vectors before fitting (and before applying).")
 @click.option("--holdout", type=float, default=0.0, show_default=True,
               help="Fraction of pairs kept out of the fit (by id hash) for 'vecbridge evaluate'.")
-@click.option("--max-pairs", type=POSITIVE_INT, default=None, help="Fit on a uniform sample of at most N source records.")
+@click.option("--max-pairs", type=POSITIVE_INT, default=None,
+              help="Fit on a uniform sample of at most N source records.")
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--batch-size", type=POSITIVE_INT, default=2000, show_default=True)
 @click.option("--source-model", default=None, help="Name of the old model (recorded in the artifact).")
@@ -140,22 +141,15 @@ _pairs_help = ("How records correspond: 'ids' (same id), 'field:NAME' (same payl
 def fit(source_url, target_url, pairs, method, center, scale, alpha, normalize, holdout, max_pairs, seed,
         batch_size, source_model, target_model, params, output, as_json):
     """Fit an alignment from SOURCE's embedding space to TARGET's and save it."""
-    from .align.workflow import _as_collection, fit_alignment
-    from .fs import require_writable
+    from .jobs.fit import fit_to_file
 
-    require_writable(output, "the alignment", "choose another -o")   # before the fit, not after it
-    src = _as_collection(source_url) if source_url else None
-    total = None
-    if src is not None:
-        total = min(src.info().count, max_pairs) if max_pairs else src.info().count
-    progress, task = _progress(not as_json, "pairing and fitting", total)
+    progress, task = _progress(not as_json, "pairing and fitting", None)
     with progress:
-        alignment = fit_alignment(src, target_url, pairs=pairs, method=method, center=center, scale=scale,
-                                  alpha=alpha, normalization=normalize, holdout=holdout, max_pairs=max_pairs,
-                                  seed=seed, batch_size=batch_size, source_model=source_model,
-                                  target_model=target_model, params=_parse_params(params),
-                                  on_batch=lambda n: progress.advance(task, n))
-    path = alignment.save(output)
+        alignment, path = fit_to_file(
+            output, source_url, target_url, pairs=pairs, method=method, center=center, scale=scale, alpha=alpha,
+            normalization=normalize, holdout=holdout, max_pairs=max_pairs, seed=seed, batch_size=batch_size,
+            source_model=source_model, target_model=target_model, params=_parse_params(params),
+            on_start=lambda total: progress.update(task, total=total), on_batch=lambda n: progress.advance(task, n))
     summary = {"alignment": str(path), **alignment.summary()}
     if as_json:
         _print_json(summary)
@@ -201,7 +195,8 @@ def _parse_params(items) -> dict:
 @click.option("--model", default=None, help="New model (name, path or module:function) for reembed/reference.")
 @click.option("--old-model", default=None, help="Old model, for --mode reference:FILE.")
 @click.option("--text-field", default="text", show_default=True, help="Payload field with the stored text.")
-@click.option("--sample", type=POSITIVE_INT, default=10_000, show_default=True, help="Records to sample per collection.")
+@click.option("--sample", type=POSITIVE_INT, default=10_000, show_default=True,
+              help="Records to sample per collection.")
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--param", "params", multiple=True, metavar="KEY=VALUE",
               help="Estimator parameter for --mode geh / unsupervised (repeatable), e.g. --param n_runs=10.")
@@ -210,17 +205,14 @@ def _parse_params(items) -> dict:
 @click.option("--json", "as_json", is_flag=True)
 @handle_errors
 def link(source_url, target_url, mode, seeds, model, old_model, text_field, sample, seed, params, output, as_json):
-    """Find correspondences between SOURCE (old model) and TARGET (new model); 'vecbridge fit --pairs FILE' uses them."""
+    """Find correspondences between SOURCE (old model) and TARGET (new model) for 'vecbridge fit --pairs FILE'."""
     import numpy as np
 
-    from .connectors import connect
-    from .linking.run import link as run_link
+    from .jobs.link import link as run_link
 
     con_err = _console(stderr=True)
     step = (lambda s: None) if as_json else (lambda s: con_err.print(f"[dim]-[/] {s}"))
-    src = connect(source_url, read_only=True)
-    tgt = connect(target_url, read_only=True) if target_url else None
-    links = run_link(src, tgt, mode, seeds=seeds, model=model, old_model=old_model, text_field=text_field,
+    links = run_link(source_url, target_url, mode, seeds=seeds, model=model, old_model=old_model, text_field=text_field,
                      sample=sample, seed=seed, params=_parse_params(params), on_step=step)
     if len(links) == 0:
         from .errors import InputError
@@ -253,12 +245,10 @@ def link(source_url, target_url, mode, seeds, model, old_model, text_field, samp
 def evaluate(alignment_path, source_url, target_url, pairs, queries_url, k, max_pairs, all_pairs, min_top1,
              min_retention, as_json):
     """Measure an alignment on corresponding records (held out from the fit when it had a holdout)."""
-    from .align.artifact import Alignment
-    from .checks.evaluate import evaluate_alignment
     from .errors import CheckFailed, InputError
+    from .jobs.evaluate import evaluate_alignment
 
-    alignment = Alignment.load(alignment_path)
-    result = evaluate_alignment(alignment, source_url, target_url, pairs=pairs, queries=queries_url, k=k,
+    result = evaluate_alignment(alignment_path, source_url, target_url, pairs=pairs, queries=queries_url, k=k,
                                 max_pairs=max_pairs, use_holdout=not all_pairs)
     failures = []
     if min_top1 is not None and result["pairs"]["top1"] < min_top1:
@@ -302,9 +292,11 @@ def _print_evaluation(result: dict):
 @main.command()
 @click.argument("source_url")
 @click.option("--alignment", "alignment_path", required=True, type=click.Path(dir_okay=False))
-@click.option("--to", "target_url", default=None, help="New collection to write (must not exist unless --resume/--overwrite).")
+@click.option("--to", "target_url", default=None,
+              help="New collection to write (must not exist unless --resume/--overwrite; never the source).")
 @click.option("--field", default=None, help="Instead of a new collection, add this vector field to SOURCE in place.")
-@click.option("--batch-size", type=POSITIVE_INT, default=None, help="Records per batch (default: what the target store prefers).")
+@click.option("--batch-size", type=POSITIVE_INT, default=None,
+              help="Records per batch (default: what the target store prefers; a resume keeps the first run's).")
 @click.option("--resume", is_flag=True, help="Continue an interrupted migration from its checkpoint.")
 @click.option("--overwrite", is_flag=True, help="Drop and recreate the target first (never the source).")
 @click.option("--dry-run", is_flag=True, help="Print the plan (count, dims, estimated time and size); write nothing.")
@@ -317,7 +309,7 @@ def _print_evaluation(result: dict):
 def migrate(source_url, alignment_path, target_url, field, batch_size, resume, overwrite, dry_run, checkpoint_path,
             build_index, as_json):
     """Rewrite SOURCE_URL (old model) into the new model's space through an alignment."""
-    from .migrate import migrate as run_migration
+    from .jobs import migrate as run_migration
 
     progress, task = _progress(not as_json and not dry_run, "migrating", None)
 
@@ -386,7 +378,7 @@ def migrate(source_url, alignment_path, target_url, field, batch_size, resume, o
 def merge(a_url, b_url, into_url, alignment_path, links, policy, batch_size, resume, overwrite, checkpoint_path,
           as_json):
     """Merge index A (old encoder) and index B (new encoder) into one collection in B's space."""
-    from .migrate import merge as run_merge
+    from .jobs import merge as run_merge
 
     progress, task = _progress(not as_json, "merging", None)
     with progress:
@@ -406,14 +398,15 @@ def merge(a_url, b_url, into_url, alignment_path, links, policy, batch_size, res
 @click.argument("target_url")
 @click.option("--alignment", "alignment_path", required=True, type=click.Path(dir_okay=False))
 @click.option("--field", default=None, help="Verify an in-place vector field of TARGET_URL.")
-@click.option("--sample", type=POSITIVE_INT, default=1000, show_default=True, help="Records whose mapping is recomputed.")
+@click.option("--sample", type=POSITIVE_INT, default=1000, show_default=True,
+              help="Records whose mapping is recomputed.")
 @click.option("--tolerance", type=float, default=1e-5, show_default=True)
 @click.option("--json", "as_json", is_flag=True)
 @handle_errors
 def verify(source_url, target_url, alignment_path, field, sample, tolerance, as_json):
     """Check a migration: counts, ids, and a sample of mapped vectors and payloads. Exit 1 on any mismatch."""
     from .errors import CheckFailed
-    from .migrate import verify as run_verify
+    from .jobs import verify as run_verify
 
     result = run_verify(source_url, target_url, alignment_path, sample=sample, tolerance=tolerance, field=field)
     if as_json:
@@ -440,24 +433,20 @@ def search(wrapped, native, vectors_path, k, as_json):
     """Federated search with new-model query vectors over wrapped old and native new collections."""
     import numpy as np
 
-    from .connectors import connect
     from .errors import InputError
-    from .migrate import federated_search, wrap
+    from .jobs.wrap import search_collections
 
-    members = []
+    pairs = []
     for spec in wrapped:
         url, sep, align = spec.rpartition("=")
         if not sep or not url:
             raise InputError(f"--wrap takes OLD_URL=ALIGNMENT, got {spec!r}")
-        members.append(wrap(connect(url, read_only=True), align))
-    members += [connect(url, read_only=True) for url in native]
+        pairs.append((url, align))
     try:
         queries = np.load(vectors_path, allow_pickle=False)
     except ValueError as exc:
         raise InputError(f"{vectors_path}: not a numpy array file ({exc})") from None
-    if queries.ndim == 1:
-        queries = queries[None, :]
-    results = federated_search(members, queries, k)
+    results = search_collections(pairs, native, queries, k)
     if as_json:
         _print_json(results)
         return
@@ -496,9 +485,9 @@ def report(old_url, new_url, key, model, text_field, seeds, queries_url, old_que
     """Dry-run compatibility report: will the upgrade work, and how much retrieval quality is kept?"""
     from pathlib import Path
 
-    from .checks.html import render_html
-    from .checks.report import compatibility_report
     from .errors import CheckFailed
+    from .jobs.report import compatibility_report
+    from .render.html import render_html
 
     con_err = _console(stderr=True)
     step = (lambda s: None) if as_json else (lambda s: con_err.print(f"[dim]-[/] {s}"))
@@ -570,7 +559,7 @@ def _print_report(rep: dict, html_path):
 
 @main.group()
 def drift():
-    """Scheduled drift checks defined in a TOML file (see vecbridge.checks.drift)."""
+    """Scheduled drift checks defined in a TOML file (see vecbridge.jobs.drift)."""
 
 
 def _print_drift(result: dict, as_json: bool):
@@ -598,8 +587,8 @@ def _print_drift(result: dict, as_json: bool):
 @handle_errors
 def drift_run(config, as_json):
     """Run the check once (for cron or CI); exit 1 on a breach."""
-    from .checks.drift import DriftConfig, run_check
     from .errors import CheckFailed
+    from .jobs.drift import DriftConfig, run_check
 
     result = run_check(DriftConfig.load(config))
     _print_drift(result, as_json)
@@ -618,8 +607,8 @@ def drift_watch(config, every, max_runs, stop_on_breach, as_json):
     """Run the check on a schedule until interrupted."""
     import time as _time
 
-    from .checks.drift import DriftConfig, parse_every, run_check
     from .errors import CheckFailed
+    from .jobs.drift import DriftConfig, parse_every, run_check
 
     interval = parse_every(every)
     cfg = DriftConfig.load(config)
@@ -647,23 +636,27 @@ def drift_history(config, plot_path, as_json):
 
     from rich.table import Table
 
-    from .checks.drift import DriftConfig, History, render_history_html
+    from .jobs.drift import DriftConfig, History
+    from .render.html import drift_history_html
 
     cfg = DriftConfig.load(config)
     rows = History(cfg.history).rows()
     if plot_path:
-        Path(plot_path).write_text(render_history_html(cfg.name, rows), encoding="utf-8")
+        Path(plot_path).write_text(drift_history_html(cfg.name, rows), encoding="utf-8")
     if as_json:
         _print_json(rows)
         return
     table = Table(title=f"drift history: {cfg.name} ({len(rows)} runs)")
     for col in ("run", "at", "residual ratio", "retention", "centroid shift", "MMD p", "status"):
         table.add_column(col)
-    fmt = lambda m, k: "-" if k not in m else "unreliable" if m[k] is None else f"{m[k]:.4g}"
+    def fmt(m, k):
+        return "-" if k not in m else "unreliable" if m[k] is None else f"{m[k]:.4g}"
+
     for r in rows:
         m = r["measures"]
         table.add_row(str(r["id"]), r["at"], fmt(m, "residual_ratio"), fmt(m, "retention"),
-                      fmt(m, "centroid_shift"), fmt(m, "mmd_pvalue"), "BREACH: " + r["reason"] if r["breached"] else "ok")
+                      fmt(m, "centroid_shift"), fmt(m, "mmd_pvalue"),
+                      "BREACH: " + r["reason"] if r["breached"] else "ok")
     _console().print(table)
 
 
@@ -673,16 +666,9 @@ def drift_history(config, plot_path, as_json):
 @handle_errors
 def info(target, as_json):
     """Describe a collection (URL) or an alignment file."""
-    from pathlib import Path
+    from .jobs.open import describe
 
-    if Path(target).is_file() and not target.endswith(".npy"):
-        from .align.artifact import Alignment
-
-        data = Alignment.load(target).summary()
-    else:
-        from .connectors import connect
-
-        data = connect(target, read_only=True).info().as_dict()
+    data = describe(target)
     if as_json:
         _print_json(data)
     else:
@@ -696,7 +682,7 @@ def info(target, as_json):
 @handle_errors
 def demo(workdir, as_json):
     """Upgrade a bundled real MiniLM collection to MPNet without re-embedding it: fit, migrate, verify, measure."""
-    from .demo import run_demo
+    from .jobs.demo import run_demo
 
     con = _console(stderr=True)
     result = run_demo(workdir, step=(lambda s: None) if as_json else (lambda s: con.print(f"[dim]-[/] {s}")))
@@ -719,7 +705,8 @@ def _print_demo(r: dict):
     table.add_column("recall@10", justify="right")
     table.add_row("stay on the old model (MiniLM queries over OLD)", f"{rec['stay_on_old_model']:.3f}")
     table.add_row("new-model queries over OLD, no map", f"{rec['new_queries_no_map']:.3f}")
-    table.add_row("[bold]new-model queries over migrated NEW (vecbridge)[/]", f"[bold]{rec['new_queries_migrated']:.3f}[/]")
+    table.add_row("[bold]new-model queries over migrated NEW (vecbridge)[/]",
+                  f"[bold]{rec['new_queries_migrated']:.3f}[/]")
     table.add_row("new-model queries over OLD wrapped (nothing rewritten)", f"{rec['new_queries_wrapped']:.3f}")
     table.add_row("full re-embed with the new model (reference)", f"{rec['full_re_embed']:.3f}")
     con.print(table)

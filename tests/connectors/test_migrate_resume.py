@@ -14,7 +14,7 @@ import pytest
 
 from vecbridge.align import Alignment, OrthogonalProcrustes
 from vecbridge.connectors import VectorBatch, connect
-from vecbridge.migrate import verify
+from vecbridge.jobs import verify
 
 
 def _snapshot(url):

@@ -24,6 +24,7 @@ from vecbridge.errors import InputError, StoreError
 
 pytest.importorskip("qdrant_client")
 from vecbridge.connectors import qdrant  # noqa: E402 - after the skip above
+
 SECRET = "s3cr3t-key-never-shown"
 
 
@@ -231,7 +232,7 @@ def test_in_place_field_migration_on_local_qdrant(tmp_path, sample):
 
     from vecbridge.align import Alignment, OrthogonalProcrustes
     from vecbridge.cli import main
-    from vecbridge.migrate import verify
+    from vecbridge.jobs import verify
 
     n = 300
     url = f"qdrant://{tmp_path}/q/coll"

@@ -7,7 +7,7 @@ import pytest
 from vecbridge.align import Alignment, OrthogonalProcrustes
 from vecbridge.connectors import VectorBatch, connect
 from vecbridge.errors import StoreError
-from vecbridge.migrate import migrate, verify, wrap
+from vecbridge.jobs import migrate, verify, wrap
 
 
 @pytest.fixture

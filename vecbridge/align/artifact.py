@@ -230,11 +230,13 @@ class Alignment:
                 tensors = {name: fh.get_tensor(name) for name in fh.keys()}
         except Exception as exc:  # safetensors raises several types for truncated/corrupt headers
             reason = str(exc).splitlines()[0][:120] if str(exc) else type(exc).__name__
-            raise ArtifactError(f"{path} is not a readable vecbridge alignment (truncated or corrupt: {reason})") from None
+            raise ArtifactError(f"{path} is not a readable vecbridge alignment (truncated or corrupt: {reason})"
+                                ) from None
         try:
             meta = json.loads(header["vecbridge"])
         except (KeyError, ValueError):
-            raise ArtifactError(f"{path} is a safetensors file but not a vecbridge alignment (no vecbridge metadata)") from None
+            raise ArtifactError(f"{path} is a safetensors file but not a vecbridge alignment (no vecbridge "
+                                f"metadata)") from None
         if meta.get("format") != FORMAT:
             raise ArtifactError(f"{path}: unknown format {meta.get('format')!r}")
         version = meta.get("schema_version")

@@ -16,15 +16,6 @@ class FewPairsWarning(UserWarning):
     """The pairs do not determine the map on every direction (fewer independent pairs than dimensions)."""
 
 
-def procrustes_rotation(X, Y) -> np.ndarray:
-    """Only the map of :class:`OrthogonalProcrustes` (no centring, no diagnostics): ``U V^T`` from the thin SVD of
-    ``X^T Y`` in float64. For inner loops that refit many times (mini-vec2vec's refinements) and need nothing else."""
-    M = np.asarray(X, dtype=np.float64).T @ np.asarray(Y, dtype=np.float64)
-    with one_blas_thread():
-        U, _, Vt = np.linalg.svd(M, full_matrices=False)
-    return U @ Vt
-
-
 class OrthogonalProcrustes(LinearAlignment):
     """Best orthogonal map from the source space to the target space: ``R = argmin ||X R - Y||_F, R^T R = I``.
 

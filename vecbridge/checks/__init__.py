@@ -1,4 +1,4 @@
-"""Checks on alignments: held-out evaluation now; compatibility reports and drift checks build on it."""
-from .evaluate import collect_pairs, evaluate_alignment
+"""Deprecated: the checks live in :mod:`vecbridge.jobs` (``from vecbridge.jobs import evaluate_alignment``)."""
+from .._deprecated import moved
 
-__all__ = ["evaluate_alignment", "collect_pairs"]
+__getattr__ = moved("vecbridge.checks", dict.fromkeys(["evaluate_alignment", "collect_pairs"], "vecbridge.jobs"))

@@ -1,10 +1,14 @@
-"""Find correspondences between two embedding spaces: shared keys, re-embedded samples, a reference corpus, GEH from a
-few seed pairs (the Vector Linking paper (2026)) and unsupervised mini-vec2vec (the mini-vec2vec paper (Dar, 2025)).
-``vecbridge.linking.run.link`` drives them all."""
+"""Correspondences between two embedding spaces, found from the vectors alone: GEH grows a few seed pairs into
+links (Vector Linking via Cross-Model Local Isometric Consistency, 2026), and :class:`Links` carries them. Pairs that
+need a store (shared ids, a payload key, a re-embedded sample) are found by :mod:`vecbridge.jobs.pairs`."""
+from .._deprecated import moved
 from .geh import GEH
-from .keys import in_holdout, pairs_by_field, pairs_by_ids, pairs_from_list, read_pairs_file
-from .minivec2vec import MiniVec2Vec
-from .spec import describe_pairs, iter_pairs
+from .links import Links
 
-__all__ = ["GEH", "MiniVec2Vec", "pairs_by_ids", "pairs_by_field", "pairs_from_list", "read_pairs_file",
-           "in_holdout", "iter_pairs", "describe_pairs"]
+__all__ = ["GEH", "Links"]
+
+__getattr__ = moved("vecbridge.linking", {
+    "MiniVec2Vec": "vecbridge.align",
+    **dict.fromkeys(["pairs_by_ids", "pairs_by_field", "pairs_from_list", "read_pairs_file", "in_holdout"],
+                    "vecbridge.jobs.pairs"),
+    **dict.fromkeys(["iter_pairs", "describe_pairs"], "vecbridge.jobs.pair_spec")})

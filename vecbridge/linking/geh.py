@@ -22,16 +22,17 @@ once; hashes only for the view's local sets). See :class:`GEH` for the defaults 
 from __future__ import annotations
 
 import math
-from typing import Callable
 import time
+from typing import Callable
 
 import numpy as np
 
 from .._blas import one_blas_thread, thread_limit
 from ..errors import InputError
+from ..numeric.linalg import procrustes_rotation
+from ..numeric.neighbors import KnnIndex, csls_mutual_from_knn, knn
 from ..validation import check_vectors
 from ..vectors import l2_normalize
-from .neighbors import KnnIndex, csls_mutual_from_knn, knn
 
 MIN_SEEDS = 5
 
@@ -266,7 +267,8 @@ class GEH:
                  seeds_in_views: bool = True, bootstrap: bool = True, multi_view: bool = True,
                  min_views: int = 10, min_votes: float = 3.0, max_growth: float | None = 2.0,
                  vote_decay: float = 0.5, fps_pool_factor: float | None = 2.0, exclude_view_anchors: bool = True,
-                 max_view_size: int | None = 256, shortlist: int | None = 16, shortlist_anchors: int = 512, proj_dim: int = 64,
+                 max_view_size: int | None = 256, shortlist: int | None = 16, shortlist_anchors: int = 512,
+                 proj_dim: int = 64,
                  shortlist_refresh: float = 0.1,
                  large_threshold: int = 500_000, k_nn: int = 16, local_size: int = 2048, coverage: float = 3.0,
                  refine: str | None = "procrustes", refine_iter: int = 2,
@@ -480,7 +482,6 @@ class GEH:
         """Optional last stage (ours, not in the paper): fit an orthogonal Procrustes map on the GEH links, take CSLS
         mutual nearest neighbours under it, keep those whose CSLS score belongs to the upper mode of a two-Gaussian
         mixture (posterior >= 0.5); ``refine_iter`` rounds, seeds always kept."""
-        from ..align.procrustes import procrustes_rotation  # local import: align does not depend on linking
         n1, n2 = X1.shape[0], X2.shape[0]
         L1, L2 = link1, link2
         for _ in range(max(1, int(self.refine_iter))):

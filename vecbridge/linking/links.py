@@ -68,7 +68,8 @@ class Links:
             tb, to = _ids_to_blob(self.target_ids)
             arrays = {"source_ids": sb, "source_off": so, "target_ids": tb, "target_off": to,
                       "confidence": np.asarray(self.confidence, dtype=np.float32),
-                      "meta": np.frombuffer(json.dumps({"mode": self.mode, **self.meta}, default=str).encode(), np.uint8)}
+                      "meta": np.frombuffer(json.dumps({"mode": self.mode, **self.meta}, default=str).encode(),
+                                            np.uint8)}
             if self.has_vectors:
                 arrays["source_vectors"] = np.asarray(self.source_vectors, dtype=np.float32)
                 arrays["target_vectors"] = np.asarray(self.target_vectors, dtype=np.float32)
@@ -83,7 +84,8 @@ class Links:
         try:
             with np.load(path, allow_pickle=False) as z:
                 meta = json.loads(z["meta"].tobytes())
-                return cls(_blob_to_ids(z["source_ids"], z["source_off"]), _blob_to_ids(z["target_ids"], z["target_off"]),
+                return cls(_blob_to_ids(z["source_ids"], z["source_off"]),
+                           _blob_to_ids(z["target_ids"], z["target_off"]),
                            z["confidence"], meta.pop("mode", "unknown"),
                            z["source_vectors"] if "source_vectors" in z else None,
                            z["target_vectors"] if "target_vectors" in z else None, meta)

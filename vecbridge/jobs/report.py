@@ -20,7 +20,7 @@ Nothing is written to any store. The report
    A, mapped upgrade, full re-embed. A ratio over a native recall below :data:`vecbridge.metrics.MIN_NATIVE_RECALL`
    is reported as unreliable, not as a figure;
 4. gives a verdict (GO / CAUTION / NO-GO) from :data:`THRESHOLDS`, with the reason in one sentence;
-5. measures the options that keep more quality (:mod:`vecbridge.checks.options`) on the same pool as the headline and
+5. measures the options that keep more quality (:mod:`vecbridge.jobs.options`) on the same pool as the headline and
    carries them to the collection's size the same way, so the plain orthogonal option *is* the headline figure; it
    recommends the cheapest that meets the target, never one the verdict has ruled out, and says so when the verdict
    is NO-GO.
@@ -34,10 +34,10 @@ import numpy as np
 
 from .. import metrics
 from ..align.procrustes import FewPairsWarning, OrthogonalProcrustes
-from ..align.workflow import _as_collection
 from ..connectors.base import Collection
 from ..errors import InputError
 from ..validation import check_paired
+from .open import open_collection
 
 #: verdict thresholds (documented in the README): GO needs all of the "go" ones; NO-GO any of the "no_go" ones.
 #: Top-1 is the measured one, among the held-out items (``held_out["pool"]``); its extrapolation to the collection's
@@ -50,7 +50,7 @@ THRESHOLDS = {
     "worse_than_staying": 0.0,  # mapped recall below staying on A by more than this -> NO-GO
 }
 MIN_PAIRS = 50
-#: the plain map's name among the options (:func:`vecbridge.checks.options.measure_options`)
+#: the plain map's name among the options (:func:`vecbridge.jobs.options.measure_options`)
 ORTHO_OPTION = "orthogonal (one global Q)"
 
 
@@ -80,7 +80,7 @@ def find_correspondences(old: Collection, new: Collection | None, *, sample: int
                          unsupervised_params: dict | None = None) -> Correspondences:
     """The best available source of pairs, in order of reliability; unsupervised mini-vec2vec last."""
     if key:
-        from ..linking import pairs_by_field
+        from .pairs import pairs_by_field
 
         parts = list(pairs_by_field(old, new, key, limit=sample, seed=seed))
         if parts:
@@ -96,7 +96,7 @@ def find_correspondences(old: Collection, new: Collection | None, *, sample: int
                                    f"new collection", s.vectors[rows], t.vectors[[pos[s.ids[j]] for j in rows]],
                                    [s.ids[j] for j in rows], new_ids=[s.ids[j] for j in rows])
     if model and text_field:
-        from ..linking.reembed import load_model, reembed_pairs
+        from .reembed import load_model, reembed_pairs
 
         olds, news = reembed_pairs(old, load_model(model), text_field=text_field, n=sample, seed=seed)
         return Correspondences("re-embedded-sample", f"no shared ids; {len(olds):,} stored texts "
@@ -112,7 +112,7 @@ def find_correspondences(old: Collection, new: Collection | None, *, sample: int
 def _unsupervised_correspondences(old, new, sample, seed, params) -> Correspondences:
     """mini-vec2vec ("mini-vec2vec: Scaling Universal Geometry Alignment with Linear Transformations", Dar 2025) on
     a sample of each side, then the mutual nearest neighbours under its map."""
-    from ..linking.run import pseudo_pairs, unsupervised_fit
+    from .link import pseudo_pairs, unsupervised_fit
 
     a, b, est = unsupervised_fit(old, new, sample=sample, seed=seed, params=params)
     pairs, scores = pseudo_pairs(est, a, b)
@@ -127,7 +127,7 @@ def _unsupervised_correspondences(old, new, sample, seed, params) -> Corresponde
 
 
 def _geh_correspondences(old, new, seeds, sample, seed) -> Correspondences:
-    from ..linking.run import geh_fit
+    from .link import geh_fit
 
     a, b, geh = geh_fit(old, new, seeds, sample=sample, seed=seed)
     links, n_seeds = geh.links_, int(geh.is_seed_.sum())
@@ -213,8 +213,8 @@ def compatibility_report(old, new=None, *, sample: int = 5000, seed: int = 0, ho
     """Everything a user needs to decide on an upgrade, as a JSON-serialisable dict (see the module docstring)."""
     import warnings
 
-    old_c = _as_collection(old)
-    new_c = _as_collection(new) if new is not None else None
+    old_c = open_collection(old)
+    new_c = open_collection(new) if new is not None else None
     old_info = old_c.info()
     if old_info.count == 0:
         raise InputError(f"collection is empty: {old_c.display_url}")
@@ -268,7 +268,7 @@ def compatibility_report(old, new=None, *, sample: int = 5000, seed: int = 0, ho
     held_ids = [corr.ids[i] for i in held]
     qb = rel = None
     if queries_new is not None:
-        qn_c = _as_collection(queries_new)
+        qn_c = open_collection(queries_new)
         qb = qn_c.get(held_ids)
         if len(qb) < 10:
             raise InputError(_too_few_queries(qn_c, qb, corr, held_ids))
@@ -352,7 +352,7 @@ def _old_queries(queries_old, qb):
     ``(None, None)`` without old-model queries."""
     if queries_old is None:
         return None, None
-    qa = _as_collection(queries_old).get(list(qb.ids))
+    qa = open_collection(queries_old).get(list(qb.ids))
     pos = {i: j for j, i in enumerate(qa.ids)}
     both = np.array([j for j, i in enumerate(qb.ids) if i in pos], dtype=np.int64)
     return both, qa.vectors[[pos[qb.ids[j]] for j in both]]
@@ -455,7 +455,8 @@ def verdict(report: dict) -> dict:
     if report.get("correspondences", {}).get("pseudo"):
         c = report["correspondences"]
         ru = report.get("retrieval_unsupervised")
-        got = f"; new-model queries over the mapped vectors reach Recall@{ru['k']} {ru['recall_mapped']:.3f}" if ru else ""
+        got = (f"; new-model queries over the mapped vectors reach Recall@{ru['k']} {ru['recall_mapped']:.3f}"
+               if ru else "")
         return {"verdict": "CAUTION", "reason": (
             f"the correspondences are unsupervised pseudo-pairs ({c['mutual_fraction']:.0%} of the sample found a "
             f"mutual partner){got}; retention against a re-embed cannot be measured without true pairs: give "

@@ -80,13 +80,14 @@ import time
 
 import numpy as np
 
-from ..align.base import LinearAlignment
 from .._blas import one_blas_thread
-from ..align.procrustes import OrthogonalProcrustes, procrustes_rotation
 from ..errors import InputError
+from ..numeric.linalg import polar, procrustes_rotation
+from ..numeric.neighbors import knn, mutual_nearest_neighbours
 from ..validation import check_vectors
 from ..vectors import l2_normalize
-from .neighbors import knn, mutual_nearest_neighbours
+from .base import LinearAlignment
+from .procrustes import OrthogonalProcrustes
 
 QAP_SOLVERS = ("2opt", "scipy")
 SIMILARITIES = ("cosine", "gram")
@@ -143,7 +144,7 @@ def kmeans(X, n_clusters: int, rng: np.random.Generator, *, init=None, max_iter:
 
     The assignment step is a 1-nearest-neighbour search by inner product on augmented vectors
     (``[x, 1] . [c, -||c||^2 / 2]`` is largest for the nearest centre), through the shared
-    :func:`vecbridge.linking.neighbors.knn`. Stops when no label changes or the total squared centre shift falls
+    :func:`vecbridge.numeric.neighbors.knn`. Stops when no label changes or the total squared centre shift falls
     below ``tol`` times the mean per-feature variance (scikit-learn's criterion). An empty cluster keeps its
     previous centre. Returns ``(centers, labels, n_iter)``.
     """
@@ -289,21 +290,6 @@ def _neighbour_mean(Y: np.ndarray, idx: np.ndarray, block: int = 512) -> np.ndar
     return out
 
 
-def _procrustes(P, Q) -> np.ndarray:
-    """The orthogonal Procrustes map ``W`` (row convention ``P @ W ~ Q``; thin SVD when the two dimensions differ),
-    the package's own :func:`~vecbridge.align.procrustes.procrustes_rotation` without the estimator's diagnostics
-    (they cost more than the fit itself in these inner loops). Refine-2's 500 centroid pairs in 768-d leave the map
-    undetermined on some directions by design; no warning is raised for it."""
-    return procrustes_rotation(P, Q)
-
-
-def _polar(W: np.ndarray) -> np.ndarray:
-    """The nearest (semi-)orthogonal matrix to W in Frobenius norm: ``U V^T`` from ``W = U S V^T``."""
-    with one_blas_thread():
-        U, _, Vt = np.linalg.svd(W, full_matrices=False)
-    return U @ Vt
-
-
 # ------------------------------------------------------------------------------------------------------------------
 # The estimator
 # ------------------------------------------------------------------------------------------------------------------
@@ -373,7 +359,7 @@ class MiniVec2Vec(LinearAlignment):
     orthogonalize : bool, default False
         Replace the final smoothed W by its nearest (semi-)orthogonal matrix (not in the paper).
     backend : {"auto", "faiss", "numpy"}, default "auto"
-        Nearest-neighbour backend of :func:`vecbridge.linking.neighbors.knn`.
+        Nearest-neighbour backend of :func:`vecbridge.numeric.neighbors.knn`.
     random_state : int, numpy Generator or None
         Seeds every stochastic step (subsamples, k-means seeding, 2-opt starts, Refine-1 samples).
     mnn_refine : int, default 0
@@ -518,7 +504,7 @@ class MiniVec2Vec(LinearAlignment):
             P, Q = A, _neighbour_mean(B, nbr)
         else:
             P, Q = anc_a, anc_b
-        W = _procrustes(P, Q)
+        W = procrustes_rotation(P, Q)
         self.n_pairs_ = int(P.shape[0])
         self.history_ = [self._diagnose("initial", A, B, W, None, r_diag)]
         self.stage_matrices_ = {"initial": W}
@@ -536,7 +522,7 @@ class MiniVec2Vec(LinearAlignment):
             C_a = kmeans(A, self.refine2_clusters, r_refine2, max_iter=self.kmeans_max_iter, backend=self.backend)[0]
             C_b = kmeans(B, self.refine2_clusters, r_refine2, init=C_a @ W, max_iter=self.kmeans_max_iter,
                          backend=self.backend)[0]
-            last = _procrustes(C_a, C_b)
+            last = procrustes_rotation(C_a, C_b)
             W = (1.0 - self.alpha) * W + self.alpha * last
             self.kmeans_consistency_ = float(np.mean(np.einsum(
                 "ij,ij->i", l2_normalize(C_a @ W), l2_normalize(C_b))))
@@ -553,13 +539,13 @@ class MiniVec2Vec(LinearAlignment):
             self.n_mnn_pairs_.append(int(len(pairs)))
             if len(pairs) < min(A.shape[1], B.shape[1]):
                 break
-            W = _procrustes(A[pairs[:, 0]], B[pairs[:, 1]])
+            W = procrustes_rotation(A[pairs[:, 0]], B[pairs[:, 1]])
             self.history_.append(self._diagnose("mnn", A, B, W, W_prev, r_diag))
         if self.n_mnn_pairs_:
             self.stage_matrices_["mnn"] = W
             lap("mnn")
         if self.orthogonalize:
-            W = _polar(W)
+            W = polar(W)
         self._finish(W, X_src, X_tgt, mu_a, mu_b, r_diag)
         return self
 
@@ -613,7 +599,7 @@ class MiniVec2Vec(LinearAlignment):
             Xs = A[idx]
             nbr, sims = knn(Xs @ W.astype(np.float32), B, self.refine1_neighbors, backend=self.backend)
             objective.append(float(sims.mean()))
-            W_new = _procrustes(Xs, _neighbour_mean(B, nbr))
+            W_new = procrustes_rotation(Xs, _neighbour_mean(B, nbr))
             W = (1.0 - self.alpha) * W + self.alpha * W_new
             if self.refine1_tol > 0 and (t + 1) % REFINE1_WINDOW == 0:
                 checks.append(probe_cosine(W))

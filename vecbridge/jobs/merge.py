@@ -23,12 +23,12 @@ import numpy as np
 from ..connectors import connect
 from ..connectors.base import Collection, VectorBatch
 from ..errors import InputError, StoreError, VecbridgeError
-from ..linking import read_pairs_file
 from .checkpoint import Checkpoint
-from .pipeline import copy_stream
 from .guard import check_checkpoint_writable, exclusive_writer, refuse_inputs_as_target
-from .rewrite import (_discard, check_counts, check_source, default_checkpoint_path, load_alignment, mapper,
-                      store_batch_size)
+from .open import load_alignment
+from .pairs import read_pairs_file
+from .pipeline import copy_stream
+from .rewrite import _discard, check_counts, check_source, default_checkpoint_path, mapper, store_batch_size
 
 POLICIES = ("keep-b", "keep-a", "keep-both")
 A_FIELD = "a_mapped"

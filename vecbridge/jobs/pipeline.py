@@ -25,7 +25,7 @@ def copy_stream(source: Collection, target: Collection, *, transform: Callable[[
                 checkpoint: Checkpoint, phase: str, batch_size: int, prefetch: int = 3,
                 on_progress: Callable[[int], None] | None = None) -> int:
     """Copy every record of ``source`` after the phase's checkpointed cursor into ``target``; returns the number
-    written in this call. Safe to interrupt at any point (see :mod:`vecbridge.migrate.checkpoint`)."""
+    written in this call. Safe to interrupt at any point (see :mod:`vecbridge.jobs.checkpoint`)."""
     state = checkpoint.phase(phase)
     if state["done"]:
         return 0

@@ -26,7 +26,7 @@ from ..align.artifact import Alignment
 from ..connectors.base import Collection
 from ..errors import InputError
 from ..metrics import _prep, _scores
-from .rewrite import load_alignment
+from .open import load_alignment, open_collection
 
 
 def _orthogonal_isometry(alignment: Alignment) -> bool:
@@ -177,3 +177,12 @@ class MappedEmbeddings:
 
     def embed_query(self, text: str) -> list[float]:
         return self([text])[0].tolist()
+
+
+def search_collections(wrapped: Sequence[tuple[str, object]], native: Sequence[str], queries, k: int = 10):
+    """Federated search with new-model ``queries`` over old collections wrapped by their alignments (``(url,
+    alignment)`` pairs) and collections already in the new model's space (URLs); see :func:`federated_search`."""
+    members = [wrap(open_collection(url), alignment) for url, alignment in wrapped]
+    members += [open_collection(url) for url in native]
+    queries = np.asarray(queries)
+    return federated_search(members, queries[None, :] if queries.ndim == 1 else queries, k)

@@ -18,11 +18,13 @@ from typing import Callable
 
 import numpy as np
 
-from .align.artifact import Alignment
-from .align.workflow import fit_alignment
-from .connectors import VectorBatch, connect
-from .migrate import migrate, verify, wrap
-from .sample import N_ITEMS, N_QUERIES, NEW_MODEL, OLD_MODEL, load_wordnet_sample
+from ..align.artifact import Alignment
+from ..connectors import VectorBatch, connect
+from ..sample import N_ITEMS, N_QUERIES, NEW_MODEL, OLD_MODEL, load_wordnet_sample
+from .fit import fit_alignment
+from .rewrite import migrate
+from .verify import verify
+from .wrap import wrap
 
 N_FIT = N_ITEMS - N_QUERIES
 

@@ -18,16 +18,10 @@ from ..connectors.base import Collection, VectorBatch
 from ..errors import CheckFailed, InputError, StoreError, VecbridgeError
 from .checkpoint import Checkpoint
 from .guard import check_checkpoint_writable, exclusive_writer, refuse_inputs_as_target
+from .open import load_alignment
 from .pipeline import copy_stream
 
 DEFAULT_BATCH = 1000
-
-
-def load_alignment(alignment) -> tuple[Alignment, Path | None]:
-    if isinstance(alignment, Alignment):
-        return alignment, None
-    path = Path(alignment)
-    return Alignment.load(path), path
 
 
 def default_checkpoint_path(alignment_path: Path | None, target: Collection, kind: str = "migrate") -> Path:

@@ -6,7 +6,7 @@ from typing import Iterator
 
 from ..connectors.base import Collection
 from ..errors import InputError
-from .keys import PairBatch, pairs_by_field, pairs_by_ids, pairs_from_list, read_pairs_file
+from .pairs import PairBatch, pairs_by_field, pairs_by_ids, pairs_from_list, read_pairs_file
 
 
 def describe_pairs(spec: str) -> dict:

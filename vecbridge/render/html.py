@@ -46,7 +46,8 @@ def render_html(report: dict) -> str:
         how = "measured" if ho.get("top1_curve", {}).get("pool_sizes", [0])[-1] >= ho["full_size"] else "predicted"
         rows.append((f"top-1 among the collection's {ho['full_size']:,} items ({how})", f"{ho['top1_predicted']:.3f}"))
     rows += [(f"mean rank (among {pool:,})", f"{ho['mean_rank']:.2f}"), ("mean cosine", f"{ho['mean_cosine']:.3f}"),
-             ("held-out mean squared residual", f"{ho['residual']:.4g}"), ("in-sample residual", f"{fit['residual']:.4g}"),
+             ("held-out mean squared residual", f"{ho['residual']:.4g}"),
+             ("in-sample residual", f"{fit['residual']:.4g}"),
              ("Procrustes bound (When Embedding Models Meet, 2025)", f"{fit['bound']:.4g}"),
              ("dot-product discrepancy delta", f"{fit['delta']:.4g}")]
     for name, val in rows:
@@ -116,3 +117,20 @@ def render_html(report: dict) -> str:
                                 {name.replace("_", " "): (fr, ys) for name, ys in rc["retention"].items()}))
     parts.append("</div></body></html>")
     return "\n".join(parts)
+
+
+def drift_history_html(name: str, rows: list[dict]) -> str:
+    """Self-contained HTML: one chart per measure over the runs, breaches listed."""
+    charts = []
+    for key in ("residual_ratio", "retention", "centroid_shift", "mmd_pvalue", "top1"):
+        pts = [(r["id"], r["measures"][key]) for r in rows if r["measures"].get(key) is not None]
+        if pts:
+            xs, ys = zip(*pts)
+            charts.append(line_chart(key.replace("_", " "), "run", key.replace("_", " "), {key: (list(xs), list(ys))}))
+    breaches = "".join(f"<li>run {r['id']} at {escape(r['at'])}: {escape(r['reason'])}</li>"
+                       for r in rows if r["breached"])
+    return (f"<!doctype html><html><head><meta charset='utf-8'><title>drift: {escape(name)}</title></head>"
+            f"<body style='font-family:system-ui,sans-serif'><h1>drift history: {escape(name)}</h1>"
+            f"<p>{len(rows)} runs, {sum(r['breached'] for r in rows)} breaches</p>"
+            f"<div style='display:flex;flex-wrap:wrap;gap:12px'>{''.join(charts)}</div>"
+            f"<ul id='breaches'>{breaches}</ul></body></html>")

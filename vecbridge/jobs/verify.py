@@ -6,7 +6,7 @@ import numpy as np
 from ..connectors import connect
 from ..connectors.base import Collection
 from ..vectors import l2_normalize
-from .rewrite import load_alignment
+from .open import load_alignment
 
 _RESERVED = ("_vb_",)
 

@@ -226,6 +226,6 @@ class KnnIndex:
         Q = l2_normalize(queries) if self.normalize else np.asarray(queries, dtype=np.float32)
         if self.index is None:
             return knn(Q, self.base, k, normalize=False)
-        D, I = self.index.search(np.ascontiguousarray(Q, dtype=np.float32), k)
-        D = np.where(I >= 0, D, -np.inf).astype(np.float32)
-        return I.astype(np.int64), D
+        scores, idx = self.index.search(np.ascontiguousarray(Q, dtype=np.float32), k)
+        scores = np.where(idx >= 0, scores, -np.inf).astype(np.float32)
+        return idx.astype(np.int64), scores

@@ -7,8 +7,9 @@ import numpy as np
 
 from ..connectors.base import Collection, VectorBatch
 from ..errors import InputError
-from .keys import pairs_by_field, pairs_by_ids, pairs_from_list, read_pairs_file
-from .links import Links
+from ..linking.links import Links
+from .open import open_collection
+from .pairs import pairs_by_field, pairs_by_ids, pairs_from_list, read_pairs_file
 
 MODES = ("ids", "field:NAME", "pairs:FILE", "reembed", "reference:FILE", "geh", "unsupervised")
 
@@ -32,7 +33,7 @@ def geh_fit(source: Collection, target: Collection, seeds: str | None, *, sample
     uniform sample of
     each collection. Returns ``(source_batch, target_batch, fitted GEH)``; ``links_`` index the two batches. Shared
     by ``link --mode geh`` and the report."""
-    from .geh import GEH
+    from ..linking.geh import GEH
 
     if not seeds:
         raise InputError("--mode geh needs --seeds FILE (15-30 known id pairs)")
@@ -50,7 +51,7 @@ def unsupervised_fit(source: Collection, target: Collection, *, sample: int, see
     samples are unpaired).
     Returns ``(source_sample, target_sample, fitted MiniVec2Vec)``; shared by ``link``, ``fit --pairs unsupervised``
     and the report."""
-    from .minivec2vec import MiniVec2Vec
+    from ..align.minivec2vec import MiniVec2Vec
 
     est = _estimator(MiniVec2Vec, params or {}, seed)
     a, b = source.sample(sample, seed=seed), target.sample(sample, seed=seed + 1)
@@ -62,7 +63,7 @@ def unsupervised_fit(source: Collection, target: Collection, *, sample: int, see
 
 def pseudo_pairs(est, a: VectorBatch, b: VectorBatch) -> tuple[np.ndarray, np.ndarray]:
     """CSLS mutual nearest neighbours between the mapped source sample and the target sample: ``(pairs, scores)``."""
-    from .neighbors import mutual_nearest_neighbours
+    from ..numeric.neighbors import mutual_nearest_neighbours
 
     return mutual_nearest_neighbours(est.transform(a.vectors), b.vectors)
 
@@ -92,7 +93,9 @@ def link(source: Collection, target: Collection | None, mode: str, *, seeds: str
     """Correspondences between ``source`` (old model) and ``target`` (new model) by ``mode`` (see :data:`MODES`).
 
     ``params`` go to the estimator of ``geh`` (:class:`~vecbridge.linking.geh.GEH`) or ``unsupervised``
-    (:class:`~vecbridge.linking.minivec2vec.MiniVec2Vec`); the papers' defaults otherwise."""
+    (:class:`~vecbridge.align.minivec2vec.MiniVec2Vec`); the papers' defaults otherwise."""
+    source = open_collection(source)
+    target = open_collection(target) if target is not None else None
     params = dict(params or {})
     if params and mode not in ("geh", "unsupervised"):
         raise InputError(f"--param applies to --mode geh or unsupervised, not {mode!r}")

@@ -1,20 +1,23 @@
 """Fit an alignment between two live collections: pair, stream, fit, freeze into an :class:`Alignment`."""
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Callable
 
 import numpy as np
 
-from ..connectors import connect
+from ..align.artifact import Alignment
+from ..align.baselines import LinearMap, NoMap
+from ..align.moments import PairMoments
+from ..align.procrustes import OrthogonalProcrustes
 from ..connectors.base import Collection
 from ..errors import InputError
-from ..linking import describe_pairs, in_holdout, iter_pairs
+from ..fs import require_writable
 from ..validation import check_paired
 from ..vectors import l2_normalize
-from .artifact import Alignment
-from .baselines import LinearMap, NoMap
-from .moments import PairMoments
-from .procrustes import OrthogonalProcrustes
+from .open import open_collection
+from .pair_spec import describe_pairs, iter_pairs
+from .pairs import in_holdout
 
 METHODS = ("orthogonal", "linear", "ridge", "none")
 
@@ -34,10 +37,6 @@ def make_estimator(method: str = "orthogonal", *, center: bool = False, scale: b
     if method == "none":
         return NoMap()
     raise InputError(f"unknown method {method!r} (choose from {', '.join(METHODS)})")
-
-
-def _as_collection(obj, read_only=True) -> Collection:
-    return obj if isinstance(obj, Collection) else connect(obj, read_only=read_only)
 
 
 class _CountingSource:
@@ -88,11 +87,11 @@ def _vector_batches(links, batch_size: int, max_pairs):
 
 
 def _fit_unsupervised(source, target, *, n: int, seed: int, params: dict, source_model, target_model) -> Alignment:
-    from ..linking.run import unsupervised_fit
+    from .link import unsupervised_fit
 
     if source is None or target is None:
         raise InputError("--pairs unsupervised needs --source and --target")
-    src, tgt = _as_collection(source), _as_collection(target)
+    src, tgt = open_collection(source), open_collection(target)
     a, b, est = unsupervised_fit(src, tgt, sample=n, seed=seed, params=params)
     info_s, info_t = src.info(), tgt.info()
     return Alignment.from_estimator(
@@ -107,7 +106,8 @@ def fit_alignment(source, target, *, pairs: str = "ids", method: str = "orthogon
                   scale: bool = False, alpha: float = 0.01, normalization: str = "none", holdout: float = 0.0,
                   max_pairs: int | None = None, seed: int = 0, batch_size: int = 2000,
                   source_model: str | None = None, target_model: str | None = None,
-                  params: dict | None = None, on_batch: Callable[[int], None] | None = None) -> Alignment:
+                  params: dict | None = None, on_batch: Callable[[int], None] | None = None,
+                  on_start: Callable[[int], None] | None = None) -> Alignment:
     """Fit a map from ``source``'s space to ``target``'s space on corresponding records, without holding them all.
 
     ``pairs`` is ``ids``, ``field:NAME``, a CSV/JSON file of id pairs, or a ``.npz`` links file from
@@ -116,7 +116,7 @@ def fit_alignment(source, target, *, pairs: str = "ids", method: str = "orthogon
     on unseen items; ``max_pairs`` fits on a seeded uniform sample of the source instead of a full scan.
 
     ``pairs="unsupervised"`` needs no correspondences at all: mini-vec2vec ("mini-vec2vec: Scaling Universal
-    Geometry Alignment with Linear Transformations", Dar 2025; :class:`~vecbridge.linking.MiniVec2Vec` with ``params``)
+    Geometry Alignment with Linear Transformations", Dar 2025; :class:`~vecbridge.align.MiniVec2Vec` with ``params``)
     on a sample of ``max_pairs`` (default 10,000) records
     of each collection; the artifact holds its nearest orthogonal map (with both means). On wordnet this keeps
     retention@10 0.78 where refitting Procrustes on its mutual-nearest-neighbour links keeps 0.72
@@ -137,11 +137,13 @@ def fit_alignment(source, target, *, pairs: str = "ids", method: str = "orthogon
     if links is None:
         if source is None or target is None:
             raise InputError("fitting on shared ids, a payload field or id pairs needs --source and --target")
-        src, tgt = _as_collection(source), _as_collection(target)
+        src, tgt = open_collection(source), open_collection(target)
         src_info, tgt_info = src.info(), tgt.info()
         for coll, info in ((src, src_info), (tgt, tgt_info)):
             if info.count == 0:
                 raise InputError(f"collection is empty: {coll.display_url}")
+        if on_start:
+            on_start(min(src_info.count, max_pairs) if max_pairs else src_info.count)
         src = counting = _CountingSource(src)
         batches = iter_pairs(src, tgt, pairs, batch_size=batch_size, limit=max_pairs, seed=seed)
         metric = tgt_info.metric
@@ -184,7 +186,7 @@ def fit_alignment(source, target, *, pairs: str = "ids", method: str = "orthogon
             why = f"all {n_seen:,} pairs are in the held-out split (--holdout {holdout})"
         raise InputError(f"cannot fit: {why} {where} ({n_examined:,} source records examined)")
     if method == "clustered":
-        from .clustered import ClusteredProcrustes
+        from ..align.clustered import ClusteredProcrustes
 
         estimator = ClusteredProcrustes(random_state=seed).fit(np.concatenate([x for x, _ in kept]),
                                                                np.concatenate([y for _, y in kept]))
@@ -198,3 +200,11 @@ def fit_alignment(source, target, *, pairs: str = "ids", method: str = "orthogon
     return Alignment.from_estimator(
         estimator, source_model=source_model, target_model=target_model, metric=metric,
         normalization=normalization, anchors=anchors, **described)
+
+
+def fit_to_file(output, source, target, **options) -> tuple[Alignment, Path]:
+    """:func:`fit_alignment`, then save the artifact at ``output``; a folder that cannot take the file is refused
+    before the fit, not after it."""
+    require_writable(output, "the alignment", "choose another output path")
+    alignment = fit_alignment(source, target, **options)
+    return alignment, alignment.save(output)

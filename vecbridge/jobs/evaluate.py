@@ -7,10 +7,11 @@ import numpy as np
 
 from .. import metrics
 from ..align.artifact import Alignment
-from ..align.workflow import _as_collection
 from ..connectors.base import Collection, VectorBatch
 from ..errors import InputError
-from ..linking import in_holdout, iter_pairs
+from .open import load_alignment, open_collection
+from .pair_spec import iter_pairs
+from .pairs import in_holdout
 
 
 def collect_pairs(source: Collection, target: Collection, pairs: str = "ids", *, holdout: float = 0.0,
@@ -48,7 +49,8 @@ def evaluate_alignment(alignment: Alignment, source, target, *, pairs: str = "id
       ``retention`` is None, and ``unreliable`` says why, when the native recall is too low for the ratio to mean
       anything (:func:`vecbridge.metrics.retention_ratio`).
     """
-    src, tgt = _as_collection(source), _as_collection(target)
+    alignment, _ = load_alignment(alignment)
+    src, tgt = open_collection(source), open_collection(target)
     holdout = float(alignment.metadata.get("anchors", {}).get("holdout") or 0.0) if use_holdout else 0.0
     s, t = collect_pairs(src, tgt, pairs, holdout=holdout, max_pairs=max_pairs, seed=seed)
     mapped = alignment.transform(s.vectors)
@@ -58,7 +60,7 @@ def evaluate_alignment(alignment: Alignment, source, target, *, pairs: str = "id
     if s.dim == t.dim:
         result["no_map"] = metrics.pair_quality(s.vectors, t.vectors, metric=metric).as_dict()
     if queries is not None:
-        q_coll = _as_collection(queries)
+        q_coll = open_collection(queries)
         qb = q_coll.get(list(t.ids))
         if len(qb) == 0:
             raise InputError(f"none of the evaluated ids has a query in {q_coll.display_url}")

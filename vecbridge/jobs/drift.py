@@ -235,24 +235,3 @@ def parse_every(text: str) -> float:
     if value <= 0:
         raise InputError("--every must be positive")
     return value
-
-
-def render_history_html(name: str, rows: list[dict]) -> str:
-    """Self-contained HTML: one chart per measure over the runs, breaches listed."""
-    from html import escape
-
-    from .svg import line_chart
-
-    charts = []
-    for key in ("residual_ratio", "retention", "centroid_shift", "mmd_pvalue", "top1"):
-        pts = [(r["id"], r["measures"][key]) for r in rows if r["measures"].get(key) is not None]
-        if pts:
-            xs, ys = zip(*pts)
-            charts.append(line_chart(key.replace("_", " "), "run", key.replace("_", " "), {key: (list(xs), list(ys))}))
-    breaches = "".join(f"<li>run {r['id']} at {escape(r['at'])}: {escape(r['reason'])}</li>"
-                       for r in rows if r["breached"])
-    return (f"<!doctype html><html><head><meta charset='utf-8'><title>drift: {escape(name)}</title></head>"
-            f"<body style='font-family:system-ui,sans-serif'><h1>drift history: {escape(name)}</h1>"
-            f"<p>{len(rows)} runs, {sum(r['breached'] for r in rows)} breaches</p>"
-            f"<div style='display:flex;flex-wrap:wrap;gap:12px'>{''.join(charts)}</div>"
-            f"<ul id='breaches'>{breaches}</ul></body></html>")

@@ -29,8 +29,8 @@ from typing import Callable, Sequence
 import numpy as np
 
 from ..errors import InputError
-from ..linking.neighbors import knn
 from ..metrics import _prep, _scores
+from ..numeric.neighbors import knn
 from ..vectors import l2_normalize
 from .wrap import rank_candidates
 
@@ -77,11 +77,11 @@ def fused_search(old_collection, alignment, q_new, q_old, k: int = 10, *, beta: 
                  k_candidates: int = 100):
     """Search an untouched old-model collection with both encodings of each query.
 
-    Candidates: the top ``k_candidates`` for the translated new-model query (as :func:`~vecbridge.migrate.wrap`
+    Candidates: the top ``k_candidates`` for the translated new-model query (as :func:`~vecbridge.jobs.wrap`
     does) and for the old-model query, merged; each candidate's stored old vector ``x`` is re-scored exactly as
     ``cos(q_new, T(x)) + beta * cos(q_old, x)``. Returns ``(ids, scores)`` like ``Collection.search``.
     """
-    from .rewrite import load_alignment
+    from .open import load_alignment
     from .wrap import translate_queries
 
     alignment, _ = load_alignment(alignment)
@@ -143,7 +143,7 @@ def rerank_candidates(queries, candidates, vectors_of: Callable[[np.ndarray], np
 
 
 class RerankedSearch:
-    """Search a collection (migrated, or a :class:`~vecbridge.migrate.wrap.WrappedCollection`) with new-model
+    """Search a collection (migrated, or a :class:`~vecbridge.jobs.wrap.WrappedCollection`) with new-model
     queries, then re-score the top ``k_candidates`` with the new model's vectors of the candidates' texts.
 
     ``embed`` maps a list of texts to new-model vectors (e.g. ``SentenceTransformer.encode``); the text of a record

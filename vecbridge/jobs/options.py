@@ -4,7 +4,7 @@ A user who upgrades their embedding model can (from cheapest to dearest, roughly
 
 * map every old vector with one orthogonal Q, or with local maps (:class:`~vecbridge.align.ClusteredProcrustes`);
 * add the hub penalty (a per-document score correction from a sample of new-model queries, see
-  :mod:`vecbridge.migrate.rerank`);
+  :mod:`vecbridge.jobs.rerank`);
 * keep encoding queries with the old model too and fuse both scores (dual-query fusion: no re-embedding, one extra
   query encoding);
 * re-embed a fraction of the items, chosen where the map is least reliable (**selective re-embedding**);
@@ -37,7 +37,7 @@ from dataclasses import asdict, dataclass, field
 import numpy as np
 
 from ..errors import InputError
-from ..linking.neighbors import knn
+from ..numeric.neighbors import knn
 from ..vectors import l2_normalize
 
 STRATEGIES = ("random", "anchor_residual", "inconsistency", "combined", "frequency")
@@ -264,7 +264,7 @@ def measure_options(X_fit, Y_fit, X_eval, Y_eval, Q_new, relevant, *, Q_old=None
     from ..align.clustered import ClusteredProcrustes
     from ..align.procrustes import FewPairsWarning, OrthogonalProcrustes
     from ..metrics import retention_ratio
-    from ..migrate.rerank import hub_penalty
+    from .rerank import hub_penalty
 
     X_fit, Y_fit = np.asarray(X_fit, np.float32), np.asarray(Y_fit, np.float32)
     X_eval, Y_eval = np.asarray(X_eval, np.float32), np.asarray(Y_eval, np.float32)

@@ -99,7 +99,7 @@ def read_pairs_file(path) -> list[tuple[str, str]]:
     lists or of ``{"source_id":..., "target_id":...}`` objects, or ``vecbridge link``'s ``{"links": [...]}``), or a
     ``.npz`` links file."""
     if Path(path).suffix.lower() == ".npz":
-        from .links import Links
+        from ..linking.links import Links
 
         links = Links.load_npz(path)
         return list(zip(links.source_ids, links.target_ids))

@@ -1,0 +1,291 @@
+"""Render bench/README.md from bench/README.template.md and the results in bench/results/*.json.
+
+The prose (what each benchmark measures, its command, the machine and conditions, the notes under the tables) lives
+in the template; every table of figures is rendered here from the JSON files the benchmarks wrote. A template line
+``{{geh.ablations}}`` is replaced by the table ``ablations`` of the renderer for ``bench/results/geh.json``.
+
+    python bench/make_readme.py          # rewrite bench/README.md
+    python bench/make_readme.py --check  # exit 1, with a diff, if bench/README.md is not what this script writes
+"""
+from __future__ import annotations
+
+import argparse
+import difflib
+import json
+import re
+import statistics
+import sys
+from pathlib import Path
+
+BENCH = Path(__file__).resolve().parent
+RESULTS = BENCH / "results"
+TEMPLATE = BENCH / "README.template.md"
+README = BENCH / "README.md"
+PLACEHOLDER = re.compile(r"^\{\{([\w.]+)\}\}$", re.MULTILINE)
+
+
+# ---------------------------------------------------------------------------------------------------- helpers
+
+def load(stem: str):
+    path = RESULTS / f"{stem}.json"
+    if not path.exists():
+        sys.exit(f"{path} is missing: run the benchmark that writes it (see bench/README.template.md)")
+    return json.loads(path.read_text())
+
+
+def table(header: list, rows: list) -> str:
+    """A Markdown table: one header row, then the rows (cells are formatted already)."""
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def arrow(pair: str) -> str:
+    return pair.replace("->", " -> ")
+
+
+def prf(m: dict) -> str:
+    return f"{m['precision']:.3f} / {m['recall']:.3f} / {m['f1']:.3f}"
+
+
+def unique(values) -> list:
+    return list(dict.fromkeys(values))
+
+
+def n_items(n: int, synthetic: bool) -> str:
+    return f"{n:,}" + (" (synthetic)" if synthetic else "")
+
+
+# ---------------------------------------------------------------------------------- one renderer per results file
+
+def align_real(d: dict) -> dict:
+    q = d["quality"]
+    ns = unique(r["n_fit"] for r in q)
+    keys = unique((r["pair"], r["method"]) for r in q)
+    by = {(r["pair"], r["method"], r["n_fit"]): r for r in q}
+    by_n = table(["pair (old -> new)", "method"] + [f"n={n}" for n in ns],
+                 [[p, m] + [f"{by[p, m, n]['top1']:.3f} / {by[p, m, n]['retention10']:.3f}" for n in ns]
+                  for p, m in keys])
+    def in_detail(r):  # at the largest n
+        return [r["pair"], r["method"], f"{r['top1']:.3f}", f"{r['mean_cosine']:.3f}",
+                f"{r['recall10']:.3f} ({r['native_recall10']:.3f})", f"{r['retention10']:.3f}", f"{r['overlap10']:.3f}"]
+    detail = table(["pair", "method", "top-1", "mean cos", "Recall@10 mapped (native)", "retention@10", "overlap@10"],
+                   [in_detail(by[p, m, ns[-1]]) for p, m in keys])
+    s = d["speed"]
+    speed = table([f"timing (median of {len(s['fit_10k_768_runs'])} runs)", "vecbridge", "baseline in the same run",
+                   "ratio"], [
+        ["fit, 10,000 pairs, 768-d (float64 streamed sums + diagnostics)", f"{s['fit_10k_768_s']:.2f} s",
+         f"scipy `orthogonal_procrustes` {s['scipy_orthogonal_procrustes_s']:.2f} s",
+         f"{s['fit_10k_768_s'] / s['scipy_orthogonal_procrustes_s']:.2f}x"],
+        [f"transform {s['transform_n']:,} vectors 384 -> 768 (through the artifact, batches of 100k)",
+         f"{s['transform_384_to_768_s']:.2f} s ({s['transform_vectors_per_s'] / 1e6:.2f} M vectors/s)",
+         f"bare float32 matmul {s['bare_matmul_s']:.2f} s",
+         f"{s['transform_384_to_768_s'] / s['bare_matmul_s']:.2f}x"]])
+    return {"by_n": by_n, "detail": detail, "speed": speed}
+
+
+def geh(d: dict) -> dict:
+    grid = table(["pair", "alpha", "seeds", "GEH (default) P / R / F1", "GEH bootstrap only",
+                  "Procrustes on seeds + CSLS-MNN", "ridge on seeds + CSLS-MNN"],
+                 [[arrow(r["pair"]), r["alpha"], r["n_seeds"], prf(r["refined"]), prf(r["geh"]),
+                   prf(r["procrustes"]), prf(r["ridge"])] for r in d["grid"]])
+    alphas = unique(r["alpha"] for r in d["ablations"])
+    rows = []
+    for variant in unique(r["variant"] for r in d["ablations"]):
+        runs = {r["alpha"]: r for r in d["ablations"] if r["variant"] == variant}
+        rows.append([variant] + [prf(runs[a]["geh"]) for a in alphas]
+                    + [", ".join(f"{runs[a]['seconds']:.0f}" for a in alphas)])
+    ablations = table(["variant"] + [f"alpha {a}" for a in alphas] + ["seconds"], rows)
+    return {"grid": grid, "ablations": ablations}
+
+
+def geh_timing(d: dict) -> dict:
+    def fit_s(r):  # the 10,000 x 10,000 row is the one the template's target refers to
+        return f"**{r['seconds']:.1f}**" if r["n1"] == 10_000 else f"{r['seconds']:.1f}"
+    return {"timing": table(["items", "collections", "fit s", "P / R / F1"],
+                            [[n_items(r["n_items"], r["synthetic"]), f"{r['n1']:,} x {r['n2']:,}", fit_s(r),
+                              prf(r["refined"])] for r in d["timing"]])}
+
+
+DIMS = {"minilm6": 384, "minilm3": 384, "mpnet": 768, "glove50": 50}
+
+
+def minivec2vec(d: dict) -> dict:
+    """Quality over seeds from minivec2vec.json, with the MNN-refined column from minivec2vec_mnn.json."""
+    mnn = load("minivec2vec_mnn")["quality"]  # the same protocol with MiniVec2Vec(mnn_refine=2), two pairs only
+
+    def seeds(rows, pair):
+        return [r for r in rows if r["pair"] == pair and r["method"] == "mini-vec2vec"]
+
+    def mean(rows, key):  # a plain sum / n, as numpy.mean in bench/minivec2vec.py: the same rounding at .0005
+        return sum(r[key] for r in rows) / len(rows)
+
+    rows = []
+    for pair in unique(r["pair"] for r in d["quality"]):
+        a, b = pair.split("->")
+        label = f"{a} -> {b} " + ("(equal dims)" if DIMS[a] == DIMS[b] else f"({DIMS[a]} -> {DIMS[b]}, our extension)")
+        mini, refined = seeds(d["quality"], pair), seeds(mnn, pair)
+        sup = next(r for r in d["quality"] if r["pair"] == pair and r["method"] != "mini-vec2vec")
+        rows.append([label, f"{mean(mini, 'top1_paper'):.3f} ({statistics.pstdev(r['top1_paper'] for r in mini):.3f})",
+                     f"{mean(mini, 'rank_paper'):.2f}", f"{mean(mini, 'top1_user'):.3f}",
+                     f"{mean(mini, 'retention10'):.3f}",
+                     f"{mean(refined, 'top1_paper'):.3f} / {mean(refined, 'top1_user'):.3f}" if refined else "-",
+                     f"{sup['top1_paper']:.3f}"])
+    quality = table(["pair", "top-1 paper (sd)", "mean rank", "top-1 user", "retention@10",
+                     "with MNN refinement (ours): top-1 paper / user",
+                     f"supervised Procrustes, {d['protocol']['supervised_pairs']:,} true pairs"], rows)
+    growth = table(["n per side", "wall s", "CPU s", "matching", "initial", "Refine-1", "Refine-2"],
+                   [[n_items(r["n_per_side"], r["synthetic"]), f"{r['wall_s']:.1f}", f"{r['cpu_s']:.1f}"]
+                    + [f"{r['stage_s'][k]:.1f}" for k in ("matching", "initial", "refine1", "refine2")]
+                    for r in d["growth"]])
+    return {"quality": quality, "growth": growth}
+
+
+def linking_retention(d: dict) -> dict:
+    return {"modes": table(["pair", "mode", "links used", "held-out top-1", "retention@10"],
+                           [[arrow(r["pair"]), r["mode"], r.get("links", "-"), f"{r['top1']:.3f}",
+                             f"{r['retention10']:.3f}"] for r in d["rows"]])}
+
+
+TARGETS = (0.90, 0.95)  # retention@10: with nothing re-embedded, with at most 5% re-embedded (as the template says)
+COST_ITEMS = 1_000_000  # the recommender's cost model: 1M items, 1M queries
+
+
+def quality_options(d: dict) -> dict:
+    pairs = list(d["pairs"])
+    first = d["pairs"][pairs[0]]
+    no_reembed = table(["option"] + pairs, [[name] + [f"{d['pairs'][p]['no_reembed'][name]['retention']:.3f}"
+                                                     for p in pairs] for name in first["no_reembed"]])
+    stage = "clustered + hub"
+    reembed = table(["strategy"] + pairs,
+                    [[s] + [" / ".join(f"{x:.3f}" for x in d["pairs"][p]["reembed"][stage][s]) for p in pairs]
+                     for s in first["reembed"][stage]])
+    rerank = table(["K"] + pairs, [[k] + [f"{d['pairs'][p]['rerank'][stage][k]['retention']:.3f} "
+                                          f"({d['pairs'][p]['rerank'][stage][k]['candidates_covered']:.2f})"
+                                          for p in pairs] for k in first["rerank"][stage]])
+
+    def against(value, target, label):
+        verdict = "reached" if value >= target else f"short by {target - value:.3f}"
+        return f"{value:.3f} {verdict} ({label})"
+    none, five = TARGETS
+    targets = table(["pair", "best without the old model, no re-embed", "best with no re-embed (incl. fusion)",
+                     "best without the old model + 5%", "best with 5% (incl. fusion)"],
+                    [[g["pair"], against(g["best_map_retention"], none, g["best_map"]),
+                      against(g["best_none_retention"], none, g["best_none"]),
+                      against(g["best_5pct_maps_retention"], five, g["best_5pct_maps"]),
+                      against(g["best_5pct_retention"], five, g["best_5pct"])] for g in d["goals"]])
+
+    sp, soft = d["speed"], d["speed"]["clustered soft (top_m=3)"]
+    cost_rows = [
+        ["orthogonal map", f"{sp['orthogonal']['transform_s_per_1M']:.0f} s", "none (the map's artifact only)"],
+        ["clustered map, soft (top 3 clusters)", f"{soft['transform_s_per_1M']:.0f} s (fit {soft['fit_s']:.1f} s)",
+         f"artifact {sp['clustered_artifact_bytes'] / 1e6:.0f} MB"],
+        ["clustered map, hard", f"{sp['clustered hard']['transform_s_per_1M']:.0f} s", "same"],
+        [f"hub penalty (kNN against {d['protocol']['n_fit']:,} log queries)", f"{sp['hub_penalty_s_per_1M']:.0f} s",
+         "one more dimension per item (dot metric)"],
+        ["dual-query fusion", "none (wrapped: the old index is what is served)",
+         "none wrapped; the old vectors if the collection is rewritten"]]
+    # the time to re-embed all items with each new model is in the recommender's "full re-embed" choices
+    full = {r["pair"].split("->")[1]: r["cost"]["reembed_s"] for r in d["recommendations"]
+            if r["choice"] == "full re-embed"}
+    for model, s in sorted(full.items(), key=lambda kv: -kv[1]):
+        hours = " / ".join(f"{f * s / 3600:.1f} h" for f in (0.01, 0.05, 0.25))
+        cost_rows.append([f"re-embed 1% / 5% / 25% with {model}",
+                          f"{hours} (data set README: {s / COST_ITEMS * 1000:.1f} ms per gloss)",
+                          "none (vectors replaced)"])
+    costs = table(["option", "one-off time per 1M vectors", "extra storage"], cost_rows)
+
+    recommendations = table(
+        ["pair", "target", "old model kept for queries", "choice", "retention", "compute"],
+        [[r["pair"], r["target"], "yes" if r["allow_old_model"] else "no",
+          r["choice"] + ("" if r["meets_target"] else " (target not reached)"), f"{r['retention']:.3f}",
+          f"{r['cost']['total_s'] / 3600:.1f} h"] for r in d["recommendations"]])
+    return {"no_reembed": no_reembed, "reembed": reembed, "rerank": rerank, "targets": targets, "costs": costs,
+            "recommendations": recommendations}
+
+
+MIGRATE_STORES = {"file": "file://", "pgvector": "PostgreSQL 18 + pgvector", "qdrant_edge": "Qdrant Edge"}
+
+
+def migrate(d: dict) -> dict:
+    return {"stores": table(
+        ["store", "migrate (vectors/s)", "identity copy, 384-d", "migrate / copy",
+         "copy padded to 768-d (same bytes written)", "migrate / padded copy",
+         "translate per query in this run (batch of 1,000, 768-d)", "peak RSS at 25k -> 100k items"],
+        [[MIGRATE_STORES.get(r["store"], r["store"]), f"{r['migrate_vps']:,.0f}", f"{r['copy_vps']:,.0f}",
+          f"{r['ratio_vs_copy']:.2f}x", f"{r['padded_copy_vps']:,.0f}", f"{r['ratio_vs_padded_copy']:.2f}x",
+          f"{r['translate_us_per_query']:.1f} us", f"{r['peak_rss_mb_1x']:,.0f} -> {r['peak_rss_mb_4x']:,.0f} MB"]
+         for r in d["rows"]])}
+
+
+def report_calibration(d: list) -> dict:
+    return {"pairs": table(
+        ["pair (old -> new)", "predicted retention@10", "measured after migrating all 10,000", "error",
+         "Recall@10 stay / mapped / re-embed (report sample)", "verdict"],
+        [[r["pair"], f"{r['predicted']:.3f}", f"{r['measured_after_migration']:.3f}", f"{r['error']:+.3f}",
+          " / ".join(f"{r['three_way'][k]:.3f}" for k in ("stay_on_old_model", "mapped_upgrade", "full_re_embed")),
+          r["verdict"]] for r in d])}
+
+
+CONNECTOR_STORES = {"pgvector": "PostgreSQL 18 + pgvector 0.8", "milvus": "Milvus 2.3.5 server",
+                    "milvus-lite": "Milvus Lite 3.2", "chroma": "Chroma 1.5 server",
+                    "qdrant-local": "Qdrant local (qdrant-client)", "qdrant-edge": "Qdrant Edge 0.9"}
+CONNECTOR_OPS = {("pgvector", "upsert"): "upsert (binary COPY)", ("pgvector", "scan"): "scan (binary COPY, keyset)"}
+
+
+def connectors(d: list) -> dict:
+    def spread(r):
+        if "pair_range" not in r:
+            return "-"
+        lo, hi = r["pair_range"]
+        return f"{lo:+.0%} .. {hi:+.0%} ({r['runs']} pairs)"
+    return {"stores": table(
+        ["store", "op", "N", "vecbridge (vectors/s)", "store's own client (vectors/s)", "overhead", "per-pair range"],
+        [[CONNECTOR_STORES.get(r["store"], r["store"]), CONNECTOR_OPS.get((r["store"], r["op"]), r["op"]),
+          f"{r['n']:,}", f"{r['vecbridge_vps']:,}", f"{r['native_vps']:,}", f"{r['overhead']:+.0%}", spread(r)]
+         for r in d])}
+
+
+RENDERERS = {"align_real": align_real, "geh": geh, "geh_timing": geh_timing, "minivec2vec": minivec2vec,
+             "linking_retention": linking_retention, "quality_options": quality_options, "migrate": migrate,
+             "report_calibration": report_calibration, "connectors": connectors}
+
+
+# ------------------------------------------------------------------------------------------------------ main
+
+def render() -> str:
+    tables = {f"{stem}.{name}": text for stem, fn in RENDERERS.items() for name, text in fn(load(stem)).items()}
+    template = TEMPLATE.read_text()
+    used = PLACEHOLDER.findall(template)
+    unknown, unused = sorted(set(used) - set(tables)), sorted(set(tables) - set(used))
+    if unknown or unused:
+        sys.exit(f"{TEMPLATE.name}: unknown placeholders {unknown}, tables never placed {unused}")
+    return PLACEHOLDER.sub(lambda m: tables[m.group(1)], template)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--check", action="store_true", help="do not write; exit 1 if the README is not up to date")
+    ap.add_argument("--readme", type=Path, default=README, help="the file to write or check (default: %(default)s)")
+    args = ap.parse_args(argv)
+    text = render()
+    if not args.check:
+        args.readme.write_text(text)
+        print(f"wrote {args.readme}")
+        return 0
+    current = args.readme.read_text() if args.readme.exists() else ""
+    if current == text:
+        print(f"{args.readme} is up to date")
+        return 0
+    diff = list(difflib.unified_diff(current.splitlines(), text.splitlines(), "README (on disk)",
+                                     "README (generated)", n=0, lineterm=""))
+    changed = sum(1 for line in diff if line[:1] in "+-" and line[:3] not in ("+++", "---"))
+    print(f"{args.readme} differs from what bench/make_readme.py generates ({changed} lines); "
+          "put prose edits in bench/README.template.md (tables come from bench/results/*.json), "
+          "then run python bench/make_readme.py")
+    print("\n".join(diff[:60]) + ("\n..." if len(diff) > 60 else ""))
+    return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""Presentation of job results (HTML reports, charts): no store, no job, only what a result holds."""
