@@ -106,7 +106,7 @@ def test_bad_artifact_exits_5(tmp_path, sample_stores):
 def test_bad_pairs_spec_and_unknown_scheme(tmp_path, sample_stores):
     r = run("fit", "--source", sample_stores["old"], "--target", sample_stores["new"], "--pairs", "bogus",
             "-o", tmp_path / "a.vb")
-    assert_one_line_error(r, 3, "--pairs must be")
+    assert_one_line_error(r, 3, "unknown pairing")
     r = run("info", "nosuchstore://x/y")
     assert_one_line_error(r, 3, "unknown store scheme")
 

@@ -71,9 +71,9 @@ def test_link_reembed_carries_vectors_and_fit_needs_no_target(stores):
 
 def test_link_errors_are_one_line(stores):
     r = run("link", stores["old"], stores["new"], "--mode", "bogus", "-o", stores["root"] / "x.csv")
-    assert r.exit_code == 3 and "unknown --mode" in r.output
+    assert r.exit_code == 3 and "unknown pairing" in r.output
     r = run("link", stores["old"], "--mode", "reembed", "-o", stores["root"] / "x.csv")
-    assert r.exit_code == 3 and "needs --model" in r.output
+    assert r.exit_code == 3 and "needs the new model" in r.output
     r = run("link", stores["old"], "--mode", "reembed", "--model", "tests.embedders:mpnet_lookup",
             "-o", stores["root"] / "x.csv")
     assert r.exit_code == 3 and "carry vectors" in r.output
@@ -105,7 +105,7 @@ def test_link_geh_grows_seed_ids_into_links_and_fit_uses_them(stores, sample):
 
 def test_link_geh_needs_seeds_and_known_ids(stores):
     r = run("link", stores["old"], stores["new"], "--mode", "geh", "-o", stores["root"] / "x.csv")
-    assert r.exit_code == 3 and "needs --seeds" in r.output
+    assert r.exit_code == 3 and "geh:PATH needs its path" in r.output
     bad = stores["root"] / "bad_seeds.csv"
     bad.write_text("source_id,target_id\n" + "".join(f"nope{i},n{500 + i}\n" for i in range(20)))
     r = run("link", stores["old"], stores["new"], "--mode", "geh", "--seeds", bad, "-o", stores["root"] / "x.csv")
@@ -153,7 +153,7 @@ def test_fit_unsupervised_saves_mini_vec2vec_s_map(stores, sample):
 
     assert metrics.pair_quality(art.transform(sample.docs_old), sample.docs_old @ Q).top1 > 0.95
     r = run("fit", "--source", stores["old"], "--target", hidden.url, "--param", "n_runs=5", "-o", out)
-    assert r.exit_code == 3 and "--pairs unsupervised only" in r.output
+    assert r.exit_code == 3 and "unsupervised pairing only" in r.output
 
 
 def test_fit_clustered_method_saves_local_maps(stores):

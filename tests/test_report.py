@@ -177,3 +177,19 @@ def test_html_report_renders_in_headless_chromium(tmp_path, full_report):
                    capture_output=True, timeout=120)
     data = shot.read_bytes()
     assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 20_000   # a rendered page, not a blank one
+
+
+def test_report_speaks_the_pairs_grammar_and_judges_the_chosen_method(sample_stores):
+    """``--pairs`` picks the correspondences (no fallback), ``--method`` the map whose quality is measured."""
+    plain = compatibility_report(sample_stores["old"], sample_stores["new"], pairs="ids", sample=1200,
+                                 queries_new=sample_stores["queries"], options=False)
+    assert plain["method"] == "orthogonal" and plain["correspondences"]["mode"] == "shared-ids"
+    clustered = compatibility_report(sample_stores["old"], sample_stores["new"], pairs="ids", sample=1200,
+                                     method="clustered", queries_new=sample_stores["queries"], options=False)
+    assert clustered["method"] == "clustered"
+    assert clustered["held_out"]["residual"] != plain["held_out"]["residual"]   # another map was measured
+    assert clustered["fit"] == plain["fit"]   # the Procrustes diagnostics stay those of one rotation
+    with pytest.raises(InputError, match="payload field 'nope'"):
+        compatibility_report(sample_stores["old"], sample_stores["new"], pairs="field:nope", sample=500)
+    with pytest.raises(InputError, match="cannot be used here"):
+        compatibility_report(sample_stores["old"], sample_stores["new"], pairs="file:x.csv", sample=500)

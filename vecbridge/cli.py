@@ -16,6 +16,7 @@ import click
 
 from ._version import __version__
 from .errors import StoreError, VecbridgeError
+from .jobs.fit import METHODS
 
 EXIT_INTERNAL = 70
 EXIT_INTERRUPTED = 130
@@ -107,19 +108,26 @@ def main():
     """Change embedding models without re-embedding your vector database."""
 
 
-_pairs_help = ("How records correspond: 'ids' (same id), 'field:NAME' (same payload value), a CSV/JSON file of id "
-               "pairs, or 'unsupervised' (none: mini-vec2vec on a sample of each).")
+def pairs_option(*kinds: str, default: str | None = "ids", aliases: tuple[str, ...] = ()):
+    """The one ``--pairs`` option: how the records of the two collections correspond (the grammar of
+    :class:`vecbridge.linking.PairSpec`), limited to the pairings the command can use."""
+    words = {"ids": "ids (same id)", "field": "field:NAME (same payload value)",
+             "file": "file:PATH (CSV/JSON of id pairs, or a links .npz)", "reembed": "reembed (with --model)",
+             "reference": "reference:PATH (with --old-model and --model)", "geh": "geh:PATH (seed id pairs)",
+             "unsupervised": "unsupervised (nothing shared: mini-vec2vec)"}
+    return click.option("--pairs", *aliases, default=default, show_default=default is not None, metavar="PAIRING",
+                        help="How records correspond: " + " | ".join(words[k] for k in kinds) + ".")
+
+
+_STORED_PAIRS = ("ids", "field", "file")
 
 
 @main.command()
 @click.option("--source", "source_url", default=None, help="Collection in the OLD model's space (URL).")
 @click.option("--target", "target_url", default=None, help="Collection in the NEW model's space (URL).")
-@click.option("--pairs", default="ids", show_default=True,
-              help=_pairs_help + " A .npz from 'vecbridge link' with vectors needs no collections.")
-@click.option("--method", type=click.Choice(["orthogonal", "clustered", "linear", "ridge", "none"]),
-              default="orthogonal", show_default=True,
-              help="Map family: orthogonal Procrustes; clustered (one orthogonal map per cluster, keeps more "
-                   "retrieval quality); linear/ridge/none are baselines.")
+@pairs_option(*_STORED_PAIRS, "unsupervised")
+@click.option("--method", type=click.Choice(list(METHODS)), default="orthogonal", show_default=True,
+              help="; ".join(f"{m.name}: {m.help}" for m in METHODS.values()) + ".")
 @click.option("--center/--no-center", default=False, show_default=True, help="Centre both sides before fitting.")
 @click.option("--scale/--no-scale", default=False, show_default=True, help="Also fit a global scale.")
 @click.option("--alpha", type=float, default=0.01, show_default=True, help="Ridge strength (relative), --method ridge.")
@@ -189,35 +197,39 @@ def _parse_params(items) -> dict:
 @main.command()
 @click.argument("source_url")
 @click.argument("target_url", required=False)
-@click.option("--mode", required=True,
-              help="ids | field:NAME | pairs:FILE | reembed | reference:FILE | geh | unsupervised")
-@click.option("--seeds", default=None, type=click.Path(dir_okay=False), help="Seed id pairs for --mode geh.")
+@pairs_option(*_STORED_PAIRS, "reembed", "reference", "geh", "unsupervised", default=None, aliases=("--mode",))
+@click.option("--seeds", default=None, type=click.Path(dir_okay=False),
+              help="Seed id pairs for GEH (the same as --pairs geh:PATH).")
 @click.option("--model", default=None, help="New model (name, path or module:function) for reembed/reference.")
-@click.option("--old-model", default=None, help="Old model, for --mode reference:FILE.")
+@click.option("--old-model", default=None, help="Old model, for --pairs reference:PATH.")
 @click.option("--text-field", default="text", show_default=True, help="Payload field with the stored text.")
 @click.option("--sample", type=POSITIVE_INT, default=10_000, show_default=True,
               help="Records to sample per collection.")
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--param", "params", multiple=True, metavar="KEY=VALUE",
-              help="Estimator parameter for --mode geh / unsupervised (repeatable), e.g. --param n_runs=10.")
+              help="Estimator parameter for --pairs geh / unsupervised (repeatable), e.g. --param n_runs=10.")
 @click.option("-o", "--output", required=True, type=click.Path(dir_okay=False),
-              help="Links file: .csv or .json (id links) or .npz (any mode; needed when links carry vectors).")
+              help="Links file: .csv or .json (id links) or .npz (any pairing; needed when links carry vectors).")
 @click.option("--json", "as_json", is_flag=True)
 @handle_errors
-def link(source_url, target_url, mode, seeds, model, old_model, text_field, sample, seed, params, output, as_json):
-    """Find correspondences between SOURCE (old model) and TARGET (new model) for 'vecbridge fit --pairs FILE'."""
+def link(source_url, target_url, pairs, seeds, model, old_model, text_field, sample, seed, params, output, as_json):
+    """Find correspondences between SOURCE (old model) and TARGET (new model) for 'vecbridge fit --pairs file:PATH'."""
     import numpy as np
 
+    from .errors import InputError
     from .jobs.link import link as run_link
+
+    if pairs is None:
+        if not seeds:
+            raise click.UsageError("say how records correspond with --pairs (e.g. --pairs ids)")
+        pairs = "geh"
 
     con_err = _console(stderr=True)
     step = (lambda s: None) if as_json else (lambda s: con_err.print(f"[dim]-[/] {s}"))
-    links = run_link(source_url, target_url, mode, seeds=seeds, model=model, old_model=old_model, text_field=text_field,
-                     sample=sample, seed=seed, params=_parse_params(params), on_step=step)
+    links = run_link(source_url, target_url, pairs, seeds=seeds, model=model, old_model=old_model,
+                     text_field=text_field, sample=sample, seed=seed, params=_parse_params(params), on_step=step)
     if len(links) == 0:
-        from .errors import InputError
-
-        raise InputError(f"--mode {mode} found no links")
+        raise InputError(f"--pairs {pairs} found no links")
     path = links.save(output)
     summary = {"links": str(path), "mode": links.mode, "n": len(links),
                "mean_confidence": float(np.mean(links.confidence)), "carries_vectors": links.has_vectors}
@@ -232,7 +244,7 @@ def link(source_url, target_url, mode, seeds, model, old_model, text_field, samp
 @click.option("--alignment", "alignment_path", required=True, type=click.Path(dir_okay=False))
 @click.option("--source", "source_url", required=True, help="Collection in the OLD model's space.")
 @click.option("--target", "target_url", required=True, help="Collection in the NEW model's space.")
-@click.option("--pairs", default="ids", show_default=True, help=_pairs_help)
+@pairs_option(*_STORED_PAIRS)
 @click.option("--queries", "queries_url", default=None,
               help="New-model query vectors whose ids equal their relevant document's id (for recall retention).")
 @click.option("-k", "k", type=POSITIVE_INT, default=10, show_default=True)
@@ -365,8 +377,7 @@ def migrate(source_url, alignment_path, target_url, field, batch_size, resume, o
 @click.option("--into", "into_url", required=True, help="New collection that receives the union (in B's space).")
 @click.option("--alignment", "alignment_path", required=True, type=click.Path(dir_okay=False),
               help="Alignment from A's space to B's (vecbridge fit / link).")
-@click.option("--links", default="ids", show_default=True,
-              help="Which records are the same item: 'ids' or a CSV/JSON file of a_id,b_id pairs.")
+@pairs_option("ids", "file", aliases=("--links",))
 @click.option("--policy", type=click.Choice(["keep-b", "keep-a", "keep-both"]), default="keep-b", show_default=True,
               help="Vector kept for a linked pair (keep-both: A's mapped vector in a second field).")
 @click.option("--batch-size", type=POSITIVE_INT, default=None)
@@ -375,14 +386,14 @@ def migrate(source_url, alignment_path, target_url, field, batch_size, resume, o
 @click.option("--checkpoint", "checkpoint_path", default=None, type=click.Path(dir_okay=False))
 @click.option("--json", "as_json", is_flag=True)
 @handle_errors
-def merge(a_url, b_url, into_url, alignment_path, links, policy, batch_size, resume, overwrite, checkpoint_path,
+def merge(a_url, b_url, into_url, alignment_path, pairs, policy, batch_size, resume, overwrite, checkpoint_path,
           as_json):
     """Merge index A (old encoder) and index B (new encoder) into one collection in B's space."""
     from .jobs import merge as run_merge
 
     progress, task = _progress(not as_json, "merging", None)
     with progress:
-        result = run_merge(a_url, b_url, into_url, alignment_path, links=links, policy=policy,
+        result = run_merge(a_url, b_url, into_url, alignment_path, links=pairs, policy=policy,
                            batch_size=batch_size, resume=resume, overwrite=overwrite, checkpoint_path=checkpoint_path,
                            on_progress=lambda n: progress.advance(task, n))
     if as_json:
@@ -460,10 +471,14 @@ def search(wrapped, native, vectors_path, k, as_json):
 @main.command()
 @click.argument("old_url")
 @click.argument("new_url", required=False)
-@click.option("--key", default=None, help="Payload field that identifies the same item in both collections.")
+@pairs_option("ids", "field", "reembed", "geh", "unsupervised", default=None)
+@click.option("--method", type=click.Choice(list(METHODS)), default="orthogonal", show_default=True,
+              help="The alignment method you will fit: held-out quality and retrieval are measured with it.")
+@click.option("--key", default=None, help="Payload field that identifies the same item (as --pairs field:NAME).")
 @click.option("--model", default=None, help="New model (name, path or module:function) to re-embed stored texts.")
 @click.option("--text-field", default=None, help="Payload field holding the text (with --model).")
-@click.option("--seeds", default=None, type=click.Path(dir_okay=False), help="CSV/JSON of seed id pairs (GEH).")
+@click.option("--seeds", default=None, type=click.Path(dir_okay=False),
+              help="CSV/JSON of seed id pairs (as --pairs geh:PATH).")
 @click.option("--queries", "queries_url", default=None,
               help="New-model query vectors (ids = the relevant document's id): recall retention.")
 @click.option("--old-queries", "old_queries_url", default=None,
@@ -480,8 +495,8 @@ def search(wrapped, native, vectors_path, k, as_json):
               help="Exit 1 when the verdict is this bad (for CI gates).")
 @click.option("--json", "as_json", is_flag=True)
 @handle_errors
-def report(old_url, new_url, key, model, text_field, seeds, queries_url, old_queries_url, sample, seed, center,
-           target_retention, unsupervised, html_path, fail_on, as_json):
+def report(old_url, new_url, pairs, method, key, model, text_field, seeds, queries_url, old_queries_url, sample, seed,
+           center, target_retention, unsupervised, html_path, fail_on, as_json):
     """Dry-run compatibility report: will the upgrade work, and how much retrieval quality is kept?"""
     from pathlib import Path
 
@@ -491,7 +506,8 @@ def report(old_url, new_url, key, model, text_field, seeds, queries_url, old_que
 
     con_err = _console(stderr=True)
     step = (lambda s: None) if as_json else (lambda s: con_err.print(f"[dim]-[/] {s}"))
-    rep = compatibility_report(old_url, new_url, sample=sample, seed=seed, key=key, model=model,
+    rep = compatibility_report(old_url, new_url, sample=sample, seed=seed, pairs=pairs, method=method, key=key,
+                               model=model,
                                text_field=text_field, seeds=seeds, queries_new=queries_url,
                                queries_old=old_queries_url, center=center, unsupervised=unsupervised,
                                target_retention=target_retention, on_step=step)

@@ -7,36 +7,21 @@ from typing import Callable
 import numpy as np
 
 from ..align.artifact import Alignment
-from ..align.baselines import LinearMap, NoMap
+from ..align.methods import METHODS as METHODS  # the table, for the CLI
+from ..align.methods import method as method_of
 from ..align.moments import PairMoments
-from ..align.procrustes import OrthogonalProcrustes
 from ..connectors.base import Collection
 from ..errors import InputError
 from ..fs import require_writable
+from ..linking.pairspec import PairSpec
 from ..validation import check_paired
 from ..vectors import l2_normalize
 from .open import open_collection
-from .pair_spec import describe_pairs, iter_pairs
+from .pair_spec import iter_pairs
 from .pairs import in_holdout
 
-METHODS = ("orthogonal", "linear", "ridge", "none")
-
-
-#: pairs held in memory for ``--method clustered`` when ``max_pairs`` is not given (local maps need the pairs)
+#: pairs held in memory for a method that does not stream (clustered) when ``max_pairs`` is not given
 CLUSTERED_MAX_PAIRS = 200_000
-
-
-def make_estimator(method: str = "orthogonal", *, center: bool = False, scale: bool = False, alpha: float = 0.01):
-    """The estimator behind a method name (the CLI's ``--method``)."""
-    if method == "orthogonal":
-        return OrthogonalProcrustes(center=center, scale=scale)
-    if method == "linear":
-        return LinearMap(alpha=0.0, fit_intercept=center)
-    if method == "ridge":
-        return LinearMap(alpha=alpha, fit_intercept=center)
-    if method == "none":
-        return NoMap()
-    raise InputError(f"unknown method {method!r} (choose from {', '.join(METHODS)})")
 
 
 class _CountingSource:
@@ -66,12 +51,12 @@ class _CountingSource:
         return batch
 
 
-def _vector_links(pairs: str):
+def _vector_links(spec: PairSpec):
     """A links file whose anchors carry their vectors (re-embedded or reference-corpus anchors), else None."""
-    if isinstance(pairs, str) and pairs.lower().endswith(".npz"):
+    if spec.kind == "file" and spec.value.lower().endswith(".npz"):
         from ..linking.links import Links
 
-        links = Links.load_npz(pairs)
+        links = Links.load_npz(spec.value)
         return links if links.has_vectors else None
     return None
 
@@ -90,7 +75,7 @@ def _fit_unsupervised(source, target, *, n: int, seed: int, params: dict, source
     from .link import unsupervised_fit
 
     if source is None or target is None:
-        raise InputError("--pairs unsupervised needs --source and --target")
+        raise InputError("the unsupervised pairing needs a source and a target collection")
     src, tgt = open_collection(source), open_collection(target)
     a, b, est = unsupervised_fit(src, tgt, sample=n, seed=seed, params=params)
     info_s, info_t = src.info(), tgt.info()
@@ -102,7 +87,7 @@ def _fit_unsupervised(source, target, *, n: int, seed: int, params: dict, source
         target={"url": tgt.display_url, "dim": info_t.dim, "count": info_t.count})
 
 
-def fit_alignment(source, target, *, pairs: str = "ids", method: str = "orthogonal", center: bool = False,
+def fit_alignment(source, target, *, pairs: "str | PairSpec" = "ids", method: str = "orthogonal", center: bool = False,
                   scale: bool = False, alpha: float = 0.01, normalization: str = "none", holdout: float = 0.0,
                   max_pairs: int | None = None, seed: int = 0, batch_size: int = 2000,
                   source_model: str | None = None, target_model: str | None = None,
@@ -110,8 +95,9 @@ def fit_alignment(source, target, *, pairs: str = "ids", method: str = "orthogon
                   on_start: Callable[[int], None] | None = None) -> Alignment:
     """Fit a map from ``source``'s space to ``target``'s space on corresponding records, without holding them all.
 
-    ``pairs`` is ``ids``, ``field:NAME``, a CSV/JSON file of id pairs, or a ``.npz`` links file from
-    ``vecbridge link`` (one that carries vectors, from re-embedding or a reference corpus, needs no collections).
+    ``pairs`` is ``ids``, ``field:NAME``, ``file:PATH`` (a CSV/JSON file of id pairs, or a ``.npz`` links file from
+    ``vecbridge link``: one that carries vectors, from re-embedding or a reference corpus, needs no collections) or
+    ``unsupervised`` (see :class:`~vecbridge.linking.PairSpec`).
     ``holdout`` keeps a deterministic fraction of pairs (by id hash) out of the fit so that ``evaluate`` can measure
     on unseen items; ``max_pairs`` fits on a seeded uniform sample of the source instead of a full scan.
 
@@ -122,21 +108,23 @@ def fit_alignment(source, target, *, pairs: str = "ids", method: str = "orthogon
     retention@10 0.78 where refitting Procrustes on its mutual-nearest-neighbour links keeps 0.72
     (``bench/linking_retention.py``).
     """
-    if params and pairs != "unsupervised":
-        raise InputError("--param applies to --pairs unsupervised only")
-    if pairs == "unsupervised":
+    spec = PairSpec.parse(pairs, allowed=("ids", "field", "file", "unsupervised"))
+    chosen = method_of(method)
+    if params and spec.kind != "unsupervised":
+        raise InputError("estimator parameters apply to the unsupervised pairing only")
+    if spec.kind == "unsupervised":
         return _fit_unsupervised(source, target, n=max_pairs or 10_000, seed=seed, params=params or {},
                                  source_model=source_model, target_model=target_model)
     if normalization not in ("none", "l2"):
         raise InputError("normalization must be 'none' or 'l2'")
     if not 0.0 <= holdout < 1.0:
         raise InputError("holdout must be in [0, 1)")
-    links = _vector_links(pairs)
+    links = _vector_links(spec)
     described = {}
     counting = None
     if links is None:
         if source is None or target is None:
-            raise InputError("fitting on shared ids, a payload field or id pairs needs --source and --target")
+            raise InputError(f"fitting on {spec.label} needs a source and a target collection")
         src, tgt = open_collection(source), open_collection(target)
         src_info, tgt_info = src.info(), tgt.info()
         for coll, info in ((src, src_info), (tgt, tgt_info)):
@@ -145,7 +133,7 @@ def fit_alignment(source, target, *, pairs: str = "ids", method: str = "orthogon
         if on_start:
             on_start(min(src_info.count, max_pairs) if max_pairs else src_info.count)
         src = counting = _CountingSource(src)
-        batches = iter_pairs(src, tgt, pairs, batch_size=batch_size, limit=max_pairs, seed=seed)
+        batches = iter_pairs(src, tgt, spec, batch_size=batch_size, limit=max_pairs, seed=seed)
         metric = tgt_info.metric
         described = {"source": {"url": src.display_url, "dim": src_info.dim, "count": src_info.count},
                      "target": {"url": tgt.display_url, "dim": tgt_info.dim, "count": tgt_info.count}}
@@ -153,13 +141,13 @@ def fit_alignment(source, target, *, pairs: str = "ids", method: str = "orthogon
     else:
         batches = _vector_batches(links, batch_size, max_pairs)
         metric = links.meta.get("metric", "cosine")
-        where = f"in {pairs}"
+        where = f"in {spec.value}"
     moments = None
     n_seen = 0               # paired records (fit and held out)
-    kept: list = []          # method "clustered" fits on the pairs themselves (bounded by max_pairs), not moments
-    if method == "clustered" and max_pairs is None:
+    kept: list = []          # a method that does not stream fits on the pairs themselves (bounded by max_pairs)
+    if not chosen.streams and max_pairs is None:
         max_pairs = CLUSTERED_MAX_PAIRS
-        batches = iter_pairs(src, tgt, pairs, batch_size=batch_size, limit=max_pairs, seed=seed) \
+        batches = iter_pairs(src, tgt, spec, batch_size=batch_size, limit=max_pairs, seed=seed) \
             if links is None else _vector_batches(links, batch_size, max_pairs)
     for s_batch, t_batch in batches:
         n_seen += len(s_batch)
@@ -175,24 +163,22 @@ def fit_alignment(source, target, *, pairs: str = "ids", method: str = "orthogon
             moments = PairMoments(s_batch.dim, t_batch.dim)
         if len(X):
             moments.update(X, Y, offset=moments.n)
-            if method == "clustered":
+            if not chosen.streams:
                 kept.append((np.asarray(X, np.float32), np.asarray(Y, np.float32)))
         if on_batch:
             on_batch(len(s_batch))
     n_examined = counting.n_read if counting is not None else n_seen
     if moments is None or moments.n == 0:
-        why = "no shared ids" if pairs == "ids" else "no matching pairs"
+        why = "no shared ids" if spec.kind == "ids" else "no matching pairs"
         if n_seen:   # pairs exist, but all of them fell in the held-out split
-            why = f"all {n_seen:,} pairs are in the held-out split (--holdout {holdout})"
+            why = f"all {n_seen:,} pairs are in the held-out split (holdout {holdout})"
         raise InputError(f"cannot fit: {why} {where} ({n_examined:,} source records examined)")
-    if method == "clustered":
-        from ..align.clustered import ClusteredProcrustes
-
-        estimator = ClusteredProcrustes(random_state=seed).fit(np.concatenate([x for x, _ in kept]),
-                                                               np.concatenate([y for _, y in kept]))
+    estimator = chosen.build(center=center, scale=scale, alpha=alpha, seed=seed)
+    if chosen.streams:
+        estimator.fit_moments(moments)
     else:
-        estimator = make_estimator(method, center=center, scale=scale, alpha=alpha).fit_moments(moments)
-    anchors = describe_pairs(pairs)
+        estimator.fit(np.concatenate([x for x, _ in kept]), np.concatenate([y for _, y in kept]))
+    anchors = spec.describe()
     if links is not None:
         anchors["method"] = links.mode
     anchors.update({"n_examined": n_examined, "n_paired": n_seen, "holdout": holdout, "max_pairs": max_pairs, "seed":

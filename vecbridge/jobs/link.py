@@ -8,10 +8,9 @@ import numpy as np
 from ..connectors.base import Collection, VectorBatch
 from ..errors import InputError
 from ..linking.links import Links
+from ..linking.pairspec import PairSpec
 from .open import open_collection
 from .pairs import pairs_by_field, pairs_by_ids, pairs_from_list, read_pairs_file
-
-MODES = ("ids", "field:NAME", "pairs:FILE", "reembed", "reference:FILE", "geh", "unsupervised")
 
 
 def _estimator(cls, params: dict, seed: int):
@@ -36,7 +35,7 @@ def geh_fit(source: Collection, target: Collection, seeds: str | None, *, sample
     from ..linking.geh import GEH
 
     if not seeds:
-        raise InputError("--mode geh needs --seeds FILE (15-30 known id pairs)")
+        raise InputError("GEH needs a file of 15-30 known id pairs (the pairing geh:FILE)")
     est = _estimator(GEH, params or {}, seed)
     pairs = read_pairs_file(seeds)
     a = _with_seeds(source, sample, seed, [p[0] for p in pairs])
@@ -87,54 +86,56 @@ def _with_seeds(coll: Collection, sample: int, seed: int, seed_ids: list) -> Vec
     return VectorBatch.concat([seeds, rest.take(keep)])
 
 
-def link(source: Collection, target: Collection | None, mode: str, *, seeds: str | None = None,
-         model: str | None = None, old_model: str | None = None, text_field: str = "text", sample: int = 10_000,
-         seed: int = 0, params: dict | None = None, on_step: Callable[[str], None] = lambda s: None) -> Links:
-    """Correspondences between ``source`` (old model) and ``target`` (new model) by ``mode`` (see :data:`MODES`).
+def link(source, target, pairs: "str | PairSpec", *, seeds: str | None = None, model: str | None = None,
+         old_model: str | None = None, text_field: str = "text", sample: int = 10_000, seed: int = 0,
+         params: dict | None = None, on_step: Callable[[str], None] = lambda s: None) -> Links:
+    """Correspondences between ``source`` (old model) and ``target`` (new model), found as ``pairs`` says (any
+    :class:`~vecbridge.linking.PairSpec`; ``"geh"`` with ``seeds=FILE`` is read as ``geh:FILE``).
 
     ``params`` go to the estimator of ``geh`` (:class:`~vecbridge.linking.geh.GEH`) or ``unsupervised``
     (:class:`~vecbridge.align.minivec2vec.MiniVec2Vec`); the papers' defaults otherwise."""
+    if pairs == "geh" and seeds:
+        pairs = f"geh:{seeds}"
+    spec = PairSpec.parse(pairs)
     source = open_collection(source)
     target = open_collection(target) if target is not None else None
     params = dict(params or {})
-    if params and mode not in ("geh", "unsupervised"):
-        raise InputError(f"--param applies to --mode geh or unsupervised, not {mode!r}")
-    if mode == "ids":
-        return _id_links(list(pairs_by_ids(source, target, limit=sample, seed=seed)), "ids")
-    if mode.startswith("field:"):
-        return _id_links(list(pairs_by_field(source, target, mode[6:], limit=sample, seed=seed)), mode)
-    if mode.startswith("pairs:"):
-        return _id_links(list(pairs_from_list(source, target, read_pairs_file(mode[6:]))), "pairs")
-    if mode == "reembed":
+    if params and spec.kind not in ("geh", "unsupervised"):
+        raise InputError(f"estimator parameters apply to the geh and unsupervised pairings, not {str(spec)!r}")
+    if spec.kind == "reembed":
         from .reembed import load_model, reembed_pairs
 
         if not model:
-            raise InputError("--mode reembed needs --model (the new model: name, local path or module:function)")
+            raise InputError("re-embedding needs the new model (a name, a local path or module:function)")
         on_step(f"re-embedding up to {sample:,} stored texts ({text_field!r}) with {model}")
         olds, news = reembed_pairs(source, load_model(model), text_field=text_field, n=sample, seed=seed)
         return Links(list(olds.ids), [f"reembed:{i}" for i in olds.ids], np.ones(len(olds), np.float32), "reembed",
                      olds.vectors, news, {"model": model, "text_field": text_field})
-    if mode.startswith("reference:"):
+    if spec.kind == "reference":
         from .reembed import load_model, read_texts, reference_pairs
 
         if not (model and old_model):
-            raise InputError("--mode reference:FILE needs --old-model and --model (both encoders)")
-        texts = read_texts(mode[10:], limit=sample)
+            raise InputError("a reference corpus needs both encoders: the old model and the new model")
+        texts = read_texts(spec.value, limit=sample)
         on_step(f"embedding {len(texts):,} reference texts with both models")
         X, Y = reference_pairs(texts, load_model(old_model), load_model(model))
         ids = [f"ref:{j}" for j in range(len(texts))]
         return Links(ids, ids, np.ones(len(ids), np.float32), "reference", X, Y,
                      {"model": model, "old_model": old_model})
     if target is None:
-        raise InputError(f"--mode {mode} needs a target collection")
-    if mode == "geh":
-        a, b, geh = geh_fit(source, target, seeds, sample=sample, seed=seed, params=params, on_step=on_step)
+        raise InputError(f"the pairing {str(spec)!r} needs a target collection")
+    if spec.kind == "ids":
+        return _id_links(list(pairs_by_ids(source, target, limit=sample, seed=seed)), "ids")
+    if spec.kind == "field":
+        return _id_links(list(pairs_by_field(source, target, spec.value, limit=sample, seed=seed)), str(spec))
+    if spec.kind == "file":
+        return _id_links(list(pairs_from_list(source, target, read_pairs_file(spec.value))), "pairs")
+    if spec.kind == "geh":
+        a, b, geh = geh_fit(source, target, spec.value, sample=sample, seed=seed, params=params, on_step=on_step)
         return Links([a.ids[i] for i in geh.links_[:, 0]], [b.ids[j] for j in geh.links_[:, 1]],
                      np.asarray(geh.confidence_, np.float32), "geh", meta={"n_seeds": int(geh.is_seed_.sum())})
-    if mode == "unsupervised":
-        on_step(f"unsupervised alignment (mini-vec2vec) of up to {sample:,} vectors per side")
-        a, b, est = unsupervised_fit(source, target, sample=sample, seed=seed, params=params)
-        pairs, scores = pseudo_pairs(est, a, b)
-        conf = np.clip((scores + 1) / 2, 0, 1).astype(np.float32)     # CSLS in [-1, 1] -> [0, 1]
-        return Links([a.ids[i] for i in pairs[:, 0]], [b.ids[j] for j in pairs[:, 1]], conf, "unsupervised")
-    raise InputError(f"unknown --mode {mode!r} (choose from {', '.join(MODES)})")
+    on_step(f"unsupervised alignment (mini-vec2vec) of up to {sample:,} vectors per side")
+    a, b, est = unsupervised_fit(source, target, sample=sample, seed=seed, params=params)
+    pairs_, scores = pseudo_pairs(est, a, b)
+    conf = np.clip((scores + 1) / 2, 0, 1).astype(np.float32)     # CSLS in [-1, 1] -> [0, 1]
+    return Links([a.ids[i] for i in pairs_[:, 0]], [b.ids[j] for j in pairs_[:, 1]], conf, "unsupervised")

@@ -23,6 +23,7 @@ import numpy as np
 from ..connectors import connect
 from ..connectors.base import Collection, VectorBatch
 from ..errors import InputError, StoreError, VecbridgeError
+from ..linking.pairspec import PairSpec
 from .checkpoint import Checkpoint
 from .guard import check_checkpoint_writable, exclusive_writer, refuse_inputs_as_target
 from .open import load_alignment
@@ -38,8 +39,9 @@ def _merge_payload(pa: dict, pb: dict) -> dict:
     return {**(pa or {}), **(pb or {})}
 
 
-def merge(a, b, into, alignment, *, links: str = "ids", policy: str = "keep-b", batch_size: int | None = None,
-          resume: bool = False, overwrite: bool = False, checkpoint_path=None, on_progress=None) -> dict:
+def merge(a, b, into, alignment, *, links: "str | PairSpec" = "ids", policy: str = "keep-b",
+          batch_size: int | None = None, resume: bool = False, overwrite: bool = False, checkpoint_path=None,
+          on_progress=None) -> dict:
     if policy not in POLICIES:
         raise InputError(f"policy must be one of {', '.join(POLICIES)}")
     alignment, alignment_path = load_alignment(alignment)
@@ -55,9 +57,10 @@ def merge(a, b, into, alignment, *, links: str = "ids", policy: str = "keep-b", 
         raise InputError(f"{B.display_url} holds {b_info.dim}-d vectors but the alignment maps into "
                          f"{alignment.target_dim}-d space")
 
+    spec = PairSpec.parse(links, allowed=("ids", "file"))
     explicit = None
-    if links != "ids":
-        pairs = read_pairs_file(links)
+    if spec.kind == "file":
+        pairs = read_pairs_file(spec.value)
         explicit = {"a2b": {str(x): y for x, y in pairs}, "b2a": {str(y): x for x, y in pairs}}
 
     C_a = C.with_vector_field(A_FIELD) if policy == "keep-both" else None  # refuses before anything is written
@@ -66,7 +69,7 @@ def merge(a, b, into, alignment, *, links: str = "ids", policy: str = "keep-b", 
     check_checkpoint_writable(ckpt_path)
     C.check_writable()
     identity = {"kind": "merge", "a": str(A.identity), "b": str(B.identity), "into": str(C.identity),
-                "alignment": alignment.fingerprint, "links": links if links == "ids" else Path(links).name,
+                "alignment": alignment.fingerprint, "links": str(spec) if spec.kind == "ids" else Path(spec.value).name,
                 "policy": policy}
     with exclusive_writer(C):
         return _merge(A, B, C, C_a, alignment, explicit, policy, bs, resume, overwrite,

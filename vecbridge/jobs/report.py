@@ -33,11 +33,14 @@ from dataclasses import dataclass
 import numpy as np
 
 from .. import metrics
+from ..align.methods import method as method_of
 from ..align.procrustes import FewPairsWarning, OrthogonalProcrustes
 from ..connectors.base import Collection
 from ..errors import InputError
+from ..linking.pairspec import PairSpec
 from ..validation import check_paired
 from .open import open_collection
+from .pairs import pairs_by_field
 
 #: verdict thresholds (documented in the README): GO needs all of the "go" ones; NO-GO any of the "no_go" ones.
 #: Top-1 is the measured one, among the held-out items (``held_out["pool"]``); its extrapolation to the collection's
@@ -74,39 +77,75 @@ def _by_ids(old: Collection, new: Collection, sample: int, seed: int):
     return s, t, rows, pos
 
 
+#: the pairings a report can use (see :class:`~vecbridge.linking.PairSpec`)
+REPORT_PAIRS = ("ids", "field", "reembed", "geh", "unsupervised")
+
+
+def _field_correspondences(old, new, key, sample, seed) -> Correspondences | None:
+    parts = list(pairs_by_field(old, new, key, limit=sample, seed=seed))
+    if not parts:
+        return None
+    X = np.concatenate([a.vectors for a, _ in parts])
+    Y = np.concatenate([b.vectors for _, b in parts])
+    return Correspondences("payload-key", f"{len(X):,} sampled records share payload field {key!r}", X, Y,
+                           [i for a, _ in parts for i in a.ids], new_ids=[i for _, b in parts for i in b.ids])
+
+
+def _id_correspondences(old, new, sample, seed) -> Correspondences | None:
+    s, t, rows, pos = _by_ids(old, new, sample, seed)
+    if len(rows) < MIN_PAIRS:
+        return None
+    return Correspondences("shared-ids", f"{len(rows):,} of {len(s):,} sampled old ids also exist in the new "
+                           f"collection", s.vectors[rows], t.vectors[[pos[s.ids[j]] for j in rows]],
+                           [s.ids[j] for j in rows], new_ids=[s.ids[j] for j in rows])
+
+
+def _reembedded_correspondences(old, model, text_field, sample, seed) -> Correspondences:
+    from .reembed import load_model, reembed_pairs
+
+    olds, news = reembed_pairs(old, load_model(model), text_field=text_field, n=sample, seed=seed)
+    return Correspondences("re-embedded-sample", f"{len(olds):,} stored texts ({text_field!r}) re-embedded with "
+                           f"{model}", olds.vectors, news, list(olds.ids))
+
+
 def find_correspondences(old: Collection, new: Collection | None, *, sample: int = 5000, seed: int = 0,
-                         key: str | None = None, model: str | None = None, text_field: str | None = None,
-                         seeds: str | None = None, unsupervised: bool = True,
+                         pairs: "str | PairSpec | None" = None, key: str | None = None, model: str | None = None,
+                         text_field: str | None = None, seeds: str | None = None, unsupervised: bool = True,
                          unsupervised_params: dict | None = None) -> Correspondences:
-    """The best available source of pairs, in order of reliability; unsupervised mini-vec2vec last."""
-    if key:
-        from .pairs import pairs_by_field
-
-        parts = list(pairs_by_field(old, new, key, limit=sample, seed=seed))
-        if parts:
-            X = np.concatenate([a.vectors for a, _ in parts])
-            Y = np.concatenate([b.vectors for _, b in parts])
-            return Correspondences("payload-key", f"{len(X):,} sampled records share payload field {key!r}",
-                                   X, Y, [i for a, _ in parts for i in a.ids],
-                                   new_ids=[i for _, b in parts for i in b.ids])
-    if new is not None:
-        s, t, rows, pos = _by_ids(old, new, sample, seed)
-        if len(rows) >= MIN_PAIRS:
-            return Correspondences("shared-ids", f"{len(rows):,} of {len(s):,} sampled old ids also exist in the "
-                                   f"new collection", s.vectors[rows], t.vectors[[pos[s.ids[j]] for j in rows]],
-                                   [s.ids[j] for j in rows], new_ids=[s.ids[j] for j in rows])
+    """Pairs as ``pairs`` says (one of :data:`REPORT_PAIRS`); without it, the best available source of pairs in
+    order of reliability: a payload ``key``, shared ids, a re-embedded sample with ``model``, GEH from ``seeds``,
+    and unsupervised mini-vec2vec last (unless ``unsupervised`` is False)."""
+    params = unsupervised_params or {}
+    if pairs is not None:
+        spec = PairSpec.parse(pairs, allowed=REPORT_PAIRS)
+        if spec.kind == "reembed":
+            if not (model and text_field):
+                raise InputError("re-embedding needs the new model and the payload field that holds the text")
+            return _reembedded_correspondences(old, model, text_field, sample, seed)
+        if new is None:
+            raise InputError(f"the pairing {str(spec)!r} needs the new collection")
+        if spec.kind == "geh":
+            return _geh_correspondences(old, new, spec.value, sample, seed)
+        if spec.kind == "unsupervised":
+            return _unsupervised_correspondences(old, new, sample, seed, params)
+        found = (_field_correspondences(old, new, spec.value, sample, seed) if spec.kind == "field"
+                 else _id_correspondences(old, new, sample, seed))
+        if found is None:
+            raise InputError(f"no correspondences by {spec.label} among {sample:,} sampled records")
+        return found
+    found = _field_correspondences(old, new, key, sample, seed) if key and new is not None else None
+    if found is None and new is not None:
+        found = _id_correspondences(old, new, sample, seed)
+    if found is not None:
+        return found
     if model and text_field:
-        from .reembed import load_model, reembed_pairs
-
-        olds, news = reembed_pairs(old, load_model(model), text_field=text_field, n=sample, seed=seed)
-        return Correspondences("re-embedded-sample", f"no shared ids; {len(olds):,} stored texts "
-                               f"({text_field!r}) re-embedded with {model}", olds.vectors, news, list(olds.ids))
+        return _reembedded_correspondences(old, model, text_field, sample, seed)
     if seeds and new is not None:
         return _geh_correspondences(old, new, seeds, sample, seed)
     if unsupervised and new is not None:
-        return _unsupervised_correspondences(old, new, sample, seed, unsupervised_params or {})
-    raise InputError("no correspondences: the collections share no ids; give --key FIELD, --model and "
-                     "--text-field (re-embed a sample), or --seeds FILE (GEH)")
+        return _unsupervised_correspondences(old, new, sample, seed, params)
+    raise InputError("no correspondences: the collections share no ids; say how records correspond "
+                     "(field:NAME, reembed with a model and a text field, or geh:FILE of seed pairs)")
 
 
 def _unsupervised_correspondences(old, new, sample, seed, params) -> Correspondences:
@@ -206,12 +245,19 @@ def _top1_curve(mapped_held, Y_pool, top1_held: float, rng, full_size: int) -> d
 
 
 def compatibility_report(old, new=None, *, sample: int = 5000, seed: int = 0, holdout: float = 0.2,
+                         pairs: "str | PairSpec | None" = None, method: str = "orthogonal",
                          key: str | None = None, model: str | None = None, text_field: str | None = None,
                          seeds: str | None = None, queries_new=None, queries_old=None, k: int = 10,
                          center: bool = False, unsupervised: bool = True, unsupervised_params: dict | None = None,
                          options: bool = True, target_retention: float = 0.95, on_step=lambda s: None) -> dict:
-    """Everything a user needs to decide on an upgrade, as a JSON-serialisable dict (see the module docstring)."""
+    """Everything a user needs to decide on an upgrade, as a JSON-serialisable dict (see the module docstring).
+
+    ``pairs`` says how records correspond (see :func:`find_correspondences`); ``method`` is the alignment method the
+    user will fit (:data:`vecbridge.align.methods.METHODS`): held-out quality and retrieval are measured with it,
+    while the Procrustes diagnostics (residual, bound) and the learning curve come from an orthogonal fit."""
     import warnings
+
+    chosen = method_of(method)
 
     old_c = open_collection(old)
     new_c = open_collection(new) if new is not None else None
@@ -219,7 +265,7 @@ def compatibility_report(old, new=None, *, sample: int = 5000, seed: int = 0, ho
     if old_info.count == 0:
         raise InputError(f"collection is empty: {old_c.display_url}")
     on_step("finding correspondences")
-    corr = find_correspondences(old_c, new_c, sample=sample, seed=seed, key=key, model=model,
+    corr = find_correspondences(old_c, new_c, sample=sample, seed=seed, pairs=pairs, key=key, model=model,
                                 text_field=text_field, seeds=seeds, unsupervised=unsupervised,
                                 unsupervised_params=unsupervised_params)
     n = len(corr.X)
@@ -241,14 +287,16 @@ def compatibility_report(old, new=None, *, sample: int = 5000, seed: int = 0, ho
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", FewPairsWarning)
         est = OrthogonalProcrustes(center=center).fit(X[train], Y[train])
-    mapped_held = est.transform(X[held])
+        judged = est if chosen.name == "orthogonal" else \
+            chosen.build(center=center, seed=seed).fit(X[train], Y[train])
+    mapped_held = judged.transform(X[held])
     pq = metrics.pair_quality(mapped_held, Y[held])
     cos = np.einsum("ij,ij->i", metrics._prep(mapped_held, "cosine"), metrics._prep(Y[held], "cosine"))
     held_resid = float(np.mean(np.sum((mapped_held - Y[held]) ** 2, axis=1)))
     top1_curve = _top1_curve(mapped_held, Y[pool_order], pq.top1, np.random.default_rng(seed + 1), old_info.count)
 
     report = {
-        "old": old_c.display_url, "new": new_c.display_url if new_c else None,
+        "old": old_c.display_url, "new": new_c.display_url if new_c else None, "method": chosen.name,
         "old_info": old_info.as_dict(), "new_info": new_c.info().as_dict() if new_c else None,
         "correspondences": {"mode": corr.mode, "reason": corr.reason, "n": n, "train": len(train),
                             "held_out": len(held), "pseudo": corr.pseudo, **(corr.diagnostics or {})},
@@ -294,7 +342,7 @@ def compatibility_report(old, new=None, *, sample: int = 5000, seed: int = 0, ho
     measure = None
     if qb is not None:
         pool_x = X[pool_order]
-        mapped_pool = est.transform(pool_x)
+        mapped_pool = judged.transform(pool_x)
         both, Q_old = _old_queries(queries_old, qb)     # fetched once: three-way comparison and options
         if corr.pseudo:
             # pseudo-pairs: the partners are estimates, so no "native" pool exists; measure what needs no true pairs

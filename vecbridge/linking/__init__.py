@@ -4,8 +4,9 @@ need a store (shared ids, a payload key, a re-embedded sample) are found by :mod
 from .._deprecated import moved
 from .geh import GEH
 from .links import Links
+from .pairspec import PairSpec
 
-__all__ = ["GEH", "Links"]
+__all__ = ["GEH", "Links", "PairSpec"]
 
 __getattr__ = moved("vecbridge.linking", {
     "MiniVec2Vec": "vecbridge.align",
