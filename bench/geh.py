@@ -98,7 +98,7 @@ def loadavg() -> float:
 
 def run_geh(E1, E2, seeds, truth, random_state=0, **params) -> dict:
     t0 = time.perf_counter()
-    g = GEH(random_state=random_state, **params).fit(E1, E2, seeds)
+    g = GEH(random_state=random_state).set_params(**params).fit(E1, E2, seeds)
     sec = time.perf_counter() - t0
     out = {"seconds": round(sec, 2), "load": loadavg(), "iterations": g.n_iter_, "stop": g.stop_reason_,
            "views": round(float(g.n_views_), 1),
@@ -212,7 +212,7 @@ def part_timing(data, out, sizes, time_cap):
         rows1, rows2, truth, seeds = make_split(n_items, 0.3, 15, 0)
         E1, E2 = Ag[rows1], Bg[rows2]
         res = run_geh(E1, E2, seeds, truth)
-        path = "large" if max(len(E1), len(E2)) > GEH().large_threshold else "global"
+        path = "large" if max(len(E1), len(E2)) > GEH().search.large_threshold else "global"
         res.update(n_items=n_items, n1=len(E1), n2=len(E2), path=path, synthetic=n_items > len(A))
         out.append(res)
         fin = res.get("refined", res["geh"])

@@ -149,3 +149,14 @@ def test_wrong_dimension_is_refused_at_apply_time(fitted):
         a.inverse_transform(np.ones((2, 24)))
     with pytest.raises(InputError, match="not fitted"):
         Alignment.from_estimator(OrthogonalProcrustes())
+
+
+def test_extra_metadata_cannot_overwrite_what_from_estimator_sets(fitted):
+    est, _ = fitted
+    a = Alignment.from_estimator(est, source={"url": "file://x"}, note="kept")
+    assert a.metadata["source"] == {"url": "file://x"} and a.metadata["note"] == "kept"
+    for key in ("kind", "fit", "scale", "sha256", "vecbridge_version"):
+        with pytest.raises(InputError, match=f"{key} is a reserved metadata key"):
+            Alignment.from_estimator(est, **{key: "forged"})
+    with pytest.raises(InputError, match="fit, kind are reserved"):
+        Alignment.from_estimator(est, kind="linear", fit={})

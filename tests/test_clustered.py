@@ -12,8 +12,9 @@ import pytest
 
 from vecbridge import metrics
 from vecbridge.align import Alignment, OrthogonalProcrustes
-from vecbridge.align.clustered import ClusteredProcrustes, cluster_weights, polar_factor, spherical_kmeans
+from vecbridge.align.clustered import ClusteredProcrustes, cluster_weights, polar_factor
 from vecbridge.errors import ArtifactError, InputError
+from vecbridge.numeric.kmeans import spherical_kmeans
 
 SHARED_WORDNET = Path(__file__).resolve().parents[2] / "shared" / "data" / "wordnet"
 
@@ -262,7 +263,7 @@ def test_wrapped_search_with_a_clustered_alignment(sample, sample_stores, real_f
     mapped = alignment.transform(sample.docs_old)
     for q, row, sc in zip(sample.queries_new[:20], ids, scores):
         rows = [pos[i] for i in row]
-        expect = metrics._prep(mapped[rows], "cosine") @ metrics._prep(q[None], "cosine")[0]
+        expect = metrics.prepare_vectors(mapped[rows], "cosine") @ metrics.prepare_vectors(q[None], "cosine")[0]
         np.testing.assert_allclose(sc, expect, atol=1e-5)
     hits = np.mean([sample.ids[1000 + i] in row for i, row in enumerate(ids)])
     assert hits > 0.5

@@ -1,4 +1,4 @@
-"""GEH (seed 003) on the bundled real sample: recovers links from 15 seeds, is reproducible, handles unequal
+"""GEH (the Vector Linking paper, 2026) on the bundled real sample: recovers links from 15 seeds, is reproducible, handles unequal
 dimensions and refuses bad seeds; plus the shared helpers it added to ``linking.neighbors``."""
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 
 from vecbridge.align import OrthogonalProcrustes
 from vecbridge.errors import InputError
-from vecbridge.linking.geh import GEH, _fps, _otsu, check_seed_pairs
+from vecbridge.linking.geh import GEH, GEHSearch, GEHVotes, _fps, _otsu, check_seed_pairs
 from vecbridge.numeric.neighbors import KnnIndex, csls_best, csls_mutual_from_knn, knn
 from vecbridge.vectors import l2_normalize
 
@@ -90,7 +90,7 @@ def test_fitted_state_is_a_partial_one_to_one_matching(halves, fitted):
 
 def test_no_bootstrapping_finds_almost_nothing(halves):
     X1, X2, truth, seeds = halves
-    g = GEH(random_state=0, bootstrap=False, refine=None).fit(X1, X2, seeds)
+    g = GEH(random_state=0, votes=GEHVotes(bootstrap=False), refine=None).fit(X1, X2, seeds)
     assert g.n_iter_ == 1 and len(g.links_) <= 2 * len(seeds)
 
 
@@ -108,7 +108,8 @@ def test_same_random_state_same_links_unequal_dimensions_either_way(sample):
 def test_local_neighbourhood_path_runs_and_links(sample):
     """App. B.3's path (k-means views, ambient k-NN local sets) forced on a small collection."""
     X1, X2, truth, seeds = overlapping_halves(sample, 0, 600, 300, 900, seed=2)
-    g = GEH(random_state=0, large_threshold=0, refine=None, max_iter=8, local_size=512).fit(X1, X2, seeds)
+    g = GEH(random_state=0, search=GEHSearch(large_threshold=0, local_size=512), refine=None, max_iter=8).fit(
+        X1, X2, seeds)
     p, r, _ = prf(g.links_, truth, seeds)
     assert p >= 0.6 and len(g.links_) > 3 * len(seeds), (p, r)
 
@@ -126,6 +127,26 @@ def test_bad_seeds_are_refused(halves, bad, message):
     X1, X2, _, _ = halves
     with pytest.raises(InputError, match=message):
         GEH().fit(X1[:100], X2[:100], bad)
+
+
+def test_bad_parameters_are_refused_before_any_work(halves):
+    """A misspelt option fails at the start of fit, in one line naming the parameter and what it may be."""
+    X1, X2, _, seeds = halves
+    with pytest.raises(InputError, match=r"^GEH: refine must be one of None, 'procrustes', got 'typo'$"):
+        GEH(refine="typo").fit(X1, X2, seeds)
+    with pytest.raises(InputError, match="view_sampling must be one of 'fps', 'random'"):
+        GEH().set_params(view_sampling="kmeans").fit(X1, X2, seeds)
+    with pytest.raises(InputError, match="max_growth must be None or a number > 0"):
+        GEH(votes=GEHVotes(max_growth=0)).fit(X1, X2, seeds)
+
+
+def test_flat_option_names_set_the_groups(halves):
+    """``set_params(shortlist=...)`` (the CLI's flat keys) and the grouped constructor build the same fit."""
+    X1, X2, _, seeds = halves
+    a = GEH(random_state=3, max_iter=3, refine=None).set_params(shortlist=8, vote_decay=1.0)
+    b = GEH(random_state=3, max_iter=3, refine=None, search=GEHSearch(shortlist=8), votes=GEHVotes(vote_decay=1.0))
+    assert a.get_params(deep=True) == b.get_params(deep=True)
+    np.testing.assert_array_equal(a.fit(X1, X2, seeds).links_, b.fit(X1, X2, seeds).links_)
 
 
 def test_bad_vectors_are_refused(halves):

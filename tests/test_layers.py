@@ -87,3 +87,11 @@ def test_nothing_imports_upward():
             elif top in NO_STORES and target_top == "connectors":
                 upward.append(f"{name}:{line}: {top} is pure numpy but imports {target}")
     assert not upward, "\n".join(upward)
+
+
+def test_the_cli_imports_only_jobs_renderers_and_the_bottom_layer():
+    """The CLI parses and prints; whatever opens a store or fits a map is a job."""
+    allowed = {"jobs", "render"} | set(LAYERS["base"])
+    path = PACKAGE / "cli.py"
+    wrong = [f"cli:{line} imports {target}" for line, target in _imports(path, "cli") if _top(target) not in allowed]
+    assert not wrong, "\n".join(wrong)

@@ -70,7 +70,7 @@ def test_small_to_large_padding_is_lossless(rng):
 
 
 def test_padding_equals_explicit_zero_padding(rng):
-    """The thin SVD equals seed 000's recipe of padding the smaller side with zeros."""
+    """The thin SVD equals the Procrustes-bounds paper's (2025) recipe of padding the smaller side with zeros."""
     X = rng.normal(size=(300, 20))
     Y = rng.normal(size=(300, 30))
     thin = OrthogonalProcrustes().fit(X, Y)

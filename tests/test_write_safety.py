@@ -149,3 +149,10 @@ def test_interrupting_a_migration_says_how_to_continue(setup, sample):
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == 130, err
     assert "interrupted" in err and "--resume" in err and "Traceback" not in err
+
+
+def test_jobs_leave_the_callers_collection_objects_as_they_were(setup):
+    src, b = connect(setup["old"]), connect(setup["b"])
+    migrate(src, setup["align"], f"file://{setup['tmp']}/new")
+    merge(src, b, f"file://{setup['tmp']}/m", setup["align"])
+    assert not src.read_only and not b.read_only

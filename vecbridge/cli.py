@@ -84,6 +84,8 @@ def _print_json(obj):
 def _json_default(o):
     import numpy as np
 
+    if hasattr(o, "as_dict"):   # a job's result dataclass
+        return o.as_dict()
     if isinstance(o, np.generic):
         return o.item()
     if isinstance(o, np.ndarray):

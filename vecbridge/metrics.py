@@ -5,7 +5,8 @@ time, 64 MB by default), so evaluating 10k x 10k or 100k x 100k never materialis
 
 Conventions: scores are cosine by default (rows L2-normalised; a zero row scores 0 against everything and so ranks
 last), ``"dot"`` uses raw dot products and ``"l2"`` negative squared distances. Ties count against the true item
-(a query whose relevant document ties with another is ranked behind it), as in the data set's own README.
+(a query whose relevant document ties with another is ranked behind it), as in the data set's own README; every
+ordering and top-k here is :mod:`vecbridge.numeric.ranking`'s, whose docstring says how ties are broken.
 """
 from __future__ import annotations
 
@@ -14,12 +15,15 @@ from dataclasses import asdict, dataclass
 import numpy as np
 
 from .errors import InputError
+from .numeric.ranking import ranks_of, shared_count, top_k_rows
 from .vectors import l2_normalize
 
 DEFAULT_BLOCK_BYTES = 64 * 2**20
 
 
-def _prep(X, metric: str) -> np.ndarray:
+def prepare_vectors(X, metric: str) -> np.ndarray:
+    """``X`` as the float32 2-D array that the scores of ``metric`` are computed on: rows L2-normalised for
+    ``"cosine"``, unchanged for ``"dot"`` and ``"l2"`` (InputError for another metric or an array that is not 2-D)."""
     X = np.asarray(X, dtype=np.float32)
     if X.ndim != 2:
         raise InputError(f"expected a 2-D array of vectors, got shape {X.shape}")
@@ -36,13 +40,28 @@ def _blocks(n_queries: int, n_docs: int, max_block_bytes: int):
         yield slice(start, min(start + rows, n_queries))
 
 
-def _scores(Qb: np.ndarray, D: np.ndarray, metric: str, d_sq: np.ndarray | None) -> np.ndarray:
+def score_block(Qb: np.ndarray, D: np.ndarray, metric: str, d_sq: np.ndarray | None) -> np.ndarray:
+    """Scores (higher is better) of the queries ``Qb`` against the documents ``D``, both from
+    :func:`prepare_vectors`: inner products, or for ``"l2"`` negative squared distances (``d_sq``: the documents'
+    squared norms, None for the other metrics)."""
     S = Qb @ D.T
     if metric == "l2":
         S *= 2.0
         S -= d_sq[None, :]
         S -= np.einsum("ij,ij->i", Qb, Qb)[:, None]
     return S
+
+
+def candidate_scorer(Q: np.ndarray, D: np.ndarray, metric: str):
+    """``score(i, rows)``: the scores of query ``Q[i]`` against the documents ``D[rows]`` (both from
+    :func:`prepare_vectors`), as :func:`score_block` gives them: the scorer that
+    :func:`~vecbridge.numeric.ranking.rank_candidates` re-ranks candidate lists with."""
+    d_sq = np.einsum("ij,ij->i", D, D) if metric == "l2" else None
+
+    def score(qi: int, rows) -> np.ndarray:
+        return score_block(Q[qi:qi + 1], D[rows], metric, d_sq[rows] if d_sq is not None else None)[0]
+
+    return score
 
 
 def _check_dims(Q: np.ndarray, D: np.ndarray):
@@ -53,23 +72,15 @@ def _check_dims(Q: np.ndarray, D: np.ndarray):
 def top_k(queries, docs, k: int, *, metric: str = "cosine", max_block_bytes: int = DEFAULT_BLOCK_BYTES,
           return_scores: bool = False):
     """Indices of the ``k`` best documents for every query, best first (n_queries x k); with ``return_scores``
-    also their scores (higher is better)."""
-    Q, D = _prep(queries, metric), _prep(docs, metric)
+    also their scores (higher is better). Ties: :func:`vecbridge.numeric.ranking.top_k_rows`."""
+    Q, D = prepare_vectors(queries, metric), prepare_vectors(docs, metric)
     _check_dims(Q, D)
     k = min(k, D.shape[0])
     d_sq = np.einsum("ij,ij->i", D, D) if metric == "l2" else None
     out = np.empty((Q.shape[0], k), dtype=np.int64)
     scores = np.empty((Q.shape[0], k), dtype=np.float32)
     for sl in _blocks(Q.shape[0], D.shape[0], max_block_bytes):
-        S = _scores(Q[sl], D, metric, d_sq)
-        if k < D.shape[0]:
-            idx = np.argpartition(-S, k - 1, axis=1)[:, :k]
-        else:
-            idx = np.tile(np.arange(D.shape[0]), (S.shape[0], 1))
-        part = np.take_along_axis(S, idx, axis=1)
-        order = np.argsort(-part, axis=1, kind="stable")
-        out[sl] = np.take_along_axis(idx, order, axis=1)
-        scores[sl] = np.take_along_axis(part, order, axis=1)
+        out[sl], scores[sl] = top_k_rows(score_block(Q[sl], D, metric, d_sq), k)
     return (out, scores) if return_scores else out
 
 
@@ -79,7 +90,7 @@ def partner_ranks(queries, docs, partners=None, *, metric: str = "cosine",
 
     ``partners[i]`` is the row of ``docs`` that belongs with ``queries[i]`` (default: row i).
     """
-    Q, D = _prep(queries, metric), _prep(docs, metric)
+    Q, D = prepare_vectors(queries, metric), prepare_vectors(docs, metric)
     _check_dims(Q, D)
     partners = np.arange(Q.shape[0]) if partners is None else np.asarray(partners, dtype=np.int64)
     if partners.shape != (Q.shape[0],) or (partners.size and (partners.min() < 0 or partners.max() >= D.shape[0])):
@@ -87,11 +98,7 @@ def partner_ranks(queries, docs, partners=None, *, metric: str = "cosine",
     d_sq = np.einsum("ij,ij->i", D, D) if metric == "l2" else None
     ranks = np.empty(Q.shape[0], dtype=np.int64)
     for sl in _blocks(Q.shape[0], D.shape[0], max_block_bytes):
-        S = _scores(Q[sl], D, metric, d_sq)
-        rows = np.arange(S.shape[0])
-        true = S[rows, partners[sl]]
-        # ranks = 1 + number of *other* documents scoring >= the partner
-        ranks[sl] = (S >= true[:, None]).sum(axis=1)
+        ranks[sl] = ranks_of(score_block(Q[sl], D, metric, d_sq), partners[sl])
     return ranks
 
 
@@ -156,16 +163,13 @@ def topk_overlap(queries, mapped_docs, native_docs, k: int = 10, *, metric: str 
     B = top_k(queries, native_docs, k, metric=metric, max_block_bytes=max_block_bytes)
     if A.shape[1] == 0:
         return float("nan")
-    # rows of A and of B hold distinct ids, so after sorting their concatenation every repeat is one shared id
-    both = np.sort(np.concatenate([A, B], axis=1), axis=1)
-    shared = (both[:, 1:] == both[:, :-1]).sum(axis=1)
-    return float(shared.mean() / A.shape[1])
+    return float(shared_count(A, B).mean() / A.shape[1])
 
 
 def mean_cosine(A, B) -> float:
     """Mean cosine between paired rows (row i of A with row i of B); zero rows count as 0."""
-    A = _prep(A, "cosine")
-    B = _prep(B, "cosine")
+    A = prepare_vectors(A, "cosine")
+    B = prepare_vectors(B, "cosine")
     if A.shape != B.shape:
         raise InputError(f"paired arrays must have the same shape, got {A.shape} and {B.shape}")
     return float(np.einsum("ij,ij->i", A, B).mean())

@@ -1,4 +1,5 @@
 """Fit and apply maps between embedding spaces (orthogonal Procrustes and the baselines it is judged against)."""
+from ..numeric.estimator import Estimator, clone
 from .artifact import Alignment
 from .baselines import LinearMap, NoMap
 from .clustered import ClusteredProcrustes
@@ -8,4 +9,5 @@ from .moments import PairMoments
 from .procrustes import FewPairsWarning, OrthogonalProcrustes
 
 __all__ = ["Alignment", "OrthogonalProcrustes", "ClusteredProcrustes", "MiniVec2Vec", "LinearMap", "NoMap",
-           "PairMoments", "FewPairsWarning", "dot_product_discrepancy", "procrustes_bound", "mean_squared_residual"]
+           "PairMoments", "FewPairsWarning", "dot_product_discrepancy", "procrustes_bound", "mean_squared_residual",
+           "Estimator", "clone"]

@@ -25,28 +25,14 @@ from .._version import __version__
 from ..errors import ArtifactError, InputError
 from ..vectors import l2_normalize
 from .base import LinearAlignment, apply_linear
+from .methods import METHODS, kind_of
 
 FORMAT = "vecbridge.alignment"
 SCHEMA_VERSION = 1
-KINDS = ("orthogonal", "linear", "identity", "clustered")
+#: what an artifact may hold: the kinds of the methods table
+KINDS = tuple(dict.fromkeys(m.kind for m in METHODS.values()))
 NORMALIZATIONS = ("none", "l2")
 METRICS = ("cosine", "dot", "l2")
-
-
-def _kind_of(estimator) -> str:
-    from .baselines import LinearMap, NoMap
-    from .clustered import ClusteredProcrustes
-    from .procrustes import OrthogonalProcrustes
-
-    if isinstance(estimator, ClusteredProcrustes):
-        return "clustered"
-    if isinstance(estimator, OrthogonalProcrustes):
-        return "orthogonal"
-    if isinstance(estimator, NoMap):
-        return "identity"
-    if isinstance(estimator, LinearMap):
-        return "linear"
-    raise InputError(f"cannot build an alignment from {type(estimator).__name__}")
 
 
 def _digest(meta: dict, tensors: dict[str, np.ndarray]) -> str:
@@ -78,14 +64,17 @@ class Alignment:
     def from_estimator(cls, estimator: LinearAlignment, *, source_model: str | None = None,
                        target_model: str | None = None, metric: str = "cosine", normalization: str = "none",
                        anchors: dict | None = None, **extra) -> "Alignment":
-        """Freeze a fitted estimator with its provenance (model names, metric, normalisation, anchors, fit stats)."""
+        """Freeze a fitted estimator with its provenance (model names, metric, normalisation, anchors, fit stats).
+
+        ``extra`` adds metadata keys of the caller's (e.g. ``source={...}``); a key this method sets itself (or
+        ``sha256``) is refused, so provenance can never be overwritten by accident."""
         if not hasattr(estimator, "matrix_"):
             raise InputError(f"{type(estimator).__name__} is not fitted yet: call fit() first")
         if metric not in METRICS:
             raise InputError(f"metric must be one of {', '.join(METRICS)}, got {metric!r}")
         if normalization not in NORMALIZATIONS:
             raise InputError(f"normalization must be one of {', '.join(NORMALIZATIONS)}, got {normalization!r}")
-        kind = _kind_of(estimator)
+        kind = kind_of(estimator)
         tensors = {
             "matrix": estimator.matrix_,
             "source_mean": estimator.source_mean_,
@@ -102,10 +91,11 @@ class Alignment:
         if kind == "clustered":
             tensors.update(centroids=estimator.centroids_, rotations=estimator.rotations_,
                            translations=estimator.translations_, cluster_sizes=estimator.cluster_sizes_)
-            fit["clustered"] = {"n_clusters": int(estimator.centroids_.shape[0]), "assignment": estimator.assignment,
-                                "temperature": float(estimator.temperature), "top_m": int(estimator.top_m),
-                                "family": estimator.family, "shrinkage": float(estimator.shrinkage),
-                                "min_cluster_size": int(estimator.min_cluster_size),
+            p = estimator.get_params()
+            fit["clustered"] = {"n_clusters": int(estimator.centroids_.shape[0]), "assignment": p["assignment"],
+                                "temperature": float(p["temperature"]), "top_m": int(p["top_m"]),
+                                "family": p["family"], "shrinkage": float(p["shrinkage"]),
+                                "min_cluster_size": int(p["min_cluster_size"]),
                                 "fallback_clusters": int(np.sum(estimator.fallback_))}
         meta = {
             "format": FORMAT,
@@ -126,6 +116,11 @@ class Alignment:
             "created_at": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
             "vecbridge_version": __version__,
         }
+        clash = sorted(set(extra) & (set(meta) | {"sha256"}))
+        if clash:
+            raise InputError(f"Alignment.from_estimator: {', '.join(clash)} {'is a' if len(clash) == 1 else 'are'} "
+                             f"reserved metadata key{'s' * (len(clash) > 1)} (set here); reserved: "
+                             f"{', '.join(sorted(set(meta) | {'sha256'}))}")
         meta.update(extra)
         return cls(tensors, meta)
 

@@ -1,9 +1,11 @@
 """What every fitted linear alignment shares: y ~ s * (x - mu_x) @ M + mu_y, applied in row convention.
 
-Estimators fill ``matrix_`` (d_src x d_tgt), ``source_mean_``, ``target_mean_`` (zeros when not centring) and
-``scale_``; ``transform`` and ``inverse_transform`` are defined once here. Fitting always goes through
-:class:`~vecbridge.align.moments.PairMoments`, so ``fit`` (arrays), ``partial_fit`` (batches arriving over time) and
-``fit_stream`` (an iterator of batches, e.g. from a connector scan) give the same result.
+:class:`LinearTransform` applies such a map: estimators fill ``matrix_`` (d_src x d_tgt), ``source_mean_``,
+``target_mean_`` (zeros when not centring) and ``scale_``, and ``transform`` / ``inverse_transform`` are defined once
+here. :class:`LinearAlignment` adds fitting from *paired* rows, always through
+:class:`~vecbridge.align.moments.PairMoments`, so ``fit`` (arrays), ``partial_fit`` (batches arriving over time),
+``fit_stream`` (an iterator of batches, e.g. from a connector scan) and ``fit_moments`` give the same result. An
+estimator fitted without pairs (mini-vec2vec) is a :class:`LinearTransform` only.
 """
 from __future__ import annotations
 
@@ -12,6 +14,7 @@ from typing import Iterable
 import numpy as np
 
 from ..errors import InputError
+from ..numeric.estimator import Estimator
 from .moments import PairMoments
 
 DEFAULT_BATCH = 65536
@@ -24,63 +27,8 @@ def _as_float(X) -> np.ndarray:
     return X.astype(np.float32) if X.dtype == np.float16 else X.astype(np.float64)
 
 
-class LinearAlignment:
-    """Base estimator (scikit-learn conventions: parameters in ``__init__``, fitted state ends in ``_``)."""
-
-    batch_size = DEFAULT_BATCH
-
-    # --- fitting -------------------------------------------------------------------------------------------------
-    def fit(self, X_src, Y_tgt):
-        """Fit on row-aligned pairs: row i of ``X_src`` (source model) and of ``Y_tgt`` (target model) are one item."""
-        self._moments = PairMoments.from_arrays(X_src, Y_tgt, batch_size=self.batch_size)
-        return self._fit_moments(self._moments)
-
-    def partial_fit(self, X_src, Y_tgt):
-        """Add a batch of pairs to what was seen so far and refit (cheap: one d x d solve)."""
-        X_src, Y_tgt = np.asarray(X_src), np.asarray(Y_tgt)
-        moments = getattr(self, "_moments", None)
-        if moments is None:
-            if X_src.ndim != 2 or Y_tgt.ndim != 2:
-                raise InputError(f"expected 2-D arrays, got shapes {X_src.shape} and {Y_tgt.shape}")
-            moments = self._moments = PairMoments(X_src.shape[1], Y_tgt.shape[1])
-        moments.update(X_src, Y_tgt, offset=moments.n)
-        return self._fit_moments(moments)
-
-    def fit_stream(self, batches: Iterable[tuple[np.ndarray, np.ndarray]]):
-        """Fit on an iterator of ``(X_batch, Y_batch)`` without ever holding all pairs: one solve at the end."""
-        moments = None
-        for X, Y in batches:
-            X, Y = np.asarray(X), np.asarray(Y)
-            if X.ndim != 2 or Y.ndim != 2:
-                raise InputError(f"expected 2-D batches, got shapes {X.shape} and {Y.shape}")
-            if X.shape[0] == 0:
-                continue
-            if moments is None:
-                moments = PairMoments(X.shape[1], Y.shape[1])
-            moments.update(X, Y, offset=moments.n)
-        if moments is None:
-            raise InputError("no pairs to fit on: the stream was empty")
-        self._moments = moments
-        return self._fit_moments(moments)
-
-    def fit_moments(self, moments: PairMoments):
-        """Fit from precomputed sums (e.g. merged from several workers)."""
-        if moments.n == 0:
-            raise InputError("no pairs to fit on (0 rows)")
-        self._moments = moments
-        return self._fit_moments(moments)
-
-    def _fit_moments(self, moments: PairMoments):  # pragma: no cover - abstract
-        raise NotImplementedError
-
-    def _set_common(self, moments: PairMoments, matrix, src_mean, tgt_mean, scale):
-        self.matrix_ = matrix
-        self.source_mean_ = src_mean
-        self.target_mean_ = tgt_mean
-        self.scale_ = float(scale)
-        self.n_pairs_ = int(moments.n)
-        self.n_features_in_ = moments.src_dim
-        self.n_features_out_ = moments.tgt_dim
+class LinearTransform(Estimator):
+    """A fitted affine map ``y = s (x - mu_x) M + mu_y`` and its inverse (no fitting method of its own)."""
 
     # --- applying -------------------------------------------------------------------------------------------------
     def _check_fitted(self):
@@ -100,6 +48,69 @@ class LinearAlignment:
     @property
     def inverse_matrix_(self) -> np.ndarray:  # pragma: no cover - abstract
         raise NotImplementedError
+
+
+class LinearAlignment(LinearTransform):
+    """A linear map fitted on paired rows, from their sums (:class:`~vecbridge.align.moments.PairMoments`)."""
+
+    batch_size = DEFAULT_BATCH
+
+    # --- fitting -------------------------------------------------------------------------------------------------
+    def fit(self, X_src, Y_tgt):
+        """Fit on row-aligned pairs: row i of ``X_src`` (source model) and of ``Y_tgt`` (target model) are one item."""
+        self._validate_params()
+        self._moments = PairMoments.from_arrays(X_src, Y_tgt, batch_size=self.batch_size)
+        return self._fit_moments(self._moments)
+
+    def partial_fit(self, X_src, Y_tgt):
+        """Add a batch of pairs to what was seen so far and refit (cheap: one d x d solve)."""
+        self._validate_params()
+        X_src, Y_tgt = np.asarray(X_src), np.asarray(Y_tgt)
+        moments = getattr(self, "_moments", None)
+        if moments is None:
+            if X_src.ndim != 2 or Y_tgt.ndim != 2:
+                raise InputError(f"expected 2-D arrays, got shapes {X_src.shape} and {Y_tgt.shape}")
+            moments = self._moments = PairMoments(X_src.shape[1], Y_tgt.shape[1])
+        moments.update(X_src, Y_tgt, offset=moments.n)
+        return self._fit_moments(moments)
+
+    def fit_stream(self, batches: Iterable[tuple[np.ndarray, np.ndarray]]):
+        """Fit on an iterator of ``(X_batch, Y_batch)`` without ever holding all pairs: one solve at the end."""
+        self._validate_params()
+        moments = None
+        for X, Y in batches:
+            X, Y = np.asarray(X), np.asarray(Y)
+            if X.ndim != 2 or Y.ndim != 2:
+                raise InputError(f"expected 2-D batches, got shapes {X.shape} and {Y.shape}")
+            if X.shape[0] == 0:
+                continue
+            if moments is None:
+                moments = PairMoments(X.shape[1], Y.shape[1])
+            moments.update(X, Y, offset=moments.n)
+        if moments is None:
+            raise InputError("no pairs to fit on: the stream was empty")
+        self._moments = moments
+        return self._fit_moments(moments)
+
+    def fit_moments(self, moments: PairMoments):
+        """Fit from precomputed sums (e.g. merged from several workers)."""
+        self._validate_params()
+        if moments.n == 0:
+            raise InputError("no pairs to fit on (0 rows)")
+        self._moments = moments
+        return self._fit_moments(moments)
+
+    def _fit_moments(self, moments: PairMoments):  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def _set_common(self, moments: PairMoments, matrix, src_mean, tgt_mean, scale):
+        self.matrix_ = matrix
+        self.source_mean_ = src_mean
+        self.target_mean_ = tgt_mean
+        self.scale_ = float(scale)
+        self.n_pairs_ = int(moments.n)
+        self.n_features_in_ = moments.src_dim
+        self.n_features_out_ = moments.tgt_dim
 
 
 def apply_linear(X, matrix, mean_in, mean_out, scale, name="X"):

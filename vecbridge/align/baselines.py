@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..numeric.estimator import Boolean, Real
 from .base import LinearAlignment
 from .diagnostics import mean_squared_residual
 from .moments import PairMoments
@@ -18,6 +19,8 @@ from .moments import PairMoments
 
 class LinearMap(LinearAlignment):
     """Least-squares / ridge map ``W = (X^T X + lambda I)^+ X^T Y``, optionally with intercept (centred fit)."""
+
+    _parameter_constraints = {"alpha": Real(0), "fit_intercept": Boolean()}
 
     def __init__(self, alpha: float = 0.0, fit_intercept: bool = False):
         self.alpha = alpha

@@ -1,25 +1,24 @@
 """Local maps: one orthogonal map per region of the source space (clustered Procrustes).
 
-Seed 003 (section 6 and appendix D.1.1) integrates two vector databases with the protocol of Yang, Cao & Ren,
-"Integrating vector databases across embedding models" (SIGMOD 2025): *clustered Procrustes*, i.e. k-means on the
-source space and one orthogonal map per cluster, fitted on the anchor pairs that fall in it, with the global map as a
-fallback for clusters with too few anchors. Neither paper's text available here gives the details (the Vector Linking
-paper's
-extraction, section 5.1, says only "learn a clustered Procrustes mapping from paired anchors"; the SIGMOD paper is not
-in ../shared/papers), so the choices below are ours and were measured on real data (bench/quality_options.py):
+The Vector Linking paper (2026; section 6 and appendix D.1.1) integrates two vector databases with the protocol of
+Yang, Cao & Ren, "Integrating vector databases across embedding models" (SIGMOD 2025): *clustered Procrustes*, i.e.
+k-means on the source space and one orthogonal map per cluster, fitted on the anchor pairs that fall in it, with the
+global map as a fallback for clusters with too few anchors. Neither paper's text available here gives the details (the
+Vector Linking paper's extraction, section 5.1, says only "learn a clustered Procrustes mapping from paired anchors";
+the SIGMOD paper is not in ../shared/papers), so the choices below are ours and were measured on real data
+(bench/quality_options.py):
 
-* **Clusters**: spherical k-means (cosine, k-means++ start, ``random_state``) on the directions of the source
-  anchors, ``n_clusters=16`` by default. Seed 003 motivates locality by its Theorem 1 (two contrastive encoders are
-  isometric up to a *local* scale, and long-range distances decorrelate): one rotation per neighbourhood fits the
-  local isometry better than one global rotation.
+* **Clusters**: spherical k-means (:func:`vecbridge.numeric.kmeans.spherical_kmeans`: cosine, k-means++ start,
+  ``random_state``) on the directions of the source anchors, ``n_clusters=16`` by default. The Vector Linking paper
+  motivates locality by its Theorem 1 (two contrastive encoders are isometric up to a *local* scale, and long-range
+  distances decorrelate): one rotation per neighbourhood fits the local isometry better than one global rotation.
 * **Shrinkage instead of a hard fallback only**: a cluster of a few hundred anchors in 384-768 dimensions
   under-determines its own rotation (Procrustes needs more pairs than dimensions, the Procrustes-bounds paper (2025)),
-  and a per-cluster fit
-  on its anchors alone *loses* retention on wordnet (0.76 vs 0.83 at 8 clusters of 3,000 anchors). Each cluster's
-  rotation therefore maximises ``tr(R^T (C_c + (n0/n) C))`` where ``C_c`` is the cluster's cross-covariance and
-  ``C`` the global one: the global pairs act as ``n0 = shrinkage`` pseudo-pairs, so a thin cluster converges to
-  the global map and a dense one to its own. Clusters with fewer than ``min_cluster_size`` anchors use the global
-  map exactly (the paper's fallback).
+  and a per-cluster fit on its anchors alone *loses* retention on wordnet (0.76 vs 0.83 at 8 clusters of 3,000
+  anchors). Each cluster's rotation therefore maximises ``tr(R^T (C_c + (n0/n) C))`` where ``C_c`` is the cluster's
+  cross-covariance and ``C`` the global one: the global pairs act as ``n0 = shrinkage`` pseudo-pairs, so a thin
+  cluster converges to the global map and a dense one to its own. Clusters with fewer than ``min_cluster_size``
+  anchors use the global map exactly (the paper's fallback).
 * **Soft assignment** (our extension): a hard assignment makes the map jump at cluster borders. ``assignment="soft"``
   blends the maps of the ``top_m`` nearest centroids with weights ``softmax(cos(x, c_k) / temperature)``, which is
   continuous in x. Measured on wordnet it is also better (see the benchmark).
@@ -39,6 +38,8 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import InputError
+from ..numeric.estimator import ArrayLike, Boolean, Estimator, Integer, OneOf, RandomState, Real, optional
+from ..numeric.kmeans import assign_labels, spherical_kmeans
 from ..validation import check_paired
 from ..vectors import l2_normalize
 from .base import _as_float
@@ -47,44 +48,7 @@ ASSIGNMENTS = ("soft", "hard")
 FAMILIES = ("rotation", "translation")
 
 
-# --- k-means on directions -------------------------------------------------------------------------------------------
-def spherical_kmeans(X, n_clusters: int, *, n_iter: int = 25, random_state=0, max_points: int = 50_000):
-    """Centroids (unit rows) of spherical k-means on the directions of ``X``; k-means++ start, seeded.
-
-    At most ``max_points`` rows (a seeded random subset) are used to fit; the caller assigns every row afterwards.
-    """
-    rng = np.random.default_rng(random_state)
-    U = l2_normalize(np.asarray(X, dtype=np.float64))
-    if U.shape[0] > max_points:
-        U = U[np.sort(rng.choice(U.shape[0], max_points, replace=False))]
-    n = U.shape[0]
-    if n < n_clusters:
-        raise InputError(f"k-means needs at least n_clusters={n_clusters} points, got {n}")
-    # k-means++ on cosine distance 1 - cos
-    centres = [U[rng.integers(n)]]
-    dist = 1.0 - U @ centres[0]
-    for _ in range(1, n_clusters):
-        p = np.clip(dist, 0, None)
-        total = p.sum()
-        idx = rng.choice(n, p=p / total) if total > 0 else rng.integers(n)
-        centres.append(U[idx])
-        dist = np.minimum(dist, 1.0 - U @ U[idx])
-    C = np.stack(centres)
-    labels = None
-    for _ in range(n_iter):
-        new = np.argmax(U @ C.T, axis=1)
-        if labels is not None and np.array_equal(new, labels):
-            break
-        labels = new
-        sums = np.eye(n_clusters)[labels].T @ U  # per-cluster sums as one matrix product
-        empty = np.flatnonzero(np.linalg.norm(sums, axis=1) == 0)
-        if empty.size:  # re-seed an empty cluster on the point worst served by its centroid
-            worst = np.argsort(np.einsum("ij,ij->i", U, C[labels]))[:empty.size]
-            sums[empty] = U[worst]
-        C = l2_normalize(sums)
-    return C
-
-
+# --- polar factor ---------------------------------------------------------------------------------------------------
 def polar_factor(A: np.ndarray, rtol: float = 1e-12) -> np.ndarray:
     """The orthogonal factor ``U V^T`` of ``A = U S V^T`` (the Procrustes solution for cross-covariance A), via the
     symmetric eigenproblem of the smaller Gram matrix ``A A^T`` instead of an SVD: 3-6x faster at 384 x 768 on this
@@ -186,10 +150,9 @@ def apply_clustered(X, centroids, rotations, translations, mean_in, mean_out, *,
 
 
 # --- the estimator ---------------------------------------------------------------------------------------------------
-class ClusteredProcrustes:
+class ClusteredProcrustes(Estimator):
     """Clustered orthogonal Procrustes (the Vector Linking paper's integration protocol, Yang et al. SIGMOD 2025), with
-    shrinkage
-    towards the global map, a fallback for thin clusters and a soft (continuous) assignment.
+    shrinkage towards the global map, a fallback for thin clusters and a soft (continuous) assignment.
 
     Parameters
     ----------
@@ -221,6 +184,13 @@ class ClusteredProcrustes:
     source vectors to the target space, ``inverse_transform`` maps target vectors (e.g. new-model queries) back.
     """
 
+    _parameter_constraints = {
+        "n_clusters": Integer(1), "shrinkage": Real(0), "min_cluster_size": Integer(0),
+        "assignment": OneOf(*ASSIGNMENTS), "temperature": Real(0, low_open=True), "top_m": Integer(1),
+        "family": OneOf(*FAMILIES), "center": Boolean(), "n_iter": Integer(0), "init": optional(ArrayLike()),
+        "random_state": RandomState(),
+    }
+
     def __init__(self, n_clusters: int = 16, shrinkage: float = 1000.0, min_cluster_size: int = 50,
                  assignment: str = "soft", temperature: float = 0.05, top_m: int = 3, family: str = "rotation",
                  center: bool = True, n_iter: int = 25, init=None, random_state=0):
@@ -237,18 +207,9 @@ class ClusteredProcrustes:
         self.random_state = random_state
 
     # --- fitting ---------------------------------------------------------------------------------------------------
-    def _check_params(self):
-        if self.assignment not in ASSIGNMENTS:
-            raise InputError(f"assignment must be one of {', '.join(ASSIGNMENTS)}, got {self.assignment!r}")
-        if self.family not in FAMILIES:
-            raise InputError(f"family must be one of {', '.join(FAMILIES)}, got {self.family!r}")
-        if int(self.n_clusters) < 1:
-            raise InputError(f"n_clusters must be at least 1, got {self.n_clusters}")
-        if self.shrinkage < 0 or self.temperature <= 0 or int(self.top_m) < 1:
-            raise InputError("shrinkage must be >= 0, temperature > 0 and top_m >= 1")
-
     def fit(self, X_src, Y_tgt):
-        """Cluster the source anchors and fit one (shrunk) orthogonal map per cluster."""
+        """Cluster the source anchors and fit one (shrunk) orthogonal map per cluster. Returns self."""
+        self._validate_params()
         for attr in ("_sums", "centroids_"):
             if hasattr(self, attr):
                 delattr(self, attr)
@@ -257,7 +218,7 @@ class ClusteredProcrustes:
     def partial_fit(self, X_src, Y_tgt):
         """Add a batch of pairs. The first batch fixes the clusters (k-means, or ``init``); later batches only add
         to the per-cluster sums, and every call refits the maps (k SVDs of d_src x d_tgt)."""
-        self._check_params()
+        self._validate_params()
         first = not hasattr(self, "_sums")
         X, Y = check_paired(X_src, Y_tgt, src_dim=None if first else self.n_features_in_,
                             tgt_dim=None if first else self.n_features_out_)
@@ -279,7 +240,7 @@ class ClusteredProcrustes:
                           "xty": np.zeros((k, X.shape[1], Y.shape[1])), "sqx": np.zeros(k), "sqy": np.zeros(k)}
             if X.shape[1] > Y.shape[1]:  # a projection loses norm: its residual needs each cluster's Gram matrix
                 self._sums["xtx"] = np.zeros((k, X.shape[1], X.shape[1]))
-        labels = np.argmax(l2_normalize(X) @ self.centroids_.T, axis=1)
+        labels = assign_labels(l2_normalize(X), self.centroids_, metric="cosine")
         s = self._sums
         for c in np.unique(labels):
             rows = labels == c

@@ -1,4 +1,5 @@
-"""Seed 000's diagnostics, computed from streamed moments (no N x N Gram matrix is ever formed).
+"""The Procrustes-bounds paper's (2025) diagnostics, computed from streamed moments (no N x N Gram matrix is ever
+formed).
 
 Identities (``../shared/papers/000_procrustes.notes.md`` section 2.1, rows as samples):
 

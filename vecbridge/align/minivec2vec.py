@@ -30,7 +30,7 @@ The result ``W`` is an exponentially smoothed average of orthogonal matrices: so
 re-orthogonalised (paper section 3, "Motivation"), unless ``orthogonalize=True``.
 
 Applying the map (the paper maps ``normalize(x - mu_A) @ W`` into the *centred, normalised* target space; section
-3.1 and the extraction's 6.1). To be a :class:`~vecbridge.align.base.LinearAlignment` that a store migration and
+3.1 and the extraction's 6.1). To be a :class:`~vecbridge.align.base.LinearTransform` that a store migration and
 the alignment artifact can apply to raw vectors, :meth:`transform` is the affine map
 ``y = scale_ * (x - mu_A) @ W + mu_B``: it adds the target mean back (not in the paper) and replaces the per-row
 normalisation by one global ``scale_ = mean ||x_B - mu_B|| / mean ||(x_A - mu_A) W||`` over the training rows (not
@@ -58,8 +58,9 @@ section 3 "Problem Formulation" and "Motivation"). Where it departs:
 Departures from the paper that are not about dimensions (each measured; numbers in ``bench/minivec2vec.py``'s
 results and the class docstring):
 
-* k-means is this module's own seeded Lloyd with greedy k-means++ seeding (scikit-learn's algorithm, which the paper
-  used; scikit-learn is not a dependency here), capped at ``kmeans_max_iter=30`` Lloyd iterations (scikit-learn: 300).
+* k-means is the package's own seeded Lloyd with greedy k-means++ seeding (:func:`vecbridge.numeric.kmeans.kmeans`:
+  scikit-learn's algorithm, which the paper used; scikit-learn is not a dependency here), capped at
+  ``kmeans_max_iter=30`` Lloyd iterations (scikit-learn: 300).
 * The QAP is approximated by a vectorised *best*-improvement 2-opt over pairwise swaps, all restarts at once;
   scipy's ``quadratic_assignment(method="2opt")``, which the paper used, takes the *first* improving swap. Same
   neighbourhood, both end in a 2-opt local optimum; on 40 noisy 20-centroid problems the two found the planted
@@ -82,115 +83,21 @@ import numpy as np
 
 from .._blas import one_blas_thread
 from ..errors import InputError
+from ..numeric.estimator import Boolean, Integer, OneOf, RandomState, Real, optional
+from ..numeric.kmeans import kmeans
 from ..numeric.linalg import polar, procrustes_rotation
-from ..numeric.neighbors import knn, mutual_nearest_neighbours
+from ..numeric.neighbors import BACKENDS, knn, mutual_nearest_neighbours
 from ..validation import check_vectors
 from ..vectors import l2_normalize
-from .base import LinearAlignment
+from .base import LinearTransform
 from .procrustes import OrthogonalProcrustes
 
 QAP_SOLVERS = ("2opt", "scipy")
 SIMILARITIES = ("cosine", "gram")
 ANCHOR_MODES = ("relative", "centroids")
-SMALL_K = 64           # k-means with at most this many centres assigns with numpy even when faiss is available
 REFINE1_WINDOW = 5      # Refine-1 convergence is checked every this many iterations ...
 REFINE1_PROBE = 1000    # ... on this many fixed source rows ...
 REFINE1_MIN_ITER = 20   # ... and never before this many iterations
-
-
-# ------------------------------------------------------------------------------------------------------------------
-# k-means (Lloyd with greedy k-means++), seeded
-# ------------------------------------------------------------------------------------------------------------------
-def _sq_dists(C: np.ndarray, X: np.ndarray, x_sq: np.ndarray) -> np.ndarray:
-    """Squared Euclidean distances between every row of C and every row of X (len(C) x len(X)), clipped at 0."""
-    D = C @ X.T
-    D *= -2.0
-    D += x_sq[None, :]
-    D += np.einsum("ij,ij->i", C, C)[:, None]
-    np.maximum(D, 0.0, out=D)
-    return D
-
-
-def kmeans_plusplus(X: np.ndarray, n_clusters: int, rng: np.random.Generator, n_local_trials: int | None = None):
-    """Greedy k-means++ seeding (Arthur & Vassilvitskii 2007; ``2 + ln k`` candidates per step, keep the one that
-    lowers the potential most, as scikit-learn does). Returns the initial centres (n_clusters x d)."""
-    n = X.shape[0]
-    if n_local_trials is None:
-        n_local_trials = 2 + int(math.log(n_clusters))
-    x_sq = np.einsum("ij,ij->i", X, X)
-    centers = np.empty((n_clusters, X.shape[1]), dtype=X.dtype)
-    first = int(rng.integers(n))
-    centers[0] = X[first]
-    closest = _sq_dists(X[first:first + 1], X, x_sq)[0]
-    potential = float(closest.sum())
-    for c in range(1, n_clusters):
-        if potential <= 0:  # every point already coincides with a centre: duplicates, take random rows
-            centers[c] = X[int(rng.integers(n))]
-            continue
-        cand = np.searchsorted(np.cumsum(closest, dtype=np.float64), rng.random(n_local_trials) * potential)
-        cand = np.minimum(cand, n - 1)
-        d_cand = np.minimum(closest[None, :], _sq_dists(X[cand], X, x_sq))
-        pots = d_cand.sum(axis=1, dtype=np.float64)
-        best = int(np.argmin(pots))
-        centers[c] = X[cand[best]]
-        closest = d_cand[best]
-        potential = float(pots[best])
-    return centers
-
-
-def kmeans(X, n_clusters: int, rng: np.random.Generator, *, init=None, max_iter: int = 100, tol: float = 1e-4,
-           backend: str = "auto"):
-    """Lloyd's k-means (Euclidean), seeded. ``init``: initial centres, or None for greedy k-means++.
-
-    The assignment step is a 1-nearest-neighbour search by inner product on augmented vectors
-    (``[x, 1] . [c, -||c||^2 / 2]`` is largest for the nearest centre), through the shared
-    :func:`vecbridge.numeric.neighbors.knn`. Stops when no label changes or the total squared centre shift falls
-    below ``tol`` times the mean per-feature variance (scikit-learn's criterion). An empty cluster keeps its
-    previous centre. Returns ``(centers, labels, n_iter)``.
-    """
-    X = np.ascontiguousarray(X, dtype=np.float32)
-    n, d = X.shape
-    if n < n_clusters:
-        raise InputError(f"k-means: {n} points cannot form {n_clusters} clusters")
-    centers = kmeans_plusplus(X, n_clusters, rng) if init is None else np.array(init, dtype=np.float32, copy=True)
-    if centers.shape != (n_clusters, d):
-        raise InputError(f"k-means: init must have shape {(n_clusters, d)}, got {centers.shape}")
-    threshold = tol * float(np.mean(X.var(axis=0, dtype=np.float64)))
-    if backend == "auto" and n_clusters <= SMALL_K:
-        backend = "numpy"  # a handful of centres: faiss's per-call overhead dominates (measured 2x slower at k = 20)
-    use_knn = backend != "numpy"
-    X_aug = np.hstack([X, np.ones((n, 1), np.float32)]) if use_knn else None
-    labels = np.full(n, -1, dtype=np.int64)
-    n_iter = 0
-    for n_iter in range(1, max_iter + 1):
-        half_sq = 0.5 * np.einsum("ij,ij->i", centers, centers)
-        if use_knn:
-            C_aug = np.hstack([centers, -half_sq[:, None]])
-            new_labels = knn(X_aug, C_aug, 1, normalize=False, backend=backend)[0][:, 0]
-        else:   # a few centres: one product and an argmax (ties to the lowest index, as knn)
-            S = X @ centers.T
-            S -= half_sq[None, :]
-            new_labels = np.argmax(S, axis=1)
-        counts = np.bincount(new_labels, minlength=n_clusters)
-        sums = _sum_by_label(new_labels, X, n_clusters)
-        new_centers = centers.copy()
-        filled = counts > 0
-        new_centers[filled] = sums[filled] / counts[filled, None].astype(np.float32)
-        shift = float(np.sum((new_centers - centers) ** 2))
-        changed = bool(np.any(new_labels != labels))
-        centers, labels = new_centers, new_labels
-        if not changed or shift <= threshold:
-            break
-    return centers, labels, n_iter
-
-
-def _sum_by_label(labels: np.ndarray, X: np.ndarray, n_clusters: int) -> np.ndarray:
-    """Row c = sum of the rows of X labelled c (a sparse one-hot product: O(n d), no BLAS threads to contend for)."""
-    from scipy.sparse import csr_matrix
-
-    onehot = csr_matrix((np.ones(labels.size, dtype=X.dtype), (labels, np.arange(labels.size))),
-                        shape=(n_clusters, labels.size))
-    return np.asarray(onehot @ X)
 
 
 # ------------------------------------------------------------------------------------------------------------------
@@ -270,8 +177,8 @@ def _qap_scipy(A, B, n_restarts: int, rng: np.random.Generator):
 
 
 def _centroid_similarity(C: np.ndarray, kind: str) -> np.ndarray:
-    """Seed 002 section 3.2: cosine between centroids (paper); ``"gram"``: the official code's double-centred dot
-    products ``H C C^T H`` with ``H = I - 11^T / C``."""
+    """The mini-vec2vec paper (Dar, 2025) section 3.2: cosine between centroids (paper); ``"gram"``: the official
+    code's double-centred dot products ``H C C^T H`` with ``H = I - 11^T / C``."""
     C = np.asarray(C, dtype=np.float64)
     if kind == "cosine":
         Cn = l2_normalize(C)
@@ -293,7 +200,7 @@ def _neighbour_mean(Y: np.ndarray, idx: np.ndarray, block: int = 512) -> np.ndar
 # ------------------------------------------------------------------------------------------------------------------
 # The estimator
 # ------------------------------------------------------------------------------------------------------------------
-class MiniVec2Vec(LinearAlignment):
+class MiniVec2Vec(LinearTransform):
     """Unsupervised linear alignment from two unpaired samples (the mini-vec2vec paper's mini-vec2vec; see the module
     docstring
     for every step, the paper sections and where this implementation departs).
@@ -301,7 +208,8 @@ class MiniVec2Vec(LinearAlignment):
     ``MiniVec2Vec(...).fit(X_src, X_tgt)``: ``X_src`` (n_src x d_src, source model) and ``X_tgt`` (n_tgt x d_tgt,
     target model) are embeddings of *different* items from one distribution; no row of one corresponds to a row of
     the other. ``transform(X)`` then maps source-model vectors into the target space, like
-    :class:`~vecbridge.align.OrthogonalProcrustes`.
+    :class:`~vecbridge.align.OrthogonalProcrustes`. Having no pairs, it has no ``partial_fit``, ``fit_stream`` or
+    ``fit_moments`` (it is a :class:`~vecbridge.align.base.LinearTransform`, not a ``LinearAlignment``).
 
     Parameters (paper value in brackets where it differs or matters)
     ----------
@@ -394,6 +302,16 @@ class MiniVec2Vec(LinearAlignment):
     n_features_in_, n_features_out_ : d_src, d_tgt.
     """
 
+    _parameter_constraints = {
+        "n_runs": Integer(1), "n_clusters": Integer(2), "qap_restarts": Integer(1), "qap_solver": OneOf(*QAP_SOLVERS),
+        "similarity": OneOf(*SIMILARITIES), "kmeans_sample": Integer(1), "anchor_mode": OneOf(*ANCHOR_MODES),
+        "n_neighbors": Integer(1), "refine1_iter": Integer(0), "refine1_sample": Integer(1),
+        "refine1_neighbors": Integer(1), "refine1_tol": Real(0), "refine2_clusters": Integer(0),
+        "refine2_iter": Integer(0), "alpha": Real(0, 1, low_open=True), "kmeans_max_iter": Integer(1),
+        "max_samples": optional(Integer(1)), "orthogonalize": Boolean(), "backend": OneOf(*BACKENDS),
+        "random_state": RandomState(), "mnn_refine": Integer(0),
+    }
+
     def __init__(self, n_runs: int = 30, n_clusters: int = 20, qap_restarts: int = 30, qap_solver: str = "2opt",
                  similarity: str = "cosine", kmeans_sample: int = 10_000, anchor_mode: str = "relative",
                  n_neighbors: int = 50, refine1_iter: int = 100, refine1_sample: int = 1_000,
@@ -424,34 +342,14 @@ class MiniVec2Vec(LinearAlignment):
         self.mnn_refine = mnn_refine
 
     # --- checks -----------------------------------------------------------------------------------------------------
-    def _check_params(self):
-        for name in ("n_runs", "n_clusters", "qap_restarts", "kmeans_sample", "n_neighbors", "refine1_sample",
-                     "refine1_neighbors", "kmeans_max_iter"):
-            value = getattr(self, name)
-            if not isinstance(value, (int, np.integer)) or value < 1:
-                raise InputError(f"{name} must be a positive integer, got {value!r}")
-        for name in ("refine1_iter", "refine2_iter", "refine2_clusters"):
-            value = getattr(self, name)
-            if not isinstance(value, (int, np.integer)) or value < 0:
-                raise InputError(f"{name} must be a non-negative integer, got {value!r}")
-        if self.n_clusters < 2:
-            raise InputError("n_clusters must be at least 2 (one cluster has nothing to match)")
+    def _validate_params(self):
+        """The declared constraints, then the two that tie parameters together."""
+        super()._validate_params()
         if self.refine2_iter > 0 and self.refine2_clusters < 2:
-            raise InputError("refine2_clusters must be at least 2 when refine2_iter > 0")
-        if not 0.0 < float(self.alpha) <= 1.0:
-            raise InputError(f"alpha must be in (0, 1], got {self.alpha!r}")
-        if self.refine1_tol < 0:
-            raise InputError(f"refine1_tol must be >= 0, got {self.refine1_tol!r}")
-        if self.qap_solver not in QAP_SOLVERS:
-            raise InputError(f"qap_solver must be one of {', '.join(QAP_SOLVERS)}, got {self.qap_solver!r}")
-        if self.similarity not in SIMILARITIES:
-            raise InputError(f"similarity must be one of {', '.join(SIMILARITIES)}, got {self.similarity!r}")
-        if self.anchor_mode not in ANCHOR_MODES:
-            raise InputError(f"anchor_mode must be one of {', '.join(ANCHOR_MODES)}, got {self.anchor_mode!r}")
+            raise InputError("MiniVec2Vec: refine2_clusters must be at least 2 when refine2_iter > 0")
         if self.kmeans_sample < 2 * self.n_clusters:
-            raise InputError(f"kmeans_sample={self.kmeans_sample} is too small for n_clusters={self.n_clusters}")
-        if self.max_samples is not None and self.max_samples < 1:
-            raise InputError(f"max_samples must be a positive integer or None, got {self.max_samples!r}")
+            raise InputError(f"MiniVec2Vec: kmeans_sample={self.kmeans_sample} is too small for "
+                             f"n_clusters={self.n_clusters} (needs at least {2 * self.n_clusters})")
 
     def _check_sizes(self, n: int, side: str):
         """Every clustering and neighbour step needs enough rows; name the parameter that asks for the most."""
@@ -468,7 +366,7 @@ class MiniVec2Vec(LinearAlignment):
     # --- fitting ------------------------------------------------------------------------------------------------------
     def fit(self, X_src, X_tgt):
         """Fit from two *unpaired* samples (rows of X_src and X_tgt are different items). Returns self."""
-        self._check_params()
+        self._validate_params()
         X_src = check_vectors(X_src, "X_src", dtype=np.float32)
         X_tgt = check_vectors(X_tgt, "X_tgt", dtype=np.float32)
         self._check_sizes(X_src.shape[0], "X_src")
@@ -667,13 +565,3 @@ class MiniVec2Vec(LinearAlignment):
         average of their inverses (a pseudo-inverse would blow up the directions the smoothing shrank)."""
         self._check_fitted()
         return self.matrix_.T
-
-    # --- what a paired estimator offers but an unsupervised one cannot ----------------------------------------------
-    def partial_fit(self, X_src, Y_tgt):
-        raise InputError("MiniVec2Vec fits from two whole unpaired samples: call fit(X_src, X_tgt)")
-
-    def fit_stream(self, batches):
-        raise InputError("MiniVec2Vec fits from two whole unpaired samples: call fit(X_src, X_tgt)")
-
-    def fit_moments(self, moments):
-        raise InputError("MiniVec2Vec fits from two whole unpaired samples, not from paired moments")

@@ -7,6 +7,7 @@ import warnings
 import numpy as np
 
 from .._blas import one_blas_thread
+from ..numeric.estimator import Boolean
 from .base import LinearAlignment
 from .diagnostics import dot_product_discrepancy, mean_squared_residual
 from .moments import PairMoments
@@ -19,9 +20,9 @@ class FewPairsWarning(UserWarning):
 class OrthogonalProcrustes(LinearAlignment):
     """Best orthogonal map from the source space to the target space: ``R = argmin ||X R - Y||_F, R^T R = I``.
 
-    Seed 000's Algorithm 1 works on columns: ``U S V^T = SVD(Y X^T)``, ``Q = U V^T``, ``x_bar = Q x``. With rows as
-    samples this is ``U S V^T = SVD(X^T Y)`` and ``R = U V^T`` applied as ``X @ R`` (``R = Q^T``). Reflections are
-    allowed (R is in O(d), not SO(d)) exactly as in the paper.
+    The Procrustes-bounds paper's Algorithm 1 works on columns: ``U S V^T = SVD(Y X^T)``, ``Q = U V^T``,
+    ``x_bar = Q x``. With rows as samples this is ``U S V^T = SVD(X^T Y)`` and ``R = U V^T`` applied as ``X @ R``
+    (``R = Q^T``). Reflections are allowed (R is in O(d), not SO(d)) exactly as in the paper.
 
     Unequal dimensions follow the paper's zero padding. Padding the smaller side and taking the top-left
     ``d_src x d_tgt`` block of the padded solution is the thin SVD of the ``d_src x d_tgt`` matrix ``X^T Y``, which is
@@ -55,6 +56,8 @@ class OrthogonalProcrustes(LinearAlignment):
     bound_ : Corollary 1's bound ``sqrt(2 D) * delta_`` on ``residual_`` (for the unscaled map; D = max dims).
     is_projection_ : True when ``d_src > d_tgt``.
     """
+
+    _parameter_constraints = {"center": Boolean(), "scale": Boolean()}
 
     def __init__(self, center: bool = False, scale: bool = False):
         self.center = center

@@ -14,16 +14,18 @@ from .pairs import pairs_by_field, pairs_by_ids, pairs_from_list, read_pairs_fil
 
 
 def _estimator(cls, params: dict, seed: int):
-    """``cls(random_state=seed, **params)``, an unknown parameter name as a one-line error."""
-    try:
-        return cls(**{"random_state": seed, **params})
-    except TypeError:
-        import inspect
+    """``cls(random_state=seed)`` with ``params`` set by ``set_params`` (flat names of GEH's option groups included)
+    and checked now, before any vector is read; an unknown name or a bad value is a one-line error."""
+    from ..numeric.estimator import UnknownParameter
 
-        known = sorted(p for p in inspect.signature(cls).parameters if p != "self")
-        bad = sorted(set(params) - set(known))
-        raise InputError(f"{cls.__name__} has no parameter {', '.join(bad) or '?'} "
-                         f"(known: {', '.join(known)})") from None
+    est = cls(random_state=seed)
+    try:
+        est.set_params(**params)
+    except UnknownParameter as exc:
+        raise InputError(f"{exc.estimator} has no parameter {', '.join(exc.unknown)} "
+                         f"(known: {', '.join(exc.valid)})") from None
+    est._validate_params()
+    return est
 
 
 def geh_fit(source: Collection, target: Collection, seeds: str | None, *, sample: int, seed: int,

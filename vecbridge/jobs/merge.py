@@ -20,15 +20,15 @@ from pathlib import Path
 
 import numpy as np
 
-from ..connectors import connect
-from ..connectors.base import Collection, VectorBatch
+from ..connectors.base import VectorBatch
 from ..errors import InputError, StoreError, VecbridgeError
 from ..linking.pairspec import PairSpec
 from .checkpoint import Checkpoint
 from .guard import check_checkpoint_writable, exclusive_writer, refuse_inputs_as_target
-from .open import load_alignment
+from .open import load_alignment, open_collection
 from .pairs import read_pairs_file
 from .pipeline import copy_stream
+from .results import MergeResult
 from .rewrite import _discard, check_counts, check_source, default_checkpoint_path, mapper, store_batch_size
 
 POLICIES = ("keep-b", "keep-a", "keep-both")
@@ -41,14 +41,12 @@ def _merge_payload(pa: dict, pb: dict) -> dict:
 
 def merge(a, b, into, alignment, *, links: "str | PairSpec" = "ids", policy: str = "keep-b",
           batch_size: int | None = None, resume: bool = False, overwrite: bool = False, checkpoint_path=None,
-          on_progress=None) -> dict:
+          on_progress=None) -> MergeResult:
     if policy not in POLICIES:
         raise InputError(f"policy must be one of {', '.join(POLICIES)}")
     alignment, alignment_path = load_alignment(alignment)
-    A = a if isinstance(a, Collection) else connect(a, read_only=True)
-    B = b if isinstance(b, Collection) else connect(b, read_only=True)
-    A.read_only = B.read_only = True
-    C = into if isinstance(into, Collection) else connect(into)
+    A, B = open_collection(a), open_collection(b)   # never written: the identity check below makes sure
+    C = open_collection(into, read_only=False)
     hint = "choose a new collection for --into"
     refuse_inputs_as_target(C, [(A, "one of the inputs (A)"), (B, "one of the inputs (B)")], hint)
     a_info = check_source(A, alignment)
@@ -156,6 +154,5 @@ def _merge(A, B, C, C_a, alignment, explicit, policy, bs, resume, overwrite, ckp
     ckpt.finish()
     # linked A records are merged into their B record, not written: the target must hold exactly what was written
     check_counts(C, read=ckpt.read, written=ckpt.written, held=count, expected=ckpt.written)
-    return {"a": A.display_url, "b": B.display_url, "into": C.display_url, "policy": policy,
-            "a_count": a_info.count, "b_count": b_info.count, "written": written, "linked": stats["linked"],
-            "renamed": stats["renamed"], "count": count, "seconds": time.perf_counter() - t0}
+    return MergeResult(A.display_url, B.display_url, C.display_url, policy, a_info.count, b_info.count, written,
+                       stats["linked"], stats["renamed"], count, time.perf_counter() - t0)

@@ -38,6 +38,7 @@ import numpy as np
 
 from ..errors import InputError
 from ..numeric.neighbors import knn
+from ..numeric.ranking import best_first, ranks_of, shared_count, top_k_indices
 from ..vectors import l2_normalize
 
 STRATEGIES = ("random", "anchor_residual", "inconsistency", "combined", "frequency")
@@ -60,9 +61,7 @@ def reliability_scores(X_items, mapped_items, X_anchors, Y_anchors, residuals, *
     w = np.maximum(sim, 0) ** 4 + 1e-12
     out["anchor_residual"] = (w * np.asarray(residuals)[idx]).sum(axis=1) / w.sum(axis=1)
     i_new, _ = knn(mapped_items, Y_anchors, k)
-    both = np.sort(np.concatenate([idx, i_new], axis=1), axis=1)  # rows of each hold distinct anchors
-    shared = (both[:, 1:] == both[:, :-1]).sum(axis=1)
-    out["inconsistency"] = 1.0 - shared / k
+    out["inconsistency"] = 1.0 - shared_count(idx, i_new) / k  # rows of each hold distinct anchors
     z = [(v - v.mean()) / (v.std() + 1e-12) for v in (out["anchor_residual"], out["inconsistency"])]
     out["combined"] = z[0] + z[1]
     if query_log is not None:
@@ -74,30 +73,41 @@ def reliability_scores(X_items, mapped_items, X_anchors, Y_anchors, residuals, *
 def select(scores: np.ndarray, fraction: float) -> np.ndarray:
     """Indices of the ``fraction`` of items with the highest scores (stable: ties keep item order)."""
     m = int(round(float(fraction) * len(scores)))
-    return np.argsort(-np.asarray(scores), kind="stable")[:m]
+    return best_first(scores, m)
 
 
 # --- ranking with the extra score terms ------------------------------------------------------------------------------
-def relevant_ranks(Q_new, docs, relevant, *, Q_old=None, old_docs=None, beta: float = 0.0, penalty=None,
-                   weight: float = 0.0, block: int = 1024) -> np.ndarray:
-    """1-based rank of each query's relevant document under ``cos(q, d) + beta cos(q_old, x) - weight r(d)``
-    (ties count against it, as in :mod:`vecbridge.metrics`)."""
+def _first_stage(Q_new, docs, Q_old=None, old_docs=None, beta: float = 0.0, penalty=None, weight: float = 0.0):
+    """``(Qn, Qo, X, scores)``: the normalised new-model queries, old-model queries and old documents (None without
+    the old-model term) and ``scores(sl)``, the scores ``cos(q, d) + beta cos(q_old, x) - weight r(d)`` of the
+    queries ``sl`` against every document (the old-model term only with ``beta`` and ``Q_old``, the penalty only
+    with a ``weight``)."""
     Qn, D = l2_normalize(Q_new), l2_normalize(docs)
-    rel = np.asarray(relevant, dtype=np.int64)
     use_old = beta != 0 and Q_old is not None
-    if use_old:
-        Qo, X = l2_normalize(Q_old), l2_normalize(old_docs)
+    Qo, X = (l2_normalize(Q_old), l2_normalize(old_docs)) if use_old else (None, None)
     pen = None if penalty is None or not weight else weight * np.asarray(penalty, dtype=np.float32)
-    ranks = np.empty(len(Qn), dtype=np.int64)
-    for lo in range(0, len(Qn), block):
-        sl = slice(lo, min(lo + block, len(Qn)))
+
+    def scores(sl: slice) -> np.ndarray:
         S = Qn[sl] @ D.T
         if use_old:
             S += beta * (Qo[sl] @ X.T)
         if pen is not None:
             S -= pen[None, :]
-        true = S[np.arange(S.shape[0]), rel[sl]]
-        ranks[sl] = (S >= true[:, None]).sum(axis=1)
+        return S
+
+    return Qn, Qo, X, scores
+
+
+def relevant_ranks(Q_new, docs, relevant, *, Q_old=None, old_docs=None, beta: float = 0.0, penalty=None,
+                   weight: float = 0.0, block: int = 1024) -> np.ndarray:
+    """1-based rank of each query's relevant document under ``cos(q, d) + beta cos(q_old, x) - weight r(d)``
+    (ties count against it: :func:`vecbridge.numeric.ranking.ranks_of`, as in :mod:`vecbridge.metrics`)."""
+    Qn, _, _, scores = _first_stage(Q_new, docs, Q_old, old_docs, beta, penalty, weight)
+    rel = np.asarray(relevant, dtype=np.int64)
+    ranks = np.empty(len(Qn), dtype=np.int64)
+    for lo in range(0, len(Qn), block):
+        sl = slice(lo, min(lo + block, len(Qn)))
+        ranks[sl] = ranks_of(scores(sl), rel[sl])
     return ranks
 
 
@@ -112,31 +122,23 @@ def rerank_recall(Q_new, first_docs, native_docs, relevant, K: int, k: int = 10,
 
     With dual-query fusion in the first stage (``beta`` and ``Q_old``), the re-score keeps the old-model term:
     ``cos(q_new, y) + beta cos(q_old, x)`` (dropping it would throw away what fusion gains)."""
-    Qn, D, N = l2_normalize(Q_new), l2_normalize(first_docs), l2_normalize(native_docs)
-    rel = np.asarray(relevant, dtype=np.int64)
     beta = first_kw.get("beta", 0.0)
-    Qo = l2_normalize(first_kw["Q_old"]) if beta else None
-    X = l2_normalize(first_kw["old_docs"]) if beta else None
-    pen = first_kw.get("penalty")
-    w = first_kw.get("weight", 0.0)
-    hits, seen = 0, np.zeros(D.shape[0], bool)
+    Qn, Qo, X, first_stage = _first_stage(Q_new, first_docs, first_kw["Q_old"] if beta else None,
+                                          first_kw["old_docs"] if beta else None, beta, first_kw.get("penalty"),
+                                          first_kw.get("weight", 0.0))
+    N = l2_normalize(native_docs)
+    rel = np.asarray(relevant, dtype=np.int64)
+    hits, seen = 0, np.zeros(len(first_docs), bool)
     block = int(max(16, min(1024, 2**25 // (max(K, 1) * max(N.shape[1], 1)))))  # gathered candidates <= 128 MB
     for lo in range(0, len(Qn), block):
         sl = slice(lo, min(lo + block, len(Qn)))
-        S = Qn[sl] @ D.T
-        if beta:
-            S += beta * (Qo[sl] @ X.T)
-        if pen is not None and w:
-            S -= w * np.asarray(pen, dtype=np.float32)[None, :]
-        top = np.argpartition(-S, K - 1, axis=1)[:, :K] if K < S.shape[1] else np.tile(np.arange(S.shape[1]),
-                                                                                         (S.shape[0], 1))
+        top = top_k_indices(first_stage(sl), K)
         seen[np.unique(top)] = True
         native = np.einsum("qd,qkd->qk", Qn[sl], N[top])
-        if beta:
+        if Qo is not None:
             native += beta * np.einsum("qd,qkd->qk", Qo[sl], X[top])
         in_c = top == rel[sl][:, None]
-        true = np.take_along_axis(native, in_c.argmax(axis=1)[:, None], axis=1)
-        rank = (native >= true).sum(axis=1)
+        rank = ranks_of(native, in_c.argmax(axis=1))
         hits += int(np.sum(in_c.any(axis=1) & (rank <= k)))
     return hits / len(Qn), float(seen.mean())
 

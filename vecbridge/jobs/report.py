@@ -291,7 +291,8 @@ def compatibility_report(old, new=None, *, sample: int = 5000, seed: int = 0, ho
             chosen.build(center=center, seed=seed).fit(X[train], Y[train])
     mapped_held = judged.transform(X[held])
     pq = metrics.pair_quality(mapped_held, Y[held])
-    cos = np.einsum("ij,ij->i", metrics._prep(mapped_held, "cosine"), metrics._prep(Y[held], "cosine"))
+    cos = np.einsum("ij,ij->i", metrics.prepare_vectors(mapped_held, "cosine"),
+                    metrics.prepare_vectors(Y[held], "cosine"))
     held_resid = float(np.mean(np.sum((mapped_held - Y[held]) ** 2, axis=1)))
     top1_curve = _top1_curve(mapped_held, Y[pool_order], pq.top1, np.random.default_rng(seed + 1), old_info.count)
 

@@ -29,10 +29,10 @@ from typing import Callable, Sequence
 import numpy as np
 
 from ..errors import InputError
-from ..metrics import _prep, _scores
+from ..metrics import candidate_scorer, prepare_vectors
 from ..numeric.neighbors import knn
+from ..numeric.ranking import rank_candidate_rows, rank_candidates
 from ..vectors import l2_normalize
-from .wrap import rank_candidates
 
 
 # --- hub penalty ------------------------------------------------------------------------------------------------------
@@ -96,18 +96,10 @@ def fused_search(old_collection, alignment, q_new, q_old, k: int = 10, *, beta: 
     cand = [list(dict.fromkeys(list(a) + list(b))) for a, b in zip(ids_a, ids_b)]
     flat = list(dict.fromkeys(i for row in cand for i in row))
     got = old_collection.get(flat)
-    pos = {i: j for j, i in enumerate(got.ids)}
     X = l2_normalize(got.vectors)
     M = l2_normalize(alignment.transform(got.vectors))
     Qn_u, Qo_u = l2_normalize(Qn), l2_normalize(Qo)
-    out_ids, out_scores = [], np.full((len(Qn), k), -np.inf, dtype=np.float32)
-    for qi, row in enumerate(cand):
-        rows = [pos[i] for i in row if i in pos]
-        sc = M[rows] @ Qn_u[qi] + beta * (X[rows] @ Qo_u[qi])
-        order = np.argsort(-sc, kind="stable")[:k]
-        out_ids.append([got.ids[rows[j]] for j in order])
-        out_scores[qi, :len(order)] = sc[order]
-    return out_ids, out_scores
+    return rank_candidates(cand, got.ids, k, lambda qi, rows: M[rows] @ Qn_u[qi] + beta * (X[rows] @ Qo_u[qi]))
 
 
 # --- re-ranking with the new model ------------------------------------------------------------------------------------
@@ -116,29 +108,24 @@ def rerank_candidates(queries, candidates, vectors_of: Callable[[np.ndarray], np
     """Re-score each query's candidate rows (``candidates``: (n_queries, K) ints, -1 = none) with the vectors
     ``vectors_of(unique_rows)`` returns (the new model's vectors of those items) and keep the best ``k``.
 
-    Returns ``(rows, scores)``, both (n_queries, k), best first; missing entries are -1 / -inf.
+    Returns ``(rows, scores)``, both (n_queries, k), best first (ties keep candidate order); missing entries are
+    -1 / -inf.
     """
     C = np.asarray(candidates, dtype=np.int64)
-    Q = _prep(queries, metric)
+    Q = prepare_vectors(queries, metric)
     if C.ndim != 2 or C.shape[0] != Q.shape[0]:
         raise InputError(f"candidates must be (n_queries, K), got {C.shape} for {Q.shape[0]} queries")
     uniq = np.unique(C[C >= 0])
-    V = _prep(vectors_of(uniq), metric) if uniq.size else np.zeros((0, Q.shape[1]), np.float32)
+    V = prepare_vectors(vectors_of(uniq), metric) if uniq.size else np.zeros((0, Q.shape[1]), np.float32)
     if V.shape[0] != uniq.size or (uniq.size and V.shape[1] != Q.shape[1]):
         raise InputError(f"vectors_of returned shape {V.shape} for {uniq.size} items of dimension {Q.shape[1]}")
-    d_sq = np.einsum("ij,ij->i", V, V) if metric == "l2" else None
     where = np.searchsorted(uniq, np.where(C >= 0, C, uniq[0] if uniq.size else 0))
+    ok = C >= 0
+    orders, out_s = rank_candidate_rows([where[qi][ok[qi]] for qi in range(C.shape[0])], k,
+                                        candidate_scorer(Q, V, metric))
     out = np.full((C.shape[0], k), -1, dtype=np.int64)
-    out_s = np.full((C.shape[0], k), -np.inf, dtype=np.float32)
-    for qi in range(C.shape[0]):
-        ok = C[qi] >= 0
-        rows = where[qi][ok]
-        if rows.size == 0:
-            continue
-        sc = _scores(Q[qi:qi + 1], V[rows], metric, d_sq[rows] if d_sq is not None else None)[0]
-        order = np.argsort(-sc, kind="stable")[:k]
-        out[qi, :order.size] = C[qi][ok][order]
-        out_s[qi, :order.size] = sc[order]
+    for qi, order in enumerate(orders):
+        out[qi, :order.size] = C[qi][ok[qi]][order]
     return out, out_s
 
 

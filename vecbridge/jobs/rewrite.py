@@ -5,8 +5,6 @@ from __future__ import annotations
 import json
 import re
 import time
-from dataclasses import dataclass
-from dataclasses import field as dc_field
 from pathlib import Path
 from typing import Callable
 
@@ -18,8 +16,9 @@ from ..connectors.base import Collection, VectorBatch
 from ..errors import CheckFailed, InputError, StoreError, VecbridgeError
 from .checkpoint import Checkpoint
 from .guard import check_checkpoint_writable, exclusive_writer, refuse_inputs_as_target
-from .open import load_alignment
+from .open import load_alignment, open_collection
 from .pipeline import copy_stream
+from .results import DryRun, MigrationPlan, MigrationResult
 
 DEFAULT_BATCH = 1000
 
@@ -63,24 +62,6 @@ def mapper(alignment: Alignment) -> Callable[[VectorBatch], VectorBatch]:
     return transform
 
 
-@dataclass
-class MigrationPlan:
-    source: str
-    target: str
-    count: int
-    source_dim: int
-    target_dim: int
-    metric: str
-    batch_size: int
-    field: str | None
-    estimated_read_map_s: float
-    estimated_target_bytes: int
-    notes: list[str] = dc_field(default_factory=list)
-
-    def as_dict(self) -> dict:
-        return {k: getattr(self, k) for k in self.__dataclass_fields__}
-
-
 def plan_migration(src: Collection, alignment: Alignment, tgt: Collection, *, batch_size: int,
                    field: str | None) -> MigrationPlan:
     """Count, dimensions, an estimate of the read+map time measured on one batch, and the target size."""
@@ -103,7 +84,7 @@ def migrate(source, alignment, target=None, *, field: str | None = None, batch_s
             resume: bool = False, overwrite: bool = False, dry_run: bool = False, checkpoint_path=None,
             metric: str | None = None, build_index: bool = True, on_progress: Callable[[int], None] | None = None,
             on_start: Callable[[int, int], None] | None = None,
-            on_phase: Callable[[str], None] | None = None) -> dict:
+            on_phase: Callable[[str], None] | None = None) -> MigrationResult | DryRun:
     """Rewrite ``source`` (old model) into ``target`` (new model's space) through ``alignment``.
 
     * New collection (default): ``target`` must not exist (``overwrite=True`` drops and recreates it). It may never
@@ -121,8 +102,7 @@ def migrate(source, alignment, target=None, *, field: str | None = None, batch_s
     read, and raises :class:`CheckFailed` if not.
     """
     alignment, alignment_path = load_alignment(alignment)
-    src = source if isinstance(source, Collection) else connect(source, read_only=True)
-    src.read_only = True
+    src = open_collection(source)   # never written: the identity checks below make sure
     if field is not None:
         if target is not None:
             given = target if isinstance(target, Collection) else connect(target)
@@ -135,12 +115,12 @@ def migrate(source, alignment, target=None, *, field: str | None = None, batch_s
     else:
         if target is None:
             raise InputError("a target collection is required (or --field NAME for an in-place vector field)")
-        tgt = target if isinstance(target, Collection) else connect(target)
+        tgt = open_collection(target, read_only=False)
         refuse_inputs_as_target(tgt, [(src, "the source collection itself")],
                                 "choose a new target (or --field NAME to add a vector field in place)")
     bs = store_batch_size(tgt, batch_size)
     if dry_run:
-        return {"dry_run": True, "plan": plan_migration(src, alignment, tgt, batch_size=bs, field=field).as_dict()}
+        return DryRun(plan_migration(src, alignment, tgt, batch_size=bs, field=field))
 
     info = check_source(src, alignment)
     ckpt_path = Path(checkpoint_path) if checkpoint_path else default_checkpoint_path(alignment_path, tgt)
@@ -195,10 +175,8 @@ def migrate(source, alignment, target=None, *, field: str | None = None, batch_s
         ckpt.finish()
     seconds = time.perf_counter() - t0
     check_counts(tgt, read=ckpt.read, written=ckpt.written, held=held)
-    return {"source": src.display_url, "target": tgt.display_url, "count": info.count, "read": ckpt.read,
-            "written": written, "resumed_from": ckpt.written - written, "seconds": seconds,
-            "vectors_per_s": written / seconds if seconds > 0 else None, "field": field,
-            "batch_size": bs}
+    return MigrationResult(src.display_url, tgt.display_url, info.count, ckpt.read, written,
+                           ckpt.written - written, seconds, written / seconds if seconds > 0 else None, field, bs)
 
 
 def check_counts(target: Collection, *, read: int, written: int, held: int | None, expected: int | None = None):

@@ -3,10 +3,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..connectors import connect
 from ..connectors.base import Collection
 from ..vectors import l2_normalize
-from .open import load_alignment
+from .open import load_alignment, open_collection
+from .results import Check, VerifyResult
 
 _RESERVED = ("_vb_",)
 
@@ -20,29 +20,28 @@ def _user_payload(p: dict) -> dict:
 
 
 def verify(source, target, alignment, *, sample: int = 1000, seed: int = 0, tolerance: float = 1e-5,
-           field: str | None = None) -> dict:
-    """Returns ``{"ok": bool, "checks": [{"name", "ok", "detail"}...]}``; nothing is written anywhere.
+           field: str | None = None) -> VerifyResult:
+    """Whether ``target`` holds ``source`` mapped through ``alignment``: counts, dimension, ids, a sample of vectors
+    recomputed, payloads (:class:`VerifyResult`: ``ok`` and the ``checks``); nothing is written anywhere.
 
     Vectors are compared relative to their norm (float32 storage); in cosine collections, stores that normalise on
     insert (Qdrant) are compared by direction.
     """
     alignment, _ = load_alignment(alignment)
-    src = source if isinstance(source, Collection) else connect(source, read_only=True)
-    tgt = target if isinstance(target, Collection) else connect(target, read_only=True)
+    src, tgt = open_collection(source), open_collection(target)
     if field is not None:
         tgt = tgt.with_vector_field(field)
     checks = []
 
     s_info, t_info = src.info(), tgt.info()
-    checks.append({"name": "count", "ok": s_info.count == t_info.count,
-                   "detail": f"source {s_info.count:,}, target {t_info.count:,}"})
-    checks.append({"name": "dimension", "ok": t_info.dim == alignment.target_dim,
-                   "detail": f"target {t_info.dim}, alignment output {alignment.target_dim}"})
+    checks.append(Check("count", s_info.count == t_info.count, f"source {s_info.count:,}, target {t_info.count:,}"))
+    checks.append(Check("dimension", t_info.dim == alignment.target_dim,
+                        f"target {t_info.dim}, alignment output {alignment.target_dim}"))
     s_ids, t_ids = _ids(src), _ids(tgt)
     missing, extra = s_ids - t_ids, t_ids - s_ids
-    checks.append({"name": "ids", "ok": not missing and not extra,
-                   "detail": f"{len(missing):,} missing in target, {len(extra):,} not in source"
-                             + (f" (e.g. {sorted(missing)[:3] or sorted(extra)[:3]})" if missing or extra else "")})
+    checks.append(Check("ids", not missing and not extra,
+                        f"{len(missing):,} missing in target, {len(extra):,} not in source"
+                        + (f" (e.g. {sorted(missing)[:3] or sorted(extra)[:3]})" if missing or extra else "")))
 
     smp = src.sample(sample, seed=seed)
     got = tgt.get(list(smp.ids))
@@ -57,12 +56,11 @@ def verify(source, target, alignment, *, sample: int = 1000, seed: int = 0, tole
         scale = np.maximum(np.linalg.norm(expected, axis=1), 1e-12)
         err = np.abs(expected - actual).max(axis=1) / scale if rows else np.zeros(0)
     bad = int((err > tolerance).sum())
-    checks.append({"name": "vectors", "ok": bad == 0 and len(rows) == len(smp),
-                   "detail": f"{len(rows):,} sampled records recomputed, {bad} differ by more than {tolerance:g} "
-                             f"(max {float(err.max()) if len(err) else 0.0:.2e})"})
+    checks.append(Check("vectors", bad == 0 and len(rows) == len(smp),
+                        f"{len(rows):,} sampled records recomputed, {bad} differ by more than {tolerance:g} "
+                        f"(max {float(err.max()) if len(err) else 0.0:.2e})"))
     payload_bad = sum(_user_payload(smp.payloads[j]) != _user_payload(got.payloads[pos[str(smp.ids[j])]])
                       for j in rows) if field is None else 0
-    checks.append({"name": "payloads", "ok": payload_bad == 0,
-                   "detail": f"{payload_bad} of {len(rows):,} sampled payloads differ"})
-    return {"ok": all(c["ok"] for c in checks), "source": src.display_url, "target": tgt.display_url,
-            "checks": checks}
+    checks.append(Check("payloads", payload_bad == 0,
+                        f"{payload_bad} of {len(rows):,} sampled payloads differ"))
+    return VerifyResult(all(c.ok for c in checks), src.display_url, tgt.display_url, checks)

@@ -25,7 +25,8 @@ import numpy as np
 from ..align.artifact import Alignment
 from ..connectors.base import Collection
 from ..errors import InputError
-from ..metrics import _prep, _scores
+from ..metrics import candidate_scorer, prepare_vectors
+from ..numeric.ranking import rank_candidates
 from .open import load_alignment, open_collection
 
 
@@ -104,30 +105,9 @@ class WrappedCollection:
         flat = list(dict.fromkeys(i for row in candidate_ids for i in row))
         got = self.collection.get(flat)
         mapped = self.alignment.transform(got.vectors) if len(got) else np.zeros((0, self.alignment.target_dim))
-        D = _prep(mapped, self.metric)
-        d_sq = np.einsum("ij,ij->i", D, D) if self.metric == "l2" else None
-        Qp = _prep(Q, self.metric)
-        return rank_candidates(candidate_ids, got.ids, k, lambda qi, rows: _scores(
-            Qp[qi:qi + 1], D[rows], self.metric, d_sq[rows] if d_sq is not None else None)[0])
-
-
-def rank_candidates(candidate_ids: list[list], ids: list, k: int,
-                    score: Callable[[int, list[int]], np.ndarray]) -> tuple[list[list], np.ndarray]:
-    """Re-rank each query's candidates: ``score(query_index, rows)`` scores the rows of ``ids`` that are among the
-    query's candidates; candidates not in ``ids`` are dropped. Returns the top ``k`` ids per query and their scores
-    (padded with -inf). Shared by wrapped search and new-model re-ranking."""
-    pos = {i: j for j, i in enumerate(ids)}
-    out_ids, out_scores = [], np.full((len(candidate_ids), k), -np.inf, dtype=np.float32)
-    for qi, row in enumerate(candidate_ids):
-        rows = [pos[i] for i in row if i in pos]
-        if not rows:
-            out_ids.append([])
-            continue
-        sc = score(qi, rows)
-        order = np.argsort(-sc, kind="stable")[:k]
-        out_ids.append([ids[rows[j]] for j in order])
-        out_scores[qi, :len(order)] = sc[order]
-    return out_ids, out_scores
+        D = prepare_vectors(mapped, self.metric)
+        Qp = prepare_vectors(Q, self.metric)
+        return rank_candidates(candidate_ids, got.ids, k, candidate_scorer(Qp, D, self.metric))
 
 
 def wrap(collection: Collection, alignment, **kw) -> WrappedCollection:

@@ -2,11 +2,11 @@
 links (Vector Linking via Cross-Model Local Isometric Consistency, 2026), and :class:`Links` carries them. Pairs that
 need a store (shared ids, a payload key, a re-embedded sample) are found by :mod:`vecbridge.jobs.pairs`."""
 from .._deprecated import moved
-from .geh import GEH
+from .geh import GEH, GEHSearch, GEHStopping, GEHViews, GEHVotes
 from .links import Links
 from .pairspec import PairSpec
 
-__all__ = ["GEH", "Links", "PairSpec"]
+__all__ = ["GEH", "GEHViews", "GEHVotes", "GEHStopping", "GEHSearch", "Links", "PairSpec"]
 
 __getattr__ = moved("vecbridge.linking", {
     "MiniVec2Vec": "vecbridge.align",

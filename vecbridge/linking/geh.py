@@ -23,12 +23,14 @@ from __future__ import annotations
 
 import math
 import time
+from dataclasses import dataclass
 from typing import Callable
 
 import numpy as np
 
 from .._blas import one_blas_thread, thread_limit
 from ..errors import InputError
+from ..numeric.estimator import Boolean, Estimator, InstanceOf, Integer, OneOf, RandomState, Real, optional
 from ..numeric.linalg import procrustes_rotation
 from ..numeric.neighbors import KnnIndex, csls_mutual_from_knn, knn
 from ..validation import check_vectors
@@ -213,7 +215,74 @@ def check_seed_pairs(seed_pairs, n1: int, n2: int, min_seeds: int = MIN_SEEDS) -
 
 
 # ------------------------------------------------------------------------------------------------------------------
-class GEH:
+# GEH's options, grouped. Field names are unique across the groups, so each is also a flat parameter name:
+# ``GEH().set_params(shortlist=32)`` (how the command line's flat keys arrive) replaces ``search`` with that field
+# changed.
+@dataclass(frozen=True)
+class GEHViews:
+    """Views and their hashes (the paper's components 1-3): the schedule ``sf = 1 + c log g``,
+    ``m_t = max(ceil(m0 sf), min_views)`` views of ``s_t = min(ceil(rho0 |L| / sf), max_view_size)`` anchors, FPS
+    (``view_sampling="fps"``) on a ``fps_pool_factor`` x view-size subsample, the seeds in every view, the view's own
+    anchors excluded from its proposals, kernelised hashes (``kernel``). ``multi_view=False``: one view, the whole
+    pool."""
+
+    c: float = 0.3
+    rho0: float = 0.4
+    m0: int = 5
+    min_views: int = 10
+    max_view_size: int | None = 256
+    view_sampling: str = "fps"
+    seeds_in_views: bool = True
+    multi_view: bool = True
+    fps_pool_factor: float | None = 2.0
+    exclude_view_anchors: bool = True
+    kernel: bool = True
+
+
+@dataclass(frozen=True)
+class GEHVotes:
+    """From proposals to links (component 5): ``bootstrap`` (iterate; False = one iteration on the seeds), a link
+    needs ``min_votes`` as well as Otsu's threshold, the pool grows at most ``max_growth`` x per iteration (None: no
+    cap), votes decay by ``vote_decay`` per iteration (1: cumulative, as the paper)."""
+
+    bootstrap: bool = True
+    min_votes: float = 3.0
+    max_growth: float | None = 2.0
+    vote_decay: float = 0.5
+
+
+@dataclass(frozen=True)
+class GEHStopping:
+    """When to stop (besides ``max_iter``): the MNN ratio moved less than ``tol`` over ``t_min`` iterations
+    (appendix C.2.1), or the pool size and its vote support moved less than ``churn_tol`` for ``patience``
+    iterations after ``min_iter`` (the main text's "L_t stabilises"; None disables it)."""
+
+    t_min: int = 10
+    tol: float = 0.01
+    churn_tol: float | None = 0.05
+    patience: int = 2
+    min_iter: int = 5
+
+
+@dataclass(frozen=True)
+class GEHSearch:
+    """Speed and scale: each point's ``shortlist`` candidates (None: dense CSLS, as the paper) from a whole-pool hash
+    space of ``shortlist_anchors`` anchors projected to ``proj_dim``, refreshed when ``shortlist_refresh`` of the pool
+    changed; above ``large_threshold`` rows the local path of appendix B.3 (``k_nn``, ``local_size``, ``coverage``);
+    at most ``max_cache_bytes`` of cached anchor distances."""
+
+    shortlist: int | None = 16
+    shortlist_anchors: int = 512
+    proj_dim: int = 64
+    shortlist_refresh: float = 0.1
+    large_threshold: int = 500_000
+    k_nn: int = 16
+    local_size: int = 2048
+    coverage: float = 3.0
+    max_cache_bytes: int = 1 << 30
+
+
+class GEH(Estimator):
     """Grow seed pairs into one-to-one links between two collections (the Vector Linking paper's GEH), scikit-learn
     style.
 
@@ -259,55 +328,49 @@ class GEH:
 
     Every stochastic step draws from ``random_state``. ``history_`` records each iteration (views, proposals,
     candidates, MNN ratio, Otsu threshold, links, seconds); ``stop_reason_`` says which rule stopped it.
+
+    Parameters: ``k_csls``, ``max_iter``, ``refine``, ``refine_iter``, ``n_threads``, ``random_state`` and
+    ``verbose`` directly; the rest in four groups, :class:`GEHViews` (``views``), :class:`GEHVotes` (``votes``),
+    :class:`GEHStopping` (``stopping``) and :class:`GEHSearch` (``search``), e.g.
+    ``GEH(votes=GEHVotes(vote_decay=1.0))``. ``set_params`` also takes a group's field by its own name:
+    ``GEH().set_params(vote_decay=1.0)`` is the same estimator.
     """
 
-    def __init__(self, *, c: float = 0.3, rho0: float = 0.4, m0: int = 5, k_csls: int = 10, t_min: int = 10,
-                 tol: float = 0.01, churn_tol: float | None = 0.05, patience: int = 2,
-                 min_iter: int = 5, max_iter: int = 100, kernel: bool = True, view_sampling: str = "fps",
-                 seeds_in_views: bool = True, bootstrap: bool = True, multi_view: bool = True,
-                 min_views: int = 10, min_votes: float = 3.0, max_growth: float | None = 2.0,
-                 vote_decay: float = 0.5, fps_pool_factor: float | None = 2.0, exclude_view_anchors: bool = True,
-                 max_view_size: int | None = 256, shortlist: int | None = 16, shortlist_anchors: int = 512,
-                 proj_dim: int = 64,
-                 shortlist_refresh: float = 0.1,
-                 large_threshold: int = 500_000, k_nn: int = 16, local_size: int = 2048, coverage: float = 3.0,
-                 refine: str | None = "procrustes", refine_iter: int = 2,
-                 max_cache_bytes: int = 1 << 30, n_threads: int | None = None, random_state=None,
-                 verbose: bool = False):
-        self.n_threads = n_threads
-        self.c = c
-        self.rho0 = rho0
-        self.m0 = m0
+    _parameter_constraints = {
+        "views": InstanceOf(GEHViews), "votes": InstanceOf(GEHVotes), "stopping": InstanceOf(GEHStopping),
+        "search": InstanceOf(GEHSearch), "k_csls": Integer(1), "max_iter": Integer(1),
+        "refine": OneOf(None, "procrustes"), "refine_iter": Integer(1), "n_threads": optional(Integer(1)),
+        "random_state": RandomState(), "verbose": Boolean(),
+        # GEHViews
+        "c": Real(0), "rho0": Real(0, low_open=True), "m0": Integer(1), "min_views": Integer(0),
+        "max_view_size": optional(Integer(1)), "view_sampling": OneOf("fps", "random"), "seeds_in_views": Boolean(),
+        "multi_view": Boolean(), "fps_pool_factor": optional(Real(0, low_open=True)),
+        "exclude_view_anchors": Boolean(), "kernel": Boolean(),
+        # GEHVotes
+        "bootstrap": Boolean(), "min_votes": Real(0), "max_growth": optional(Real(0, low_open=True)),
+        "vote_decay": Real(0, 1),
+        # GEHStopping
+        "t_min": Integer(1), "tol": Real(0), "churn_tol": optional(Real(0)), "patience": Integer(1),
+        "min_iter": Integer(0),
+        # GEHSearch
+        "shortlist": optional(Integer(1)), "shortlist_anchors": Integer(1), "proj_dim": Integer(1),
+        "shortlist_refresh": Real(0), "large_threshold": Real(0), "k_nn": Integer(1), "local_size": Integer(1),
+        "coverage": Real(0, low_open=True), "max_cache_bytes": Real(0),
+    }
+
+    def __init__(self, *, views: GEHViews = GEHViews(), votes: GEHVotes = GEHVotes(),
+                 stopping: GEHStopping = GEHStopping(), search: GEHSearch = GEHSearch(), k_csls: int = 10,
+                 max_iter: int = 100, refine: str | None = "procrustes", refine_iter: int = 2,
+                 n_threads: int | None = None, random_state=None, verbose: bool = False):
+        self.views = views
+        self.votes = votes
+        self.stopping = stopping
+        self.search = search
         self.k_csls = k_csls
-        self.t_min = t_min
-        self.tol = tol
-        self.churn_tol = churn_tol
-        self.patience = patience
-        self.min_iter = min_iter
         self.max_iter = max_iter
-        self.kernel = kernel
-        self.view_sampling = view_sampling
-        self.seeds_in_views = seeds_in_views
-        self.bootstrap = bootstrap
-        self.multi_view = multi_view
-        self.min_views = min_views
-        self.min_votes = min_votes
-        self.max_growth = max_growth
-        self.vote_decay = vote_decay
-        self.fps_pool_factor = fps_pool_factor
-        self.exclude_view_anchors = exclude_view_anchors
-        self.shortlist = shortlist
-        self.max_view_size = max_view_size
-        self.shortlist_anchors = shortlist_anchors
-        self.shortlist_refresh = shortlist_refresh
-        self.proj_dim = proj_dim
-        self.large_threshold = large_threshold
-        self.k_nn = k_nn
-        self.local_size = local_size
-        self.coverage = coverage
         self.refine = refine
         self.refine_iter = refine_iter
-        self.max_cache_bytes = max_cache_bytes
+        self.n_threads = n_threads
         self.random_state = random_state
         self.verbose = verbose
 
@@ -315,14 +378,14 @@ class GEH:
     def _schedule(self, n_pool: int, n_seeds: int) -> tuple[int, int, float]:
         """Section 4 / App. B.2: sf = 1 + c log g, m_t = ceil(m0 sf), s_t = ceil(rho0 |L| / sf), g = |L| / |S|."""
         g = n_pool / max(n_seeds, 1)
-        sf = 1.0 + self.c * math.log(max(g, 1.0))
-        return int(math.ceil(self.m0 * sf)), int(math.ceil(self.rho0 * n_pool / sf)), sf
+        sf = 1.0 + self.views.c * math.log(max(g, 1.0))
+        return int(math.ceil(self.views.m0 * sf)), int(math.ceil(self.views.rho0 * n_pool / sf)), sf
 
     def _hashes(self, d: _AnchorDistances, anchors: np.ndarray, sample: np.ndarray) -> np.ndarray:
         """Kernelised distance-to-anchor hashes of every row, L2-normalised: exp(-dist / sigma), sigma by the median
         heuristic on this side's raw hashes (so the inter-model scale kappa cancels: sigma1 = kappa sigma2)."""
         D = d.get(None, anchors)
-        if self.kernel:
+        if self.views.kernel:
             sigma = max(_median_bandwidth(D, sample), 1e-6)
             np.multiply(D, np.float32(-1.0 / sigma), out=D)
             np.exp(D, out=D)
@@ -335,16 +398,16 @@ class GEH:
         ``pool_factor=None``); ``dist(rows, cols)`` gives cosine distances between E1 points, from the anchor cache
         on the global path and computed for the subsample only on the large path.
         """
-        if not self.multi_view:
+        if not self.views.multi_view:
             return [np.arange(len(link1))]
         seeds = np.flatnonzero(is_seed)
         boot = np.flatnonzero(~is_seed)
         if len(boot) == 0:            # t = 1: only the seeds exist, so views are subsets of S (see notes)
             eligible, forced = seeds, seeds[:0]
         else:
-            eligible, forced = boot, seeds if self.seeds_in_views else seeds[:0]
+            eligible, forced = boot, seeds if self.views.seeds_in_views else seeds[:0]
         size = min(s_t, len(eligible))
-        if self.view_sampling == "random":
+        if self.views.view_sampling == "random":
             return [np.concatenate([forced, rng.choice(eligible, size, replace=False)]) for _ in range(m_t)]
         views = []
         for _ in range(m_t):
@@ -363,21 +426,21 @@ class GEH:
         (FPS-capped at ``shortlist_anchors``; projected on its top ``proj_dim`` principal directions)."""
         n1, n2 = d1.X.shape[0], d2.X.shape[0]
         pos = np.arange(len(link1))
-        if len(pos) > self.shortlist_anchors:
+        if len(pos) > self.search.shortlist_anchors:
             a = link1
             D = d1.get(a, a)
-            pos = _fps(D, self.shortlist_anchors, int(rng.integers(0, len(a))), None)
+            pos = _fps(D, self.search.shortlist_anchors, int(rng.integers(0, len(a))), None)
         H1 = self._hashes(d1, link1[pos], samp1)
         H2 = self._hashes(d2, link2[pos], samp2)
-        if H1.shape[1] > self.proj_dim:
+        if H1.shape[1] > self.search.proj_dim:
             sub = np.concatenate([H1[rng.choice(n1, min(n1, _PROJ_SAMPLE), replace=False)],
                                   H2[rng.choice(n2, min(n2, _PROJ_SAMPLE), replace=False)]])
             sub = sub.astype(np.float64)
             with one_blas_thread():
                 _, vecs = np.linalg.eigh(sub.T @ sub)             # principal directions, ascending
-            P = np.ascontiguousarray(vecs[:, ::-1][:, :self.proj_dim], dtype=np.float32)
+            P = np.ascontiguousarray(vecs[:, ::-1][:, :self.search.proj_dim], dtype=np.float32)
             H1, H2 = H1 @ P, H2 @ P
-        K = min(self.shortlist, n1, n2)
+        K = min(self.search.shortlist, n1, n2)
         seed = int(rng.integers(1 << 30)) if max(n1, n2) > _EXACT_MAX else 0   # (no draw when searches are exact)
         C12 = KnnIndex(H2, normalize=False, exact_max=_EXACT_MAX, seed=seed).search(H1, K)[0]
         C21 = KnnIndex(H1, normalize=False, exact_max=_EXACT_MAX, seed=seed).search(H2, K)[0]
@@ -397,12 +460,12 @@ class GEH:
         H2 = self._hashes(d2, a2, samp2)
         k = int(self.k_csls)
         if C12 is None:
-            if self.exclude_view_anchors:
+            if self.views.exclude_view_anchors:
                 H1[a1] = 0.0
                 H2[a2] = 0.0
             i12, s12 = knn(H1, H2, k, normalize=False)
             i21, s21 = knn(H2, H1, k, normalize=False)
-            if self.exclude_view_anchors:
+            if self.views.exclude_view_anchors:
                 bad1 = np.zeros(len(H1), bool)
                 bad1[a1] = True
                 bad2 = np.zeros(len(H2), bool)
@@ -415,7 +478,7 @@ class GEH:
             s12 = self._edge_sims(H1, H2, C12)
             s21 = self._edge_sims(H2, H1, C21)
             i12, i21 = C12.copy(), C21.copy()
-            if not self.exclude_view_anchors:
+            if not self.views.exclude_view_anchors:
                 m12, m21 = C12 < 0, C21 < 0
                 i12[m12], s12[m12] = -1, -np.inf
                 i21[m21], s21[m21] = -1, -np.inf
@@ -437,7 +500,7 @@ class GEH:
     def _local_set(self, X, idx, cache: dict, anchors: np.ndarray) -> np.ndarray:
         """App. B.3 local set: the union of the ambient neighbours of the view's anchors, ``k_nn`` each (more for
         small views, so that a view covers about ``local_size`` points); each anchor's list is looked up once."""
-        k = int(min(max(self.k_nn, math.ceil(self.local_size / max(len(anchors), 1))), X.shape[0]))
+        k = int(min(max(self.search.k_nn, math.ceil(self.search.local_size / max(len(anchors), 1))), X.shape[0]))
         need = [a for a in anchors.tolist() if len(cache.get(a, ())) < k]
         if need:
             for a, row in zip(need, idx.search(X[need], k)[0]):
@@ -449,7 +512,7 @@ class GEH:
         shortlist edges that stay inside them."""
         c1 = self._local_set(X1, loc[0], loc[2], a1)
         c2 = self._local_set(X2, loc[1], loc[3], a2)
-        if self.exclude_view_anchors:
+        if self.views.exclude_view_anchors:
             c1 = c1[~np.isin(c1, a1)]
             c2 = c2[~np.isin(c2, a2)]
         if len(c1) < 2 or len(c2) < 2:
@@ -458,7 +521,7 @@ class GEH:
         for X, c, a in ((X1, c1, a1), (X2, c2, a2)):
             D = X[c] @ X[a].T
             np.subtract(1.0, D, out=D)
-            if self.kernel:
+            if self.views.kernel:
                 sample = np.linspace(0, len(D) - 1, min(len(D), _SIGMA_SAMPLE)).astype(np.int64)
                 np.multiply(D, np.float32(-1.0 / max(_median_bandwidth(D, sample), 1e-6)), out=D)
                 np.exp(D, out=D)
@@ -516,6 +579,7 @@ class GEH:
     def fit(self, X1, X2, seed_pairs):
         """Link rows of ``X1`` (n1, d1) to rows of ``X2`` (n2, d2) from ``seed_pairs`` ((s, 2) row indices, s >= 5);
         returns self with ``links_``, ``confidence_`` and the diagnostics above."""
+        self._validate_params()
         with thread_limit(self.n_threads):
             return self._fit(X1, X2, seed_pairs)
 
@@ -526,12 +590,12 @@ class GEH:
         n1, n2 = X1.shape[0], X2.shape[0]
         S = check_seed_pairs(seed_pairs, n1, n2)
         rng = np.random.default_rng(self.random_state)
-        d1 = _AnchorDistances(X1, self.max_cache_bytes // 2)
-        d2 = _AnchorDistances(X2, self.max_cache_bytes // 2)
+        d1 = _AnchorDistances(X1, self.search.max_cache_bytes // 2)
+        d2 = _AnchorDistances(X2, self.search.max_cache_bytes // 2)
         samp1 = rng.permutation(n1)[:_SIGMA_SAMPLE]
         samp2 = rng.permutation(n2)[:_SIGMA_SAMPLE]
 
-        large = max(n1, n2) > self.large_threshold
+        large = max(n1, n2) > self.search.large_threshold
         if large:    # App. B.3: one neighbour index per side, built once; each anchor's k_nn list looked up once
             idx1 = KnnIndex(X1, normalize=False, exact_max=_EXACT_MAX, seed=int(rng.integers(1 << 30)))
             idx2 = KnnIndex(X2, normalize=False, exact_max=_EXACT_MAX, seed=int(rng.integers(1 << 30)))
@@ -545,41 +609,41 @@ class GEH:
         C12 = C21 = None
         changed = 0                               # links added or dropped since the shortlists were computed
         stop = "max_iter"
-        max_iter = self.max_iter if self.bootstrap else 1
+        max_iter = self.max_iter if self.votes.bootstrap else 1
         for t in range(1, max_iter + 1):
             t0 = time.perf_counter()
             m_t, s_t, _ = self._schedule(len(link1), len(S))
-            m_t = max(m_t, int(self.min_views)) if self.multi_view else 1
-            if self.max_view_size:
-                s_t = min(s_t, int(self.max_view_size))
+            m_t = max(m_t, int(self.views.min_views)) if self.views.multi_view else 1
+            if self.views.max_view_size:
+                s_t = min(s_t, int(self.views.max_view_size))
             if large:
-                if C12 is None or changed > self.shortlist_refresh * len(link1):
+                if C12 is None or changed > self.search.shortlist_refresh * len(link1):
                     C12, C21 = self._shortlists(rng, link1, link2, is_seed, d1, d2, samp1, samp2)
                     changed = 0
-                m_t = max(m_t, int(math.ceil(self.coverage * max(n1, n2) / self.local_size)))
+                m_t = max(m_t, int(math.ceil(self.search.coverage * max(n1, n2) / self.search.local_size)))
                 views = self._views(rng, link1, is_seed, s_t, m_t, lambda p, q: 1.0 - X1[p] @ X1[q].T,
-                                    self.fps_pool_factor or 2.0)
+                                    self.views.fps_pool_factor or 2.0)
                 props = [self._propose_local(link1[pos], link2[pos], X1, X2, loc, C12, C21) for pos in views]
             else:
-                if self.shortlist and (C12 is None or changed > self.shortlist_refresh * len(link1)):
+                if self.search.shortlist and (C12 is None or changed > self.search.shortlist_refresh * len(link1)):
                     C12, C21 = self._shortlists(rng, link1, link2, is_seed, d1, d2, samp1, samp2)
                     changed = 0
-                views = self._views(rng, link1, is_seed, s_t, m_t, d1.get, self.fps_pool_factor)
+                views = self._views(rng, link1, is_seed, s_t, m_t, d1.get, self.views.fps_pool_factor)
                 props = [self._propose(link1[pos], link2[pos], d1, d2, samp1, samp2, C12, C21) for pos in views]
             P = np.concatenate(props) if props else np.empty((0, 2), np.int64)
             new_keys, new_counts = np.unique(P[:, 0] * n2 + P[:, 1], return_counts=True)
             allk = np.concatenate([keys, new_keys])
-            allv = np.concatenate([votes * self.vote_decay, new_counts.astype(np.float64)])
+            allv = np.concatenate([votes * self.votes.vote_decay, new_counts.astype(np.float64)])
             keys, inv = np.unique(allk, return_inverse=True)
             votes = np.bincount(inv, weights=allv)
             live = votes >= 0.25
             keys, votes = keys[live], votes[live]
-            n_views = n_views * self.vote_decay + len(views)
+            n_views = n_views * self.votes.vote_decay + len(views)
             ratio = (len(np.unique(P[:, 0])) + len(np.unique(P[:, 1]))) / max(n1, n2)
             ratios.append(ratio)
             # posterior mean (1 + nu) / (2 + N), Otsu's threshold, promotion, greedy one-to-one, growth cap
             thr = _otsu(votes)
-            thr_eff = max(thr, float(self.min_votes))
+            thr_eff = max(thr, float(self.votes.min_votes))
             prom = np.flatnonzero(votes >= thr_eff - 1e-9)
             order = prom[np.lexsort((keys[prom], -votes[prom]))]
             pu, pv = keys[order] // n2, keys[order] % n2
@@ -588,8 +652,8 @@ class GEH:
             used1[S[:, 0]] = True
             used2[S[:, 1]] = True
             acc = _greedy_one_to_one(pu, pv, used1, used2)
-            if self.max_growth is not None:
-                acc = acc[:max(int(math.floor(self.max_growth * len(link1))) - len(S), 0)]
+            if self.votes.max_growth is not None:
+                acc = acc[:max(int(math.floor(self.votes.max_growth * len(link1))) - len(S), 0)]
             prev = set(zip(link1.tolist(), link2.tolist()))
             link1 = np.concatenate([S[:, 0], pu[acc]])
             link2 = np.concatenate([S[:, 1], pv[acc]])
@@ -609,7 +673,8 @@ class GEH:
             if len(P) == 0:
                 stop = "no_mutual_pairs"
                 break
-            if t > self.t_min and max(abs(ratios[i] - ratios[i - 1]) for i in range(t - self.t_min, t)) < self.tol:
+            t_min = self.stopping.t_min
+            if t > t_min and max(abs(ratios[i] - ratios[i - 1]) for i in range(t - t_min, t)) < self.stopping.tol:
                 stop = "mnn_ratio_stable"
                 break
             # main text: stop once L_t stabilises -- its size and its mean vote support both move by < churn_tol
@@ -618,10 +683,10 @@ class GEH:
             kidx = np.minimum(np.searchsorted(keys, packed), max(len(keys) - 1, 0))
             support.append(float(np.mean(votes[kidx])) / max(n_views, 1.0) if len(packed) else 0.0)
             rec["support"] = support[-1]
-            if (self.churn_tol is not None and t >= max(self.min_iter, self.patience + 1)
-                    and all(abs(sizes[-i] - sizes[-i - 1]) < self.churn_tol * sizes[-i - 1]
-                            and abs(support[-i] - support[-i - 1]) < self.churn_tol * support[-i - 1]
-                            for i in range(1, self.patience + 1))):
+            if (self.stopping.churn_tol is not None and t >= max(self.stopping.min_iter, self.stopping.patience + 1)
+                    and all(abs(sizes[-i] - sizes[-i - 1]) < self.stopping.churn_tol * sizes[-i - 1]
+                            and abs(support[-i] - support[-i - 1]) < self.stopping.churn_tol * support[-i - 1]
+                            for i in range(1, self.stopping.patience + 1))):
                 stop = "links_stable"
                 break
         def vote_posterior(l1, l2, seed_mask):
@@ -645,8 +710,6 @@ class GEH:
             is_seed[:len(S)] = True
             nu, theta = vote_posterior(link1, link2, is_seed)
             self.refined_ = True
-        elif self.refine not in (None, "procrustes"):
-            raise InputError(f"refine must be None or 'procrustes', got {self.refine!r}")
         self.links_ = np.stack([link1, link2], axis=1)
         self.confidence_ = theta
         if self.refined_:

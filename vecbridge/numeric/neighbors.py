@@ -18,6 +18,7 @@ from ..errors import InputError
 from ..vectors import l2_normalize
 
 DEFAULT_BLOCK_BYTES = 64 * 2**20
+BACKENDS = ("auto", "faiss", "numpy", "torch")
 
 
 def _faiss():
@@ -81,8 +82,8 @@ def knn(queries, base, k: int, *, normalize: bool = True, exclude_self: bool = F
     if Q.ndim != 2 or B.ndim != 2 or Q.shape[1] != B.shape[1]:
         raise InputError(f"knn: incompatible shapes {Q.shape} and {B.shape}")
     k_eff = min(k + int(exclude_self), B.shape[0])
-    if backend not in ("auto", "faiss", "numpy", "torch"):
-        raise InputError(f"unknown knn backend {backend!r} (auto, faiss, numpy, torch)")
+    if backend not in BACKENDS:
+        raise InputError(f"unknown knn backend {backend!r} ({', '.join(BACKENDS)})")
     use_torch = backend == "torch" or (backend == "auto" and _auto_gpu())
     faiss = _faiss() if backend in ("auto", "faiss") and not use_torch else None
     if backend == "faiss" and faiss is None:
