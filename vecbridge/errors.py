@@ -30,6 +30,12 @@ class StoreError(VecbridgeError):
     exit_code = 4
 
 
+class NotFound(StoreError):
+    """The collection or table a URL names does not exist (``collection not found: URL``)."""
+
+    exit_code = 4
+
+
 class MissingDependency(StoreError, ImportError):
     """An optional client library is not installed; the message names the extra to install."""
 

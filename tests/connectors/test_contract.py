@@ -6,7 +6,7 @@ import pytest
 
 from vecbridge import metrics
 from vecbridge.connectors import VectorBatch, connect
-from vecbridge.errors import InputError, StoreError
+from vecbridge.errors import InputError, NotFound, StoreError
 
 
 def _records(n, dim, seed=0, prefix="id"):
@@ -130,6 +130,15 @@ def test_missing_collection_is_a_clear_store_error(new_url):
     assert not coll.exists()
     with pytest.raises(StoreError, match="not found"):
         coll.info()
+
+
+def test_reading_a_missing_collection_raises_not_found(new_url):
+    coll = connect(new_url("missing"))
+    for read in (coll.info, lambda: next(iter(coll.scan(batch_size=10)))):
+        with pytest.raises(NotFound, match="^collection not found: ") as err:
+            read()
+        assert isinstance(err.value, StoreError) and err.value.exit_code == 4
+        assert coll.display_url in str(err.value) and "\n" not in str(err.value)
 
 
 def test_empty_collection_samples_and_scans_nothing(new_url):

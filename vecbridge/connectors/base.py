@@ -11,15 +11,21 @@ from __future__ import annotations
 
 import abc
 import contextlib
+import time
 from dataclasses import dataclass, field
-from typing import Any, Iterator, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 import numpy as np
 
-from ..errors import InputError, StoreError
+from ..errors import InputError, NotFound, StoreError, VecbridgeError
 from ..validation import check_vectors
 
 METRICS = ("cosine", "dot", "l2")
+#: seconds to wait before each retry of a call that failed transiently (then one last attempt): the one schedule
+#: of every connector, short enough that a dead server fails within seconds, long enough to ride out a restart
+RETRY_DELAYS = (0.5, 1.0, 2.0)
+#: the most characters of a client's own words that a message quotes
+DETAIL_CHARS = 300
 
 
 @dataclass
@@ -101,6 +107,12 @@ class CollectionIdentity:
         return f"{self.store}:{self.location}" + (f"/{self.name}" if self.name else "")
 
 
+def first_line(exc: BaseException) -> str:
+    """An exception's message as one line (its first line, whitespace collapsed), or its type's name."""
+    lines = str(exc).strip().splitlines()
+    return " ".join(lines[0].split()) if lines else type(exc).__name__
+
+
 def check_metric(metric: str) -> str:
     metric = metric.lower()
     aliases = {"ip": "dot", "inner_product": "dot", "euclid": "l2", "euclidean": "l2", "cos": "cosine"}
@@ -115,6 +127,9 @@ class Collection(abc.ABC):
 
     #: URL scheme(s) this connector serves, for messages
     scheme: str = ""
+    #: records per :meth:`upsert` that ``migrate`` sends when the user names no batch size; connectors whose store
+    #: writes faster in other sizes (one COPY stream, a server's batch limit) override it
+    preferred_batch_size: int = 1000
 
     def __init__(self, url: str, *, read_only: bool = False):
         self.url = url
@@ -167,8 +182,12 @@ class Collection(abc.ABC):
 
     # --- writing --------------------------------------------------------------------------------------------------
     @abc.abstractmethod
-    def create(self, dim: int, metric: str = "cosine", *, exist_ok: bool = False) -> "Collection":
-        """Create the collection the URL names."""
+    def create(self, dim: int, metric: str = "cosine", *, exist_ok: bool = False,
+               index: bool = True) -> "Collection":
+        """Create the collection the URL names (``exist_ok``: one that exists with this dim and metric is fine).
+
+        ``index=False`` leaves the vector index to :meth:`build_index` after a bulk load, where
+        :attr:`supports_deferred_index` says that is faster; stores that index as they go ignore it."""
 
     @abc.abstractmethod
     def upsert(self, batch: VectorBatch) -> int:
@@ -198,7 +217,8 @@ class Collection(abc.ABC):
             raise StoreError(f"{self.display_url} is opened read-only")
 
     def _check_create_args(self, dim, metric: str) -> tuple[int, str]:
-        """The shared preamble of ``create``: writable handle, known metric, positive dimension."""
+        """The shared preamble of ``create`` and ``add_vector_field``: writable handle, known metric, positive
+        dimension."""
         self._writable()
         metric = check_metric(metric)
         if int(dim) <= 0:
@@ -219,6 +239,66 @@ class Collection(abc.ABC):
         if len(set(batch.ids)) != len(batch.ids):
             raise InputError("batch contains duplicate ids")
         return check_vectors(batch.vectors, "vectors", dim=dim, allow_zero_rows=True, dtype=np.float32)
+
+    # --- client calls: one retry schedule, one mapping of failures to one-line errors ---------------------------
+    #: the message of each failure kind :meth:`_classify` returns, formatted with ``url`` (redacted), ``what`` (the
+    #: operation), ``detail`` (the client's words, secrets masked) and ``attempts`` ("4 attempts"); kinds not listed
+    #: use "error", and "missing" is always ``collection not found: URL`` (:class:`NotFound`)
+    _messages: dict[str, str] = {"error": "{url}: {what}: {detail}"}
+
+    def _classify(self, exc: Exception) -> tuple[str, str]:
+        """(kind, detail) of a client failure: "transient" (worth retrying), "missing" (no such collection), "input"
+        (a bad request: :class:`InputError`), "auth", "error", or another kind of ``_messages``. Connectors
+        tell by exception type or status code; by message text only where the client gives nothing else."""
+        return "error", first_line(exc)
+
+    def _retried(self, kind: str) -> bool:
+        """Whether a failure of this kind is retried (only where repeating the call is safe)."""
+        return kind == "transient"
+
+    def _secrets(self) -> list[str]:
+        """Strings a client may echo that no message may show (passwords, tokens)."""
+        return []
+
+    def _masked(self, detail: str) -> str:
+        """A client's words fit for a message: every secret replaced by ``***``, cut to :data:`DETAIL_CHARS`."""
+        for secret in self._secrets():
+            if secret:
+                detail = detail.replace(secret, "***")
+        return detail[:DETAIL_CHARS]
+
+    def _failure(self, what: str, kind: str, detail: str, attempts: int = 1) -> VecbridgeError:
+        """The one-line error for a classified failure: it names the redacted URL and never a secret."""
+        if kind == "missing":
+            return NotFound(f"collection not found: {self.display_url}")
+        template = self._messages.get(kind, self._messages["error"])
+        message = template.format(url=self.display_url, what=what, detail=self._masked(detail),
+                                  attempts=f"{attempts} attempt{'s' if attempts > 1 else ''}")
+        return (InputError if kind == "input" else StoreError)(message)
+
+    def _call(self, what: str, fn: Callable, *args, **kwargs):
+        """``fn(*args, **kwargs)``, one client call: retried after each of :data:`RETRY_DELAYS` while it fails in a
+        way :meth:`_retried` allows; its failure raised as a one-line error (vecbridge's own errors pass as is)."""
+        for attempt, delay in enumerate((*RETRY_DELAYS, None), 1):
+            try:
+                return fn(*args, **kwargs)
+            except VecbridgeError:
+                raise
+            except Exception as exc:  # noqa: BLE001 - clients raise many types; _classify sorts them
+                kind, detail = self._classify(exc)
+                if delay is None or not self._retried(kind):
+                    raise self._failure(what, kind, detail, attempt) from None
+            time.sleep(delay)
+
+    @contextlib.contextmanager
+    def _failures(self, what: str) -> Iterator[None]:
+        """The failure mapping of :meth:`_call` for a block of client calls that is not to be retried."""
+        try:
+            yield
+        except VecbridgeError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - as in _call
+            raise self._failure(what, *self._classify(exc)) from None
 
     @property
     def display_url(self) -> str:

@@ -36,9 +36,8 @@ from __future__ import annotations
 import json
 import os
 import socket
-import time
 from pathlib import Path
-from typing import Any, Callable, Iterator, Sequence, TypeVar
+from typing import Any, Iterator, Sequence
 from urllib.parse import urlsplit
 
 import chromadb
@@ -47,12 +46,10 @@ import numpy as np
 from chromadb.config import Settings
 from chromadb.errors import NotFoundError
 
-from ..errors import InputError, StoreError, VecbridgeError
+from ..errors import InputError, NotFound
 from ..fs import require_writable
-from .base import Collection, CollectionIdentity, CollectionInfo, VectorBatch
+from .base import Collection, CollectionIdentity, CollectionInfo, VectorBatch, first_line
 from .url import canonical_host, query_params, resolved_path
-
-T = TypeVar("T")
 
 _SPACE_OF_METRIC = {"cosine": "cosine", "dot": "ip", "l2": "l2"}
 _METRIC_OF_SPACE = {v: k for k, v in _SPACE_OF_METRIC.items()}
@@ -61,8 +58,6 @@ _JSON_KEY = "_vb_json"
 _INT_ID_KEY = "_vb_int_id"
 _RESERVED_PREFIX = "_vb_"
 _SCALARS = (str, bool, int, float)
-#: seconds to wait before each retry of a request that failed in transit (server restarting, connection reset)
-_RETRY_BACKOFF = (0.5, 1.0, 2.0)
 _CONNECT_TIMEOUT = 5.0
 _ID_PAGE = 100_000
 
@@ -153,17 +148,13 @@ class ChromaCollection(Collection):
                             chroma_client_auth_provider="chromadb.auth.token_authn.TokenAuthClientProvider")
         return Settings(anonymized_telemetry=False)
 
-    def _error(self, what: str, exc: BaseException) -> StoreError:
-        lines = str(exc).strip().splitlines()
-        return StoreError(f"{self.display_url}: {what}: {lines[0] if lines else type(exc).__name__}")
-
     def client(self) -> chromadb.ClientAPI:
         """The Chroma client; a server is first probed with a short TCP connect (Chroma's own has no timeout)."""
         if self._client is not None:
             return self._client
         tenant = self.params.get("tenant", chromadb.DEFAULT_TENANT)
         database = self.params.get("database", chromadb.DEFAULT_DATABASE)
-        try:
+        with self._failures("connect"):  # chromadb raises ValueError, httpx and its own errors here
             if self.path is not None:
                 self._client = chromadb.PersistentClient(path=str(self.path), settings=self._settings(),
                                                          tenant=tenant, database=database)
@@ -173,36 +164,26 @@ class ChromaCollection(Collection):
                 self._client = chromadb.HttpClient(
                     host=self.host, port=self.port, ssl=self.params.get("ssl", "").lower() in ("1", "true", "yes"),
                     settings=self._settings(), tenant=tenant, database=database)
-        except Exception as exc:  # chromadb raises ValueError, httpx and its own errors here
-            raise self._error("cannot connect", exc) from None
         return self._client
 
-    def _call(self, work: Callable[[], T], what: str) -> T:
-        """Run one Chroma request; retry it with backoff only when it failed in transit."""
-        for attempt in range(len(_RETRY_BACKOFF) + 1):
-            try:
-                return work()
-            except VecbridgeError:
-                raise
-            except NotFoundError:
-                self._handle = None
-                raise StoreError(f"collection not found: {self.display_url}") from None
-            except httpx.TransportError as exc:
-                if attempt == len(_RETRY_BACKOFF):
-                    raise self._error(f"cannot {what} (server unreachable after {attempt + 1} attempts)",
-                                      exc) from None
-                time.sleep(_RETRY_BACKOFF[attempt])
-            except Exception as exc:  # chromadb's errors share no base class across its Python and Rust layers
-                raise self._error(f"cannot {what}", exc) from None
-        raise AssertionError("unreachable")
+    # --- failures (the retry loop and the mapping are Collection._call's) ---------------------------------------------
+    _messages = {"transient": "{url}: cannot {what} (server unreachable after {attempts}): {detail}",
+                 "error": "{url}: cannot {what}: {detail}"}
+
+    def _classify(self, exc: Exception) -> tuple[str, str]:
+        """chromadb's errors share no base class across its Python and Rust layers: ``NotFoundError`` is a missing
+        collection, and httpx errors (raised by a server's HTTP client only) failed in transit, so are retried."""
+        if isinstance(exc, NotFoundError):
+            self._handle = None  # the cached handle names a collection that is gone
+            return "missing", first_line(exc)
+        return ("transient" if isinstance(exc, httpx.TransportError) else "error"), first_line(exc)
 
     def _collection(self) -> Any:
         if self._handle is None:
             if self.path is not None and not self.path.is_dir():  # do not let a read create the directory
-                raise StoreError(f"collection not found: {self.display_url} (no directory {self.path})")
-            client = self.client()
-            self._handle = self._call(lambda: client.get_collection(self.name, embedding_function=None),
-                                      "open the collection")
+                raise NotFound(f"collection not found: {self.display_url} (no directory {self.path})")
+            self._handle = self._call("open the collection", self.client().get_collection, self.name,
+                                      embedding_function=None)
         return self._handle
 
     # --- reading ------------------------------------------------------------------------------------------------------
@@ -210,10 +191,8 @@ class ChromaCollection(Collection):
         try:
             self._collection()
             return True
-        except StoreError as exc:
-            if str(exc).startswith("collection not found"):
-                return False
-            raise
+        except NotFound:
+            return False
 
     def _metric(self, coll: Any) -> str:
         config = getattr(coll, "configuration", None) or {}
@@ -226,7 +205,7 @@ class ChromaCollection(Collection):
     def _dim(self, coll: Any) -> int:
         dim = (coll.metadata or {}).get(_DIM_KEY)
         if dim is None:
-            first = self._call(lambda: coll.get(limit=1, include=["embeddings"]), "read a vector")
+            first = self._call("read a vector", coll.get, limit=1, include=["embeddings"])
             embeddings = first["embeddings"]
             dim = len(embeddings[0]) if embeddings is not None and len(embeddings) else 0
         return int(dim)
@@ -234,7 +213,7 @@ class ChromaCollection(Collection):
     def info(self) -> CollectionInfo:
         coll = self._collection()
         dim, metric = self._dim(coll), self._metric(coll)
-        count = self._call(coll.count, "count records")
+        count = self._call("count records", coll.count)
         return CollectionInfo(name=self.name, dim=dim, metric=metric, count=int(count),
                               vector_fields={"": (dim, metric)})
 
@@ -254,15 +233,15 @@ class ChromaCollection(Collection):
         merged: dict[str, list] = {"ids": [], "embeddings": [], "metadatas": [], "documents": []}
         step = self._max_batch()
         for lo in range(0, len(keys), step):
-            part = self._call(lambda: coll.get(ids=keys[lo:lo + step],
-                                               include=["embeddings", "metadatas", "documents"]), "read records")
+            part = self._call("read records", coll.get, ids=keys[lo:lo + step],
+                              include=["embeddings", "metadatas", "documents"])
             if part["ids"]:
                 for key in merged:
                     merged[key].extend(part[key] if part[key] is not None else [None] * len(part["ids"]))
         return merged
 
     def _max_batch(self) -> int:
-        return int(self._call(self.client().get_max_batch_size, "ask the batch limit"))
+        return int(self._call("ask the batch limit", self.client().get_max_batch_size))
 
     def get(self, ids: Sequence) -> VectorBatch:
         coll = self._collection()
@@ -285,7 +264,7 @@ class ChromaCollection(Collection):
         dim = self._dim(coll)
         all_ids: list[str] = []
         while True:
-            page = self._call(lambda: coll.get(limit=_ID_PAGE, offset=len(all_ids), include=[]), "list ids")
+            page = self._call("list ids", coll.get, limit=_ID_PAGE, offset=len(all_ids), include=[])
             all_ids.extend(page["ids"])
             if len(page["ids"]) < _ID_PAGE:
                 break
@@ -308,8 +287,8 @@ class ChromaCollection(Collection):
         coll = self._collection()
         dim = self._dim(coll)
         while True:
-            result = self._call(lambda: coll.get(limit=batch_size, offset=offset,
-                                                 include=["embeddings", "metadatas", "documents"]), "read records")
+            result = self._call("read records", coll.get, limit=batch_size, offset=offset,
+                                include=["embeddings", "metadatas", "documents"])
             batch = self._batch(result, dim)
             if not len(batch):
                 return
@@ -330,8 +309,8 @@ class ChromaCollection(Collection):
         step = self._max_batch()
         for lo in range(0, len(queries), step):
             chunk = queries[lo:lo + step]
-            result = self._call(lambda: coll.query(query_embeddings=chunk, n_results=k,
-                                                   include=["distances", "metadatas"]), "search")
+            result = self._call("search", coll.query, query_embeddings=chunk, n_results=k,
+                                include=["distances", "metadatas"])
             for found, metas, dist in zip(result["ids"], result["metadatas"], result["distances"]):
                 ids.append([_user_id(i, m) for i, m in zip(found, metas)])
                 d = np.asarray(dist, dtype=np.float64)
@@ -343,17 +322,16 @@ class ChromaCollection(Collection):
         return ids, scores
 
     # --- writing ------------------------------------------------------------------------------------------------------
-    def create(self, dim: int, metric: str = "cosine", *, exist_ok: bool = False) -> "ChromaCollection":
+    def create(self, dim: int, metric: str = "cosine", *, exist_ok: bool = False,
+               index: bool = True) -> "ChromaCollection":
         dim, metric = self._check_create_args(dim, metric)
         if self.exists():
             info = self.info()
             self._check_existing(dim, metric, info.dim, info.metric, exist_ok=exist_ok)
             return self
-        client = self.client()
         metadata = {"hnsw:space": _SPACE_OF_METRIC[metric], _DIM_KEY: int(dim)}
-        self._handle = self._call(lambda: client.create_collection(self.name, metadata=metadata,
-                                                                   embedding_function=None),
-                                  "create the collection")
+        self._handle = self._call("create the collection", self.client().create_collection, self.name,
+                                  metadata=metadata, embedding_function=None)
         return self
 
     def upsert(self, batch: VectorBatch) -> int:
@@ -375,7 +353,7 @@ class ChromaCollection(Collection):
 
     def _upsert_chunk(self, coll: Any, keys: list[str], vectors: np.ndarray,
                       records: list[tuple[dict, str | None]]) -> None:
-        old = self._call(lambda: coll.get(ids=keys, include=["metadatas", "documents"]), "read records")
+        old = self._call("read records", coll.get, ids=keys, include=["metadatas", "documents"])
         old_docs = dict(zip(old["ids"], old["documents"] or [None] * len(old["ids"])))
         old_keys = {i: set(m or {}) for i, m in zip(old["ids"], old["metadatas"] or [None] * len(old["ids"]))}
         metadatas: list[dict | None] = []
@@ -388,14 +366,12 @@ class ChromaCollection(Collection):
             if document is None and old_docs.get(key) is not None:
                 lose_document.append(key)
         if lose_document:
-            self._call(lambda: coll.delete(ids=lose_document), "delete records")
-        self._call(lambda: coll.upsert(ids=keys, embeddings=vectors, metadatas=metadatas,
-                                       documents=documents if any(d is not None for d in documents) else None),
-                   "write records")
+            self._call("delete records", coll.delete, ids=lose_document)
+        self._call("write records", coll.upsert, ids=keys, embeddings=vectors, metadatas=metadatas,
+                   documents=documents if any(d is not None for d in documents) else None)
 
     def drop(self) -> None:
         self._writable()
         self._collection()  # a clear "not found" first
-        client = self.client()
-        self._call(lambda: client.delete_collection(self.name), "drop the collection")
+        self._call("drop the collection", self.client().delete_collection, self.name)
         self._handle = None

@@ -30,7 +30,7 @@ from urllib.parse import unquote
 
 import numpy as np
 
-from ..errors import InputError, StoreError
+from ..errors import InputError, NotFound, StoreError
 from ..fs import require_writable
 from .base import Collection, CollectionIdentity, CollectionInfo, VectorBatch
 from .url import query_params, resolved_path
@@ -153,8 +153,8 @@ class FileCollection(Collection):
             dim = int(seg.vectors.shape[1]) if seg is not None else 0
             return {"format": FORMAT, "version": VERSION, "dim": dim, "metric": self.params.get("metric", "cosine")}
         if not self._manifest_path.is_file():
-            raise StoreError(f"collection not found: {self.display_url} (no {self._manifest_path.name}; "
-                             f"create it first, or check the path)")
+            raise NotFound(f"collection not found: {self.display_url} (no {self._manifest_path.name}; "
+                           f"create it first, or check the path)")
         try:
             manifest = json.loads(self._manifest_path.read_text())
         except (OSError, ValueError) as exc:
@@ -172,7 +172,7 @@ class FileCollection(Collection):
     def _load_plain(self) -> list[_Segment]:
         vec_path = self.path if self.path.suffix == ".npy" else self.path / "vectors.npy"
         if not vec_path.is_file():
-            raise StoreError(f"collection not found: {self.display_url}")
+            raise NotFound(f"collection not found: {self.display_url}")
         try:
             vectors = np.load(vec_path, mmap_mode="r", allow_pickle=False)
         except (OSError, ValueError) as exc:
@@ -321,7 +321,8 @@ class FileCollection(Collection):
         return [[ids[j] for j in row] for row in best_i], best_s
 
     # --- protocol: writing --------------------------------------------------------------------------------------------
-    def create(self, dim: int, metric: str = "cosine", *, exist_ok: bool = False) -> "FileCollection":
+    def create(self, dim: int, metric: str = "cosine", *, exist_ok: bool = False,
+               index: bool = True) -> "FileCollection":
         dim, metric = self._check_create_args(dim, metric)
         if self._manifest_path.is_file():
             manifest = self._manifest()
@@ -365,7 +366,7 @@ class FileCollection(Collection):
     def drop(self) -> None:
         self._writable()
         if not self._manifest_path.is_file():
-            raise StoreError(f"collection not found: {self.display_url}")
+            raise NotFound(f"collection not found: {self.display_url}")
         self._manifest()  # refuses to delete a directory that is not ours
         shutil.rmtree(self.path)
         self._cache_key = None

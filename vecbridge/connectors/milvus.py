@@ -49,7 +49,6 @@ import logging
 import os
 import re
 import threading
-import time
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Iterator, Sequence
@@ -58,9 +57,9 @@ from urllib.parse import unquote, urlsplit
 import grpc
 import numpy as np
 from pymilvus import DataType, MilvusClient
-from pymilvus.exceptions import DataNotMatchException, MilvusException, ParamError
+from pymilvus.exceptions import DataNotMatchException, ErrorCode, MilvusException, ParamError
 
-from ..errors import InputError, StoreError
+from ..errors import InputError, NotFound, StoreError
 from ..fs import require_writable
 from .base import Collection, CollectionIdentity, CollectionInfo, VectorBatch, check_metric
 from .url import canonical_host, query_params, resolved_path
@@ -83,7 +82,6 @@ _PAGE_BYTES = 16_000_000     # aim for responses well under the 64 MB gRPC limit
 _REQUEST_BYTES = 16_000_000  # the same for upsert requests
 _IDS_PER_GET = 1000          # keys per ``pk in [...]`` expression
 _QUERIES_PER_SEARCH = 1000
-_RETRY_DELAYS_S = (0.5, 1.0, 2.0)  # between attempts of an idempotent request while the server is unavailable
 
 
 class _QuietWhileHandled(logging.Filter):
@@ -97,11 +95,25 @@ class _QuietWhileHandled(logging.Filter):
     def filter(self, record: logging.LogRecord) -> bool:
         return not getattr(self.local, "depth", 0)
 
+    @contextmanager
+    def handling(self) -> Iterator[None]:
+        """This thread is inside a connector call while the block runs."""
+        self.local.depth = getattr(self.local, "depth", 0) + 1
+        try:
+            yield
+        finally:
+            self.local.depth -= 1
+
 
 _QUIET = _QuietWhileHandled()
 for _name in ("pymilvus.decorators", "pymilvus.client.connection_manager", "pymilvus.client.grpc_handler",
               "milvus_lite.server_manager"):
     logging.getLogger(_name).addFilter(_QUIET)
+
+
+def _message(exc: BaseException) -> str:
+    """pymilvus' message on one line (its messages span lines)."""
+    return " ".join(str(getattr(exc, "message", None) or exc).split())
 
 
 def _grpc_code(exc: BaseException) -> grpc.StatusCode | None:
@@ -223,40 +235,48 @@ class MilvusCollection(Collection):
         else:
             self._token = os.environ.get("MILVUS_TOKEN", "")
 
-    # --- connection and errors ---------------------------------------------------------------------------------
-    def _reason(self, exc: BaseException) -> str:
-        """pymilvus' message on one short line (its messages span lines), with the credentials masked."""
-        text = " ".join(str(getattr(exc, "message", None) or exc).split())
-        secrets = [self._token, self._token.partition(":")[2]] if self.lite_path is None else []
-        for secret in secrets:
-            if len(secret) >= 3:
-                text = text.replace(secret, "***")
-        return text[:300]
+    # --- connection and failures (the retry loop and the mapping are Collection._call's) -------------------------
+    _messages = {
+        "input": "{url}: {what}: {detail}",
+        "auth": "{url}: authentication failed (check USER:PASSWORD in the URL or MILVUS_TOKEN)",
+        "transient": "{url}: {what} failed: server unavailable ({detail})",
+        "timeout": "{url}: {what} failed: server unavailable ({detail})",
+        "error": "{url}: {what} failed: {detail}",
+    }
+
+    def _classify(self, exc: Exception) -> tuple[str, str]:
+        """By exception type, pymilvus' error code and the gRPC status. Only UNAVAILABLE is "transient" (retried):
+        a request that ran out of its time is not sent again."""
+        detail = _message(exc)
+        if isinstance(exc, (ParamError, DataNotMatchException)):
+            return "input", detail
+        if isinstance(exc, MilvusException) and exc.code == ErrorCode.COLLECTION_NOT_FOUND:
+            return "missing", detail
+        code = _grpc_code(exc)
+        kinds = {grpc.StatusCode.UNAUTHENTICATED: "auth", grpc.StatusCode.UNAVAILABLE: "transient",
+                 grpc.StatusCode.DEADLINE_EXCEEDED: "timeout"}
+        return kinds.get(code, "error"), detail
+
+    def _secrets(self) -> list[str]:
+        if self.lite_path is not None:
+            return []
+        return [s for s in (self._token, self._token.partition(":")[2]) if len(s) >= 3]
+
+    def _call(self, what: str, fn, *args, **kwargs):
+        """As :meth:`Collection._call`, with pymilvus' failure logs silenced: the failure is reported as one line."""
+        with _QUIET.handling():
+            return super()._call(what, fn, *args, **kwargs)
 
     @contextmanager
-    def _errors(self, doing: str):
-        """Turn pymilvus failures into one-line vecbridge errors that name the redacted URL."""
-        _QUIET.local.depth = getattr(_QUIET.local, "depth", 0) + 1
-        try:
+    def _failures(self, what: str) -> Iterator[None]:
+        """As :meth:`Collection._failures`, with pymilvus' failure logs silenced."""
+        with _QUIET.handling(), super()._failures(what):
             yield
-        except (ParamError, DataNotMatchException) as exc:
-            raise InputError(f"{self.display_url}: {doing}: {self._reason(exc)}") from None
-        except (MilvusException, grpc.RpcError) as exc:
-            code = _grpc_code(exc)
-            if code == grpc.StatusCode.UNAUTHENTICATED:
-                raise StoreError(f"{self.display_url}: authentication failed (check USER:PASSWORD in the URL or "
-                                 f"MILVUS_TOKEN)") from None
-            if code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED):
-                raise StoreError(f"{self.display_url}: {doing} failed: server unavailable "
-                                 f"({self._reason(exc)})") from None
-            raise StoreError(f"{self.display_url}: {doing} failed: {self._reason(exc)}") from None
-        finally:
-            _QUIET.local.depth -= 1
 
     @property
     def _client(self) -> MilvusClient:
         if self._client_obj is None:
-            with self._errors("connecting"):
+            with self._failures("connecting"):
                 try:
                     if self.lite_path is not None:
                         self._client_obj = MilvusClient(str(self.lite_path))
@@ -273,38 +293,31 @@ class MilvusCollection(Collection):
                     if self.lite_path is not None:
                         raise StoreError(f"cannot open the Milvus Lite database {self.lite_path} (a Lite database "
                                          f"can be open in only one process at a time: is another one using it?): "
-                                         f"{self._reason(exc)}") from None
+                                         f"{self._masked(_message(exc))}") from None
                     raise StoreError(f"cannot connect to {self.display_url}: server unreachable or not a Milvus "
-                                     f"gRPC port ({self._reason(exc)})") from None
+                                     f"gRPC port ({self._masked(_message(exc))})") from None
         return self._client_obj
 
-    def _call(self, doing: str, method: str, *args, **kwargs):
-        """One idempotent request (bounded by the URL's timeout), retried with backoff while the server is
-        unavailable: pymilvus itself gives up at once when it cannot reconnect, e.g. during a restart."""
+    def _request(self, doing: str, method: str, *args, **kwargs):
+        """One idempotent request of the client's ``method``, bounded by the URL's timeout, as one :meth:`_call`:
+        retried while the server is unavailable (pymilvus itself gives up at once when it cannot reconnect, e.g.
+        during a restart)."""
         kwargs.setdefault("timeout", self.timeout)
-        with self._errors(doing):
-            for delay in _RETRY_DELAYS_S:
-                try:
-                    return getattr(self._client, method)(*args, **kwargs)
-                except (MilvusException, grpc.RpcError) as exc:
-                    if _grpc_code(exc) != grpc.StatusCode.UNAVAILABLE:
-                        raise
-                time.sleep(delay)
-            return getattr(self._client, method)(*args, **kwargs)
+        return self._call(doing, lambda: getattr(self._client, method)(*args, **kwargs))
 
     # --- schema ------------------------------------------------------------------------------------------------
     def exists(self) -> bool:
         if self.lite_path is not None and not self.lite_path.exists():
             return False
-        return bool(self._call("checking the collection", "has_collection", self.name))
+        return bool(self._request("checking the collection", "has_collection", self.name))
 
     def _describe(self) -> dict:
         """Field roles of the collection, cached: pk name/type, the vector field, payload and other scalar fields."""
         if self._schema is not None:
             return self._schema
         if not self.exists():
-            raise StoreError(f"collection not found: {self.display_url}")
-        desc = self._call("describing the collection", "describe_collection", self.name)
+            raise NotFound(f"collection not found: {self.display_url}")
+        desc = self._request("describing the collection", "describe_collection", self.name)
         fields = desc["fields"]
         pk = next(f for f in fields if f.get("is_primary"))
         vectors = {f["name"]: int(f["params"]["dim"]) for f in fields if f["type"] == DataType.FLOAT_VECTOR}
@@ -329,10 +342,10 @@ class MilvusCollection(Collection):
 
     def _index_of(self, field: str) -> tuple[str, str]:
         """(metric, index type) of a vector field's index; without an index the metric is ``?metric=`` or cosine."""
-        names = self._call("describing the index", "list_indexes", self.name, field_name=field)
+        names = self._request("describing the index", "list_indexes", self.name, field_name=field)
         if not names:
             return check_metric(self.params.get("metric", "cosine")), ""
-        index = self._call("describing the index", "describe_index", self.name, names[0])
+        index = self._request("describing the index", "describe_index", self.name, names[0])
         metric = str(index.get("metric_type", "")).upper()
         if metric not in _TO_METRIC:
             raise StoreError(f"{self.display_url}: unsupported metric {metric!r} on field {field!r}")
@@ -346,9 +359,9 @@ class MilvusCollection(Collection):
         """
         schema = self._describe()
         if self.lite_path is not None:
-            self._call("flushing", "flush", self.name)
+            self._request("flushing", "flush", self.name)
         if not self._loaded:
-            self._call("loading the collection", "load_collection", self.name,
+            self._request("loading the collection", "load_collection", self.name,
                        timeout=max(self.timeout, _LOAD_TIMEOUT_S))
             self._loaded = True
         return schema
@@ -356,7 +369,7 @@ class MilvusCollection(Collection):
     # --- protocol: reading ---------------------------------------------------------------------------------------
     def info(self) -> CollectionInfo:
         schema = self._ensure_loaded()
-        rows = self._call("counting", "query", self.name, filter="", output_fields=["count(*)"],
+        rows = self._request("counting", "query", self.name, filter="", output_fields=["count(*)"],
                           consistency_level="Strong")
         metrics = schema["metrics"]
         return CollectionInfo(name=self.name, dim=schema["dim"], metric=metrics[schema["vector"]],
@@ -410,7 +423,7 @@ class MilvusCollection(Collection):
         """
         pk, levels = schema["pk"], _levels()
         while True:
-            rows = self._call("scanning", "query", self.name,
+            rows = self._request("scanning", "query", self.name,
                               filter=f"{pk} > {_literal(after)}" if after is not None else "", output_fields=fields,
                               limit=page, consistency_level=next(levels), iterator="True", reduce_stop_for_best="True")
             if not rows:
@@ -437,7 +450,7 @@ class MilvusCollection(Collection):
         for lo in range(0, len(keys), _IDS_PER_GET):
             chunk = keys[lo:lo + _IDS_PER_GET]
             expr = f"{schema['pk']} in [{', '.join(_literal(k) for k in chunk)}]"
-            rows = self._call("reading records", "query", self.name, filter=expr, output_fields=fields,
+            rows = self._request("reading records", "query", self.name, filter=expr, output_fields=fields,
                               consistency_level=next(levels))
             found.update((row[schema["pk"]], row) for row in rows)
         return found
@@ -484,7 +497,7 @@ class MilvusCollection(Collection):
         hits_per_query: list = []
         levels = _levels()
         for lo in range(0, len(Q), _QUERIES_PER_SEARCH):
-            hits_per_query.extend(self._call(
+            hits_per_query.extend(self._request(
                 "searching", "search", self.name, data=list(Q[lo:lo + _QUERIES_PER_SEARCH]), limit=k,
                 anns_field=schema["vector"], output_fields=output, consistency_level=next(levels),
                 search_params={"metric_type": _FROM_METRIC[metric], "params": params}))
@@ -502,7 +515,8 @@ class MilvusCollection(Collection):
         return ids, scores
 
     # --- protocol: writing ---------------------------------------------------------------------------------------
-    def create(self, dim: int, metric: str = "cosine", *, exist_ok: bool = False) -> "MilvusCollection":
+    def create(self, dim: int, metric: str = "cosine", *, exist_ok: bool = False,
+               index: bool = True) -> "MilvusCollection":
         dim, metric = self._check_create_args(dim, metric)
         if self.exists():
             schema = self._describe()
@@ -521,11 +535,11 @@ class MilvusCollection(Collection):
             schema.add_field("id", DataType.VARCHAR, is_primary=True, max_length=_VARCHAR_MAX)
         schema.add_field(vector, DataType.FLOAT_VECTOR, dim=dim)
         schema.add_field(PAYLOAD_FIELD, DataType.JSON)
-        with self._errors("creating the collection"):
-            index = self._client.prepare_index_params()
-            index.add_index(field_name=vector, index_type=index_type, metric_type=_FROM_METRIC[metric],
-                            params=dict(_HNSW_BUILD) if index_type == "HNSW" else {})
-            self._client.create_collection(self.name, schema=schema, index_params=index,
+        with self._failures("creating the collection"):
+            index_params = self._client.prepare_index_params()
+            index_params.add_index(field_name=vector, index_type=index_type, metric_type=_FROM_METRIC[metric],
+                                   params=dict(_HNSW_BUILD) if index_type == "HNSW" else {})
+            self._client.create_collection(self.name, schema=schema, index_params=index_params,
                                            consistency_level="Strong", timeout=max(self.timeout, _LOAD_TIMEOUT_S))
         self._schema, self._loaded = None, False
         return self
@@ -575,13 +589,13 @@ class MilvusCollection(Collection):
         rows = self._rows(batch, vectors, schema)
         step = self._rows_per_request(batch, schema)
         for lo in range(0, len(rows), step):
-            self._call("writing records", "upsert", self.name, rows[lo:lo + step])
+            self._request("writing records", "upsert", self.name, rows[lo:lo + step])
         return len(batch)
 
     def drop(self) -> None:
         self._writable()
         if not self.exists():
-            raise StoreError(f"collection not found: {self.display_url}")
-        with self._errors("dropping the collection"):
+            raise NotFound(f"collection not found: {self.display_url}")
+        with self._failures("dropping the collection"):
             self._client.drop_collection(self.name, timeout=self.timeout)
         self._schema, self._loaded = None, False

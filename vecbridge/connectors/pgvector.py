@@ -33,12 +33,10 @@ from __future__ import annotations
 
 import getpass
 import hashlib
-import os
-
 import json
+import os
 import re
 import struct
-import time
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator, Sequence, TypeVar
@@ -49,8 +47,8 @@ import psycopg
 from pgvector.psycopg import register_vector
 from psycopg import sql
 
-from ..errors import InputError, StoreError
-from .base import Collection, CollectionIdentity, CollectionInfo, VectorBatch, check_metric
+from ..errors import InputError, NotFound, StoreError
+from .base import Collection, CollectionIdentity, CollectionInfo, VectorBatch, first_line
 from .url import canonical_host, query_params, resolved_path
 
 T = TypeVar("T")
@@ -71,8 +69,6 @@ _COPY_TRAILER = struct.pack(">h", -1)
 #: A one-off measurement (100k x 384 into PostgreSQL 18 on 2 cores, medians of 7, 2026-11-22): 5,000-row (8 MB)
 #: writes 49k rows/s, 200-2,000-row writes 72-79k rows/s, psycopg's own ``write_row`` loop 65k rows/s.
 _COPY_BYTES_PER_WRITE = 1 << 19
-#: seconds to wait before each reconnection attempt after a connection was lost mid-operation
-_RECONNECT_BACKOFF = (0.5, 1.0, 2.0)
 _TRANSIENT_SQLSTATES = {"40001", "40P01"}  # serialization failure, deadlock: retrying the transaction is safe
 
 
@@ -99,9 +95,12 @@ class _Schema:
         return self.id_type in ("text", "bigint") and self.payload_type in (None, "jsonb")
 
 
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()
-    return re.sub(r"\s+", " ", text[0]) if text else type(exc).__name__
+class _ConnectFailed(Exception):
+    """``psycopg.connect`` failed; ``lost``: it was replacing this handle's connection, which had been lost."""
+
+    def __init__(self, exc: psycopg.Error, lost: bool):
+        super().__init__(first_line(exc))
+        self.lost = lost
 
 
 class PgVectorCollection(Collection):
@@ -126,7 +125,7 @@ class PgVectorCollection(Collection):
         libpq = {k: v for k, v in params.items() if k not in _OWN_PARAMS}
         libpq.setdefault("connect_timeout", "5")
         self._conninfo = urlunsplit((parts.scheme, parts.netloc, parts.path, urlencode(libpq), ""))
-        self._secrets = [s for s in {parts.password, unquote(parts.password or "")} if s]
+        self._passwords = [s for s in {parts.password, unquote(parts.password or "")} if s]
         #: set on views from with_vector_field: upserts then leave the payloads of existing rows alone
         self.keep_payloads = False
         self._conn: psycopg.Connection | None = None
@@ -162,11 +161,7 @@ class PgVectorCollection(Collection):
         second writer of the same table, from this machine or any other, is refused (PostgreSQL releases the lock if
         the job's process dies). The holder is named by the ``application_name`` its connection set."""
         key = int.from_bytes(hashlib.sha256(str(self.identity).encode()).digest()[:8], "big", signed=True)
-        try:
-            conn = psycopg.connect(self._conninfo, autocommit=True,
-                                   application_name=f"vecbridge writer pid {os.getpid()}")
-        except psycopg.Error as exc:
-            raise self._error("cannot connect", exc) from None
+        conn = self._call("connect", self._connect, application_name=f"vecbridge writer pid {os.getpid()}")
         try:
             if not conn.execute("SELECT pg_try_advisory_lock(%s)", (key,)).fetchone()[0]:
                 row = conn.execute(
@@ -182,23 +177,47 @@ class PgVectorCollection(Collection):
         finally:
             conn.close()   # ends the session, which releases the lock
 
-    # --- connection ---------------------------------------------------------------------------------------------------
-    def _error(self, what: str, exc: BaseException) -> StoreError:
-        detail = _first_line(exc)
-        for secret in self._secrets:
-            detail = detail.replace(secret, "***")
-        return StoreError(f"{self.display_url}: {what}: {detail}")
+    # --- connection and failures (the retry loop and the mapping are Collection._call's) ---------------------------
+    _messages = {
+        "connect": "{url}: cannot connect: {detail}",
+        "reconnect": "{url}: connection lost while trying to {what}, and reconnecting failed: cannot connect: {detail}",
+        "lost": "{url}: connection lost while trying to {what}: {detail}",
+        "error": "{url}: cannot {what}: {detail}",
+    }
+
+    def _classify(self, exc: Exception) -> tuple[str, str]:
+        detail = first_line(exc)
+        if isinstance(exc, _ConnectFailed):
+            return ("reconnect" if exc.lost else "connect"), detail
+        if isinstance(exc, psycopg.errors.UndefinedTable):
+            return "missing", detail
+        conn = self._conn  # the connection the failed work ran on
+        if isinstance(exc, psycopg.Error) and conn is not None and (
+                conn.broken or isinstance(exc, psycopg.OperationalError) and conn.closed):
+            return "lost", detail
+        return ("transient" if getattr(exc, "sqlstate", None) in _TRANSIENT_SQLSTATES else "error"), detail
+
+    def _retried(self, kind: str) -> bool:
+        """A connection lost mid-operation (every ``work`` is one statement or one transaction, so repeating it is
+        safe: the retry reconnects), or a serialization failure/deadlock. Connecting is not retried, so an
+        unreachable host or a wrong password fails at once."""
+        return kind in ("lost", "transient")
+
+    def _secrets(self) -> list[str]:
+        return self._passwords
+
+    def _connect(self, lost: bool = False, **options) -> psycopg.Connection:
+        try:
+            return psycopg.connect(self._conninfo, autocommit=True, **options)
+        except psycopg.Error as exc:
+            raise _ConnectFailed(exc, lost) from None
 
     def _connection(self) -> psycopg.Connection:
         if self._conn is not None and not self._conn.closed and not self._conn.broken:
             return self._conn
-        try:
-            conn = psycopg.connect(self._conninfo, autocommit=True)
-        except psycopg.Error as exc:
-            raise self._error("cannot connect", exc) from None
-        self._conn = conn
+        self._conn = self._connect(lost=self._conn is not None)
         self._register_vector_type()
-        return conn
+        return self._conn
 
     def close(self) -> None:
         """Close the connection now (the next call opens a new one)."""
@@ -218,47 +237,22 @@ class PgVectorCollection(Collection):
         if conn.execute("SELECT 1 FROM pg_type WHERE typname = 'vector'").fetchone():
             register_vector(conn)
 
-    def _run(self, work: Callable[[psycopg.Connection], T], what: str) -> T:
-        """Run ``work`` on a live connection; reconnect and retry it only when the failure is transient.
-
-        Transient means: the connection was lost mid-operation (every ``work`` is one statement or one transaction,
-        so repeating it is safe), or a serialization failure/deadlock. Connecting itself is not retried, so an
-        unreachable host or a wrong password fails at once.
-        """
-        reconnecting = False
-        for attempt in range(len(_RECONNECT_BACKOFF) + 1):
-            try:
-                conn = self._connection()
-            except StoreError as exc:
-                if not reconnecting:
-                    raise
-                raise StoreError(f"{self.display_url}: connection lost while trying to {what}, and reconnecting "
-                                 f"failed: {str(exc).removeprefix(self.display_url + ': ')}") from None
-            try:
-                return work(conn)
-            except psycopg.Error as exc:
-                lost = conn.broken or isinstance(exc, psycopg.OperationalError) and conn.closed
-                transient = lost or getattr(exc, "sqlstate", None) in _TRANSIENT_SQLSTATES
-                if not transient or attempt == len(_RECONNECT_BACKOFF):
-                    if lost:
-                        raise self._error(f"connection lost while trying to {what}", exc) from None
-                    raise self._error(f"cannot {what}", exc) from None
-                reconnecting = reconnecting or lost
-                time.sleep(_RECONNECT_BACKOFF[attempt])
-        raise AssertionError("unreachable")
+    def _with_conn(self, what: str, work: Callable[[psycopg.Connection], T]) -> T:
+        """``work(conn)`` on a live connection, as one :meth:`_call` (a retry after a lost connection reconnects)."""
+        return self._call(what, lambda: work(self._connection()))
 
     # --- catalog ------------------------------------------------------------------------------------------------------
     def _quoted_table(self, conn: psycopg.Connection) -> str:
         return self.table_ident.as_string(conn)
 
     def exists(self) -> bool:
-        return self._run(lambda conn: conn.execute("SELECT to_regclass(%s) IS NOT NULL",
-                                                   [self._quoted_table(conn)]).fetchone()[0], "look up the table")
+        return self._with_conn("look up the table", lambda conn: conn.execute(
+            "SELECT to_regclass(%s) IS NOT NULL", [self._quoted_table(conn)]).fetchone()[0])
 
     def _read_schema(self, conn: psycopg.Connection) -> _Schema:
         name = self._quoted_table(conn)
         if not conn.execute("SELECT to_regclass(%s) IS NOT NULL", [name]).fetchone()[0]:
-            raise StoreError(f"collection not found: {self.display_url} (no table {self.table})")
+            raise NotFound(f"collection not found: {self.display_url} (no table {self.table})")
         columns = conn.execute(
             "SELECT a.attname, t.typname, a.atttypmod, format_type(a.atttypid, a.atttypmod), "
             "       col_description(a.attrelid, a.attnum) "
@@ -293,14 +287,15 @@ class PgVectorCollection(Collection):
 
     def _schema(self) -> _Schema:
         if self._schema_cache is None:
-            self._schema_cache = self._run(self._read_schema, "read the table's columns")
+            self._schema_cache = self._with_conn("read the table's columns", self._read_schema)
         return self._schema_cache
 
     def info(self) -> CollectionInfo:
         schema = self._schema()
         dim, metric = schema.vector_fields[self.vector_column]
-        count = self._run(lambda conn: conn.execute(sql.SQL("SELECT count(*) FROM {} WHERE {} IS NOT NULL").format(
-            self.table_ident, sql.Identifier(self.vector_column))).fetchone()[0], "count rows")
+        count = self._with_conn("count rows", lambda conn: conn.execute(sql.SQL(
+            "SELECT count(*) FROM {} WHERE {} IS NOT NULL").format(
+            self.table_ident, sql.Identifier(self.vector_column))).fetchone()[0])
         return CollectionInfo(name=self.table, dim=dim, metric=metric, count=int(count),
                               vector_fields=dict(schema.vector_fields))
 
@@ -330,7 +325,7 @@ class PgVectorCollection(Collection):
                     copy.set_types(["int8" if schema.int_ids else "text", "bytea", "jsonb"])
                     return list(copy.rows())
 
-        rows = self._run(work, "read vectors")
+        rows = self._with_conn("read vectors", work)
         dim = schema.vector_fields[self.vector_column][0]
         if not rows:
             return VectorBatch([], np.zeros((0, dim), dtype=np.float32), [])
@@ -355,8 +350,8 @@ class PgVectorCollection(Collection):
         ident = sql.Identifier(self.id_column)
         query = sql.SQL("SELECT {} FROM {} WHERE {} IS NOT NULL ORDER BY hashtextextended({}::text, %s), {} "
                         "LIMIT %s").format(ident, self.table_ident, sql.Identifier(self.vector_column), ident, ident)
-        picked = self._run(lambda conn: [r[0] for r in conn.execute(query, [int(seed), int(n)]).fetchall()],
-                           "sample ids")
+        picked = self._with_conn("sample ids", lambda conn: [r[0] for r in conn.execute(
+            query, [int(seed), int(n)]).fetchall()])
         return self.get(picked)
 
     def scan(self, batch_size: int = 1000, after: Any = None) -> Iterator[VectorBatch]:
@@ -427,7 +422,7 @@ class PgVectorCollection(Collection):
                 conn.execute(sql.SQL("SET LOCAL hnsw.ef_search = {}").format(sql.Literal(min(1000, max(100, 2 * k)))))
                 return conn.execute(query, [list(queries), int(k)]).fetchall()
 
-        rows = self._run(work, "search") if len(queries) else []
+        rows = self._with_conn("search", work) if len(queries) else []
         ids: list[list] = [[] for _ in range(len(queries))]
         distances: list[list[float]] = [[] for _ in range(len(queries))]
         for n, i, d in rows:
@@ -464,7 +459,7 @@ class PgVectorCollection(Collection):
                     sql.Identifier(self.payload_column)))
                 self._add_vector_column(conn, self.vector_column, int(dim), metric, index=index)
 
-        self._run(work, "create the table")
+        self._with_conn("create the table", work)
         self._register_vector_type()
         self._schema_cache = None
         return self
@@ -497,22 +492,19 @@ class PgVectorCollection(Collection):
             with conn.transaction():
                 self._create_index(conn, self.vector_column, info.dim, info.metric)
 
-        self._run(work, "build the index")
+        self._with_conn("build the index", work)
 
     def add_vector_field(self, name: str, dim: int, metric: str = "cosine") -> None:
         """``ALTER TABLE ... ADD COLUMN name vector(dim)`` plus its index; open it with ``?vector=name``."""
-        self._writable()
-        metric = check_metric(metric)
-        if int(dim) <= 0:
-            raise InputError(f"dimension must be positive, got {dim}")
+        dim, metric = self._check_create_args(dim, metric)
         if name in self._schema().vector_fields:
             raise StoreError(f"{self.display_url}: vector column {name!r} already exists")
 
         def work(conn: psycopg.Connection) -> None:
             with conn.transaction():
-                self._add_vector_column(conn, name, int(dim), metric)
+                self._add_vector_column(conn, name, dim, metric)
 
-        self._run(work, "add a vector column")
+        self._with_conn("add a vector column", work)
         self._schema_cache = None
 
     def with_vector_field(self, name: str) -> "PgVectorCollection":
@@ -584,14 +576,14 @@ class PgVectorCollection(Collection):
                 copy_in(cur, sql.SQL("COPY {} ({}) FROM STDIN (FORMAT BINARY)").format(stage, stage_columns))
                 cur.execute(merge)
 
-        self._run(work, "write vectors")
+        self._with_conn("write vectors", work)
         return len(batch)
 
     def drop(self) -> None:
         self._writable()
         if not self.exists():
-            raise StoreError(f"collection not found: {self.display_url}")
-        self._run(lambda conn: conn.execute(sql.SQL("DROP TABLE {}").format(self.table_ident)), "drop the table")
+            raise NotFound(f"collection not found: {self.display_url}")
+        self._with_conn("drop the table", lambda conn: conn.execute(sql.SQL("DROP TABLE {}").format(self.table_ident)))
         self._schema_cache = None
 
 

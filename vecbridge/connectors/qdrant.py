@@ -51,26 +51,25 @@ import atexit
 import os
 import socket
 import threading
-import time
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 from urllib.parse import unquote, urlsplit
 
 import numpy as np
 from qdrant_client import QdrantClient, models
 from qdrant_client.http.exceptions import ResponseHandlingException, UnexpectedResponse
 
-from ..errors import InputError, StoreError
+from ..errors import InputError, NotFound, StoreError
 from ..fs import require_writable
-from .base import CollectionIdentity, CollectionInfo, VectorBatch, check_metric
-from .qdrant_points import ID_KEY, TO_METRIC as _TO_METRIC, QdrantPointsCollection, json_point_id, stored_points
+from .base import CollectionIdentity, CollectionInfo, VectorBatch, first_line
+from .qdrant_points import ID_KEY, QdrantPointsCollection, json_point_id, stored_points
+from .qdrant_points import TO_METRIC as _TO_METRIC
 from .url import canonical_host, query_params, resolved_path
 
 _TO_DISTANCE = {"cosine": models.Distance.COSINE, "dot": models.Distance.DOT, "l2": models.Distance.EUCLID}
 _TRANSIENT_HTTP = {429, 502, 503, 504}
 _TRANSIENT_GRPC = {"UNAVAILABLE", "DEADLINE_EXCEEDED", "RESOURCE_EXHAUSTED"}
 _AUTH_GRPC = {"UNAUTHENTICATED", "PERMISSION_DENIED"}
-_RETRY_DELAYS = (0.5, 1.0, 2.0)
 _PROBE_TIMEOUT_S = 3.0
 _RETRIEVE_CHUNK = 1000  # ids per retrieve request
 _REQUEST_BYTES = 8_000_000  # aim for upsert bodies well under the server's 32 MB default limit
@@ -168,7 +167,7 @@ class QdrantCollection(QdrantPointsCollection):
         with _LOCAL_LOCK:
             if key not in _LOCAL_CLIENTS:
                 if self.mode == "local" and not create and not os.path.isdir(key):
-                    raise StoreError(f"collection not found: {self.display_url} (no directory {self.location})")
+                    raise NotFound(f"collection not found: {self.display_url} (no directory {self.location})")
                 try:
                     _LOCAL_CLIENTS[key] = (QdrantClient(location=":memory:") if self.mode == "memory"
                                            else QdrantClient(path=key))
@@ -200,22 +199,20 @@ class QdrantCollection(QdrantPointsCollection):
             options["https"] = https
         return QdrantClient(**options)
 
-    def _call(self, what: str, fn: Callable, *args, **kwargs):
-        """Run one client call; retry transient server failures with backoff; map failures to one-line errors."""
-        for delay in (*_RETRY_DELAYS, None):
-            try:
-                return fn(*args, **kwargs)
-            except (InputError, StoreError):
-                raise
-            except Exception as exc:  # noqa: BLE001 - the client raises many types; all become StoreError
-                kind, detail = self._classify(exc)
-                if kind == "transient" and delay is not None and self.mode == "server":
-                    time.sleep(delay)
-                    continue
-                raise self._error(what, kind, detail) from None
+    # --- failures (the retry loop and the mapping are Collection._call's) ---------------------------------------------
+    _messages = {
+        "auth": "Qdrant refused the credentials for {url} ({detail}); check QDRANT_API_KEY or ?api_key=",
+        "transient": "lost the connection to Qdrant at {url} while {what} ({detail})",
+        "error": "{url}: Qdrant failed while {what}: {detail}",
+    }
 
-    @staticmethod
-    def _classify(exc: Exception) -> tuple[str, str]:
+    def _retried(self, kind: str) -> bool:
+        return kind == "transient" and self.mode == "server"  # local modes have no connection to lose
+
+    def _secrets(self) -> list[str]:
+        return [self._api_key] if self._api_key else []
+
+    def _classify(self, exc: Exception) -> tuple[str, str]:
         if isinstance(exc, UnexpectedResponse):
             code = exc.status_code or 0
             try:
@@ -232,23 +229,11 @@ class QdrantCollection(QdrantPointsCollection):
             kind = ("auth" if code in _AUTH_GRPC else "missing" if code == "NOT_FOUND"
                     else "transient" if code in _TRANSIENT_GRPC else "error")
             return kind, f"gRPC {code}: {exc.details() if callable(getattr(exc, 'details', None)) else ''}"
-        text = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        text = first_line(exc)
         if isinstance(exc, ValueError) and text.startswith("Collection") and text.endswith("not found"):
-            return "missing", text  # local mode's words for a missing collection
+            # local mode (qdrant-client's Python emulation) raises a plain ValueError: its words are all there is
+            return "missing", text
         return "error", text
-
-    def _error(self, what: str, kind: str, detail: str) -> StoreError:
-        if self._api_key:
-            detail = detail.replace(self._api_key, "***")
-        detail = detail[:300]
-        if kind == "auth":
-            return StoreError(f"Qdrant refused the credentials for {self.display_url} ({detail}); "
-                              f"check QDRANT_API_KEY or ?api_key=")
-        if kind == "missing":
-            return StoreError(f"collection not found: {self.display_url}")
-        if kind == "transient":
-            return StoreError(f"lost the connection to Qdrant at {self.display_url} while {what} ({detail})")
-        return StoreError(f"{self.display_url}: Qdrant failed while {what}: {detail}")
 
     # --- schema -------------------------------------------------------------------------------------------------------
     def _schema(self) -> tuple[dict[str, tuple[int, str]], str]:
@@ -298,10 +283,8 @@ class QdrantCollection(QdrantPointsCollection):
     def exists(self) -> bool:
         try:
             return bool(self._call("checking the collection", self._client().collection_exists, self.name))
-        except StoreError as exc:
-            if str(exc).startswith("collection not found"):  # a local directory that does not exist
-                return False
-            raise
+        except NotFound:  # a local directory that does not exist
+            return False
 
     def info(self) -> CollectionInfo:
         fields, _ = self._schema()
@@ -331,7 +314,8 @@ class QdrantCollection(QdrantPointsCollection):
                                              requests=requests)]
 
     # --- protocol: writing --------------------------------------------------------------------------------------------
-    def create(self, dim: int, metric: str = "cosine", *, exist_ok: bool = False) -> "QdrantCollection":
+    def create(self, dim: int, metric: str = "cosine", *, exist_ok: bool = False,
+               index: bool = True) -> "QdrantCollection":
         dim, metric = self._check_create_args(dim, metric)
         client = self._client(create=True)
         if self._call("checking the collection", client.collection_exists, self.name):
@@ -395,28 +379,22 @@ class QdrantCollection(QdrantPointsCollection):
     def drop(self) -> None:
         self._writable()
         if not self.exists():
-            raise StoreError(f"collection not found: {self.display_url}")
+            raise NotFound(f"collection not found: {self.display_url}")
         self._call("dropping the collection", self._client().delete_collection, self.name)
         self._schema_cache = None
 
     def add_vector_field(self, name: str, dim: int, metric: str = "cosine") -> None:
         """Add a named dense vector (Qdrant >= 1.18 and a qdrant-client that has ``create_vector_name``)."""
-        self._writable()
-        metric = check_metric(metric)
-        if int(dim) <= 0:
-            raise InputError(f"dimension must be positive, got {dim}")
+        dim, metric = self._check_create_args(dim, metric)
         client = self._client()
         self._schema()  # a clear error if the collection is missing
         if not hasattr(client, "create_vector_name"):
             raise StoreError(f"{self.scheme}: adding a vector field needs qdrant-client >= 1.18")
-        config = models.DenseVectorNameConfig(dense=models.DenseVectorConfig(size=int(dim),
-                                                                             distance=_TO_DISTANCE[metric]))
+        config = models.DenseVectorNameConfig(dense=models.DenseVectorConfig(size=dim, distance=_TO_DISTANCE[metric]))
         try:
             self._call("adding a vector field", client.create_vector_name, self.name, vector_name=name,
                        vector_name_config=config)
-        except StoreError as exc:
-            if str(exc).startswith("collection not found"):  # an endpoint this server does not have
-                raise StoreError(f"{self.scheme}: adding a vector field is not supported by this Qdrant server "
-                                 f"(it needs Qdrant >= 1.18)") from None
-            raise
+        except NotFound:  # a 404 after _schema() found the collection: an endpoint this server does not have
+            raise StoreError(f"{self.scheme}: adding a vector field is not supported by this Qdrant server "
+                             f"(it needs Qdrant >= 1.18)") from None
         self._schema_cache = None

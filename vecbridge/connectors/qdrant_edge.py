@@ -33,16 +33,16 @@ import shutil
 import sys
 import threading
 from pathlib import Path
-from typing import Callable
 from urllib.parse import unquote
 
 import numpy as np
 import qdrant_edge as qe
 
-from ..errors import InputError, StoreError
+from ..errors import InputError, NotFound, StoreError
 from ..fs import require_writable
-from .base import CollectionIdentity, CollectionInfo, VectorBatch, check_metric
-from .qdrant_points import ID_KEY, TO_METRIC as _TO_METRIC, QdrantPointsCollection, stored_points
+from .base import CollectionIdentity, CollectionInfo, VectorBatch, first_line
+from .qdrant_points import ID_KEY, QdrantPointsCollection, stored_points
+from .qdrant_points import TO_METRIC as _TO_METRIC
 from .qdrant_points import json_point_id as _pid
 from .url import query_params, resolved_path
 
@@ -103,22 +103,24 @@ class QdrantEdgeCollection(QdrantPointsCollection):
     def _key(self) -> str:
         return os.path.realpath(self.path)
 
-    def _call(self, what: str, fn: Callable, *args, **kwargs):
-        try:
-            return fn(*args, **kwargs)
-        except Exception as exc:  # noqa: BLE001 - the engine raises plain Exception with its message
-            detail = (str(exc).splitlines() or [type(exc).__name__])[0][:300]
-            if "WouldBlock" in detail:  # the WAL lock of a shard that another process has open
-                raise StoreError(f"{self.display_url}: the shard is open in another process "
-                                 f"(a Qdrant Edge shard has one owner at a time)") from None
-            raise StoreError(f"{self.display_url}: Qdrant Edge failed while {what}: {detail}") from None
+    # --- failures (Collection._call maps them; an in-process engine has nothing to retry) ---------------------------
+    _messages = {
+        "locked": "{url}: the shard is open in another process (a Qdrant Edge shard has one owner at a time)",
+        "error": "{url}: Qdrant Edge failed while {what}: {detail}",
+    }
+
+    def _classify(self, exc: Exception) -> tuple[str, str]:
+        detail = first_line(exc)
+        # the engine raises plain Exception: its words are all there is, and "WouldBlock" is the WAL lock of a
+        # shard that another process has open (a missing shard is told by its config file, before any call)
+        return ("locked" if "WouldBlock" in detail else "error"), detail
 
     def _shard(self) -> qe.EdgeShard:
         with _SHARDS_LOCK:
             shard = _SHARDS.get(self._key)
             if shard is None:
                 if not self.exists():
-                    raise StoreError(f"collection not found: {self.display_url} (no {CONFIG_FILE})")
+                    raise NotFound(f"collection not found: {self.display_url} (no {CONFIG_FILE})")
                 shard = _SHARDS[self._key] = self._call("opening the shard", qe.EdgeShard.load, str(self.path))
             return shard
 
@@ -128,7 +130,7 @@ class QdrantEdgeCollection(QdrantPointsCollection):
         try:
             stamp = config_path.stat().st_mtime_ns
         except OSError:
-            raise StoreError(f"collection not found: {self.display_url} (no {CONFIG_FILE})") from None
+            raise NotFound(f"collection not found: {self.display_url} (no {CONFIG_FILE})") from None
         if self._fields_cache is None or self._fields_cache[0] != stamp:
             try:
                 vectors = json.loads(config_path.read_text())["vectors"]
@@ -192,7 +194,8 @@ class QdrantEdgeCollection(QdrantPointsCollection):
         return self._call("searching", self._shard().query_batch, qe.QueryBatchRequest(requests))
 
     # --- protocol: writing --------------------------------------------------------------------------------------------
-    def create(self, dim: int, metric: str = "cosine", *, exist_ok: bool = False) -> "QdrantEdgeCollection":
+    def create(self, dim: int, metric: str = "cosine", *, exist_ok: bool = False,
+               index: bool = True) -> "QdrantEdgeCollection":
         dim, metric = self._check_create_args(dim, metric)
         if self.exists():
             self._check_existing(dim, metric, *self._field()[1:], exist_ok=exist_ok)
@@ -254,7 +257,7 @@ class QdrantEdgeCollection(QdrantPointsCollection):
     def drop(self) -> None:
         self._writable()
         if not self.exists():
-            raise StoreError(f"collection not found: {self.display_url}")
+            raise NotFound(f"collection not found: {self.display_url}")
         with _SHARDS_LOCK:
             shard = _SHARDS.pop(self._key, None)
             if shard is not None:
@@ -262,9 +265,6 @@ class QdrantEdgeCollection(QdrantPointsCollection):
         shutil.rmtree(self.path)
 
     def add_vector_field(self, name: str, dim: int, metric: str = "cosine") -> None:
-        self._writable()
-        metric = check_metric(metric)
-        if int(dim) <= 0:
-            raise InputError(f"dimension must be positive, got {dim}")
-        operation = qe.UpdateOperation.create_dense_vector(name, int(dim), _TO_DISTANCE[metric])
+        dim, metric = self._check_create_args(dim, metric)
+        operation = qe.UpdateOperation.create_dense_vector(name, dim, _TO_DISTANCE[metric])
         self._call("adding a vector field", self._shard().update, operation)

@@ -20,7 +20,6 @@ from .open import load_alignment, open_collection
 from .pipeline import copy_stream
 from .results import DryRun, MigrationPlan, MigrationResult
 
-DEFAULT_BATCH = 1000
 
 
 def default_checkpoint_path(alignment_path: Path | None, target: Collection, kind: str = "migrate") -> Path:
@@ -37,7 +36,7 @@ def store_batch_size(coll: Collection, requested: int | None) -> int:
         if int(requested) <= 0:
             raise InputError(f"batch size must be a positive number of records, got {requested}")
         return int(requested)
-    return int(getattr(coll, "preferred_batch_size", DEFAULT_BATCH))
+    return coll.preferred_batch_size
 
 
 def check_source(src: Collection, alignment: Alignment):
