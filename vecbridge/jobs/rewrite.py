@@ -21,7 +21,6 @@ from .pipeline import copy_stream
 from .results import DryRun, MigrationPlan, MigrationResult
 
 
-
 def default_checkpoint_path(alignment_path: Path | None, target: Collection, kind: str = "migrate") -> Path:
     """Beside the alignment artifact (where the user keeps it), named after the target collection."""
     name = re.sub(r"[^A-Za-z0-9_.-]+", "_", target.display_url.split("://", 1)[-1]).strip("_")[-80:]
