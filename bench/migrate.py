@@ -214,7 +214,7 @@ def translate_latency(repeats: int = 20) -> dict:
     from vecbridge.jobs.wrap import translate_queries
 
     Q = np.load(DATA / "mpnet_queries.npy").astype(np.float32)[:1000]
-    M = align._tensor("matrix", np.float32)
+    M = align.tensor("matrix", np.float32)
     translate_queries(align, Q, "cosine")
     ours, bare = [], []
     for _ in range(repeats):

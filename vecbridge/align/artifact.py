@@ -155,7 +155,8 @@ class Alignment:
             X = l2_normalize(X)
         return X
 
-    def _tensor(self, name: str, dtype) -> np.ndarray:
+    def tensor(self, name: str, dtype) -> np.ndarray:
+        """One of the artifact's tensors (``matrix``, ``source_mean``, ...) in ``dtype``, converted once and kept."""
         key = (name, np.dtype(dtype).str)
         if key not in self._cast:
             self._cast[key] = self.tensors[name].astype(dtype)
@@ -166,11 +167,11 @@ class Alignment:
 
         c = self.metadata["fit"]["clustered"]
         mean_in, mean_out = ("target_mean", "source_mean") if inverse else ("source_mean", "target_mean")
-        return apply_clustered(X.astype(dtype, copy=False), self._tensor("centroids", dtype),
-                               self._tensor("rotations", dtype), self._tensor("translations", dtype),
-                               self._tensor(mean_in, dtype), self._tensor(mean_out, dtype),
+        return apply_clustered(X.astype(dtype, copy=False), self.tensor("centroids", dtype),
+                               self.tensor("rotations", dtype), self.tensor("translations", dtype),
+                               self.tensor(mean_in, dtype), self.tensor(mean_out, dtype),
                                assignment=c["assignment"], temperature=c["temperature"], top_m=c["top_m"],
-                               inverse=inverse, global_rotation=self._tensor("matrix", dtype),
+                               inverse=inverse, global_rotation=self.tensor("matrix", dtype),
                                name="target vectors" if inverse else "source vectors")
 
     def transform(self, X) -> np.ndarray:
@@ -179,8 +180,8 @@ class Alignment:
         dtype = np.float64 if X.dtype == np.float64 else np.float32
         if self.kind == "clustered":
             return self._apply_clustered(X, dtype, inverse=False)
-        return apply_linear(X, self._tensor("matrix", dtype), self._tensor("source_mean", dtype),
-                            self._tensor("target_mean", dtype), self.metadata["scale"], "source vectors")
+        return apply_linear(X, self.tensor("matrix", dtype), self.tensor("source_mean", dtype),
+                            self.tensor("target_mean", dtype), self.metadata["scale"], "source vectors")
 
     def inverse_transform(self, Q) -> np.ndarray:
         """Target-model vectors (e.g. new-model queries) -> source space."""
@@ -188,8 +189,8 @@ class Alignment:
         dtype = np.float64 if Q.dtype == np.float64 else np.float32
         if self.kind == "clustered":
             return self._apply_clustered(Q, dtype, inverse=True)
-        return apply_linear(Q, self._tensor("inverse_matrix", dtype), self._tensor("target_mean", dtype),
-                            self._tensor("source_mean", dtype), 1.0 / self.metadata["scale"], "target vectors")
+        return apply_linear(Q, self.tensor("inverse_matrix", dtype), self.tensor("target_mean", dtype),
+                            self.tensor("source_mean", dtype), 1.0 / self.metadata["scale"], "target vectors")
 
     # --- persistence ------------------------------------------------------------------------------------------------
     def save(self, path) -> Path:

@@ -37,14 +37,14 @@ def _orthogonal_isometry(alignment: Alignment) -> bool:
 def translate_queries(alignment: Alignment, queries, metric: str = "cosine") -> np.ndarray:
     """New-model query vectors -> vectors to search the old index with (float32)."""
     Q = np.asarray(queries, dtype=np.float32)
-    M = alignment._tensor("matrix", np.float32)
+    M = alignment.tensor("matrix", np.float32)
     s = float(alignment.metadata["scale"])
     if alignment.metadata["normalization"] == "l2":
         from ..vectors import l2_normalize
 
         Q = l2_normalize(Q)
     if metric == "l2" and _orthogonal_isometry(alignment):
-        mu_x, mu_y = alignment._tensor("source_mean", np.float32), alignment._tensor("target_mean", np.float32)
+        mu_x, mu_y = alignment.tensor("source_mean", np.float32), alignment.tensor("target_mean", np.float32)
         return mu_x + ((Q - mu_y) @ M.T) / s
     return Q @ M.T
 
@@ -94,8 +94,8 @@ class WrappedCollection:
         a = self.alignment
         s = float(a.metadata["scale"])
         if self.metric == "dot":
-            mu_x, mu_y = a._tensor("source_mean", np.float32), a._tensor("target_mean", np.float32)
-            const = Q @ mu_y - s * (Q @ a._tensor("matrix", np.float32).T) @ mu_x
+            mu_x, mu_y = a.tensor("source_mean", np.float32), a.tensor("target_mean", np.float32)
+            const = Q @ mu_y - s * (Q @ a.tensor("matrix", np.float32).T) @ mu_x
             return s * store_scores + const[:, None]
         # cosine, orthogonal isometry, no centring
         ratio = np.linalg.norm(q_old, axis=1) / np.maximum(np.linalg.norm(Q, axis=1), 1e-12)
