@@ -21,11 +21,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..errors import InputError
-from ..validation import check_paired
-from ..vectors import l2_normalize
-from .base import _as_float
-from .procrustes import OrthogonalProcrustes
+from vecbridge.align.base import _as_float
+from vecbridge.align.procrustes import OrthogonalProcrustes
+from vecbridge.errors import InputError
+from vecbridge.validation import check_paired
+from vecbridge.vectors import l2_normalize
 
 _C = 0.7978845608028654  # sqrt(2 / pi)
 
