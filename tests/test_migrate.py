@@ -261,3 +261,29 @@ def test_cli_migrate_verify_search(setup, sample):
     assert r.exit_code == 3 and "source collection itself" in r.output
     r = runner.invoke(main, ["migrate", setup["old"], "--alignment", str(setup["align"]), "--field", "v2"])
     assert r.exit_code == 4 and "not supported" in r.output
+
+
+def test_cli_search_serving_options_keep_more_quality_than_the_map_alone(tmp_path, sample, sample_stores):
+    """--old-vectors (dual-query fusion) and --rerank-model (re-scoring candidates with the new model) are run from
+    the command line, and each finds at least as many relevant documents as the wrapped map alone."""
+    est = OrthogonalProcrustes().fit(sample.docs_old[:1000], sample.docs_new[:1000])
+    align = Alignment.from_estimator(est).save(tmp_path / "a.vb")
+    q_new, q_old = tmp_path / "q_new.npy", tmp_path / "q_old.npy"
+    np.save(q_new, sample.queries_new[:100])
+    np.save(q_old, sample.queries_old[:100])
+    relevant = sample.ids[1000:1100]          # query i is about document 1000 + i
+
+    def recall(extra):
+        r = CliRunner().invoke(main, ["search", "--wrap", f"{sample_stores['old']}={align}", "--vectors", q_new,
+                                      "-k", 10, "--json", *map(str, extra)])
+        assert r.exit_code == 0, r.output
+        rows = json.loads(r.output)
+        return np.mean([rel in {h["id"] for h in hits} for rel, hits in zip(relevant, rows)])
+
+    plain = recall([])
+    fused = recall(["--old-vectors", q_old])
+    reranked = recall(["--rerank-model", "tests.embedders:mpnet_lookup", "--candidates", 50])
+    assert fused >= plain and reranked >= plain and max(fused, reranked) > plain, (plain, fused, reranked)
+    r = CliRunner().invoke(main, ["search", "--native", sample_stores["new"], "--vectors", q_new, "--old-vectors",
+                                  q_old])
+    assert r.exit_code == 2 and "apply to --wrap" in r.output

@@ -439,10 +439,22 @@ def verify(source_url, target_url, alignment_path, field, sample, tolerance, as_
 @click.option("--native", multiple=True, metavar="URL", help="A collection already in the new model's space.")
 @click.option("--vectors", "vectors_path", required=True, type=click.Path(exists=True, dir_okay=False),
               help=".npy file of new-model query vectors (one row per query).")
+@click.option("--old-vectors", "old_vectors_path", default=None, type=click.Path(exists=True, dir_okay=False),
+              help="The old model's vectors of the same queries (.npy, row for row): dual-query fusion over the "
+                   "wrapped collections, which keeps more quality where the old model still runs.")
+@click.option("--beta", type=click.FloatRange(min=0), default=1.0, show_default=True,
+              help="Weight of the old-model query in dual-query fusion.")
+@click.option("--rerank-model", default=None,
+              help="Re-score the wrapped collections' top candidates with this new model's vectors of their stored "
+                   "texts (name, path or module:function).")
+@click.option("--text-field", default="text", show_default=True, help="Payload field with the text (--rerank-model).")
+@click.option("--candidates", "k_candidates", type=POSITIVE_INT, default=50, show_default=True,
+              help="Candidates per query that fusion or re-ranking re-scores.")
 @click.option("-k", "k", type=POSITIVE_INT, default=10, show_default=True)
 @click.option("--json", "as_json", is_flag=True)
 @handle_errors
-def search(wrapped, native, vectors_path, k, as_json):
+def search(wrapped, native, vectors_path, old_vectors_path, beta, rerank_model, text_field, k_candidates, k,
+           as_json):
     """Federated search with new-model query vectors over wrapped old and native new collections."""
     import numpy as np
 
@@ -455,11 +467,17 @@ def search(wrapped, native, vectors_path, k, as_json):
         if not sep or not url:
             raise InputError(f"--wrap takes OLD_URL=ALIGNMENT, got {spec!r}")
         pairs.append((url, align))
-    try:
-        queries = np.load(vectors_path, allow_pickle=False)
-    except ValueError as exc:
-        raise InputError(f"{vectors_path}: not a numpy array file ({exc})") from None
-    results = search_collections(pairs, native, queries, k)
+    def load(path):
+        try:
+            return np.load(path, allow_pickle=False)
+        except ValueError as exc:
+            raise InputError(f"{path}: not a numpy array file ({exc})") from None
+
+    if (old_vectors_path or rerank_model) and not pairs:
+        raise click.UsageError("--old-vectors and --rerank-model apply to --wrap collections")
+    results = search_collections(pairs, native, load(vectors_path), k,
+                                 old_queries=load(old_vectors_path) if old_vectors_path else None, beta=beta,
+                                 rerank_model=rerank_model, text_field=text_field, k_candidates=k_candidates)
     if as_json:
         _print_json(results)
         return

@@ -102,6 +102,34 @@ def fused_search(old_collection, alignment, q_new, q_old, k: int = 10, *, beta: 
     return rank_candidates(cand, got.ids, k, lambda qi, rows: M[rows] @ Qn_u[qi] + beta * (X[rows] @ Qo_u[qi]))
 
 
+class FusedSearch:
+    """A wrapped old collection searched with both encodings of each query (:func:`fused_search`), for
+    ``vecbridge search --old-vectors``. Scores are ``(cos(q_new, T(x)) + beta cos(q_old, x)) / (1 + beta)``, a
+    weighted mean of cosines, so they stay comparable with a native collection's cosine scores in a federated
+    search. ``old_queries`` are the old model's vectors of the same queries, row for row."""
+
+    def __init__(self, collection, alignment, old_queries, *, beta: float = 1.0, k_candidates: int = 100):
+        if beta < 0:
+            raise InputError("beta (the old query's weight) must be at least 0")
+        self.collection, self.alignment, self.beta, self.k_candidates = collection, alignment, beta, k_candidates
+        self.old_queries = np.asarray(old_queries, dtype=np.float32)
+
+    @property
+    def display_url(self) -> str:
+        return self.collection.display_url
+
+    def info(self):
+        return self.collection.info()
+
+    def search(self, queries, k: int = 10) -> tuple[list[list], np.ndarray]:
+        if len(queries) != len(self.old_queries):
+            raise InputError(f"{len(queries)} new-model queries but {len(self.old_queries)} old-model ones: give "
+                             f"both encodings of the same queries, row for row")
+        ids, scores = fused_search(self.collection, self.alignment, queries, self.old_queries, k, beta=self.beta,
+                                   k_candidates=max(self.k_candidates, k))
+        return ids, np.asarray(scores) / (1.0 + self.beta)
+
+
 # --- re-ranking with the new model ------------------------------------------------------------------------------------
 def rerank_candidates(queries, candidates, vectors_of: Callable[[np.ndarray], np.ndarray], k: int = 10, *,
                       metric: str = "cosine") -> tuple[np.ndarray, np.ndarray]:
@@ -143,11 +171,9 @@ class RerankedSearch:
                  k_candidates: int = 50, cache: bool = True, native: dict | None = None):
         if k_candidates < 1:
             raise InputError("k_candidates must be at least 1")
-        from .wrap import WrappedCollection
-
         self.collection = collection
         # records (texts) come from the stored collection, also behind a wrapper
-        self._records = collection.collection if isinstance(collection, WrappedCollection) else collection
+        self._records = getattr(collection, "collection", collection)
         self.embed = embed
         self.text_field = text_field
         self.k_candidates = k_candidates
@@ -155,6 +181,13 @@ class RerankedSearch:
         self.cache: dict = dict(native or {})
         self.stats = {"queries": 0, "embedded": 0, "cached": 0, "missing_text": 0, "encode_s": 0.0,
                       "search_s": 0.0}
+
+    @property
+    def display_url(self) -> str:
+        return self.collection.display_url
+
+    def info(self):
+        return self.collection.info()
 
     def _vectors(self, ids: Sequence) -> tuple[list, np.ndarray]:
         need = [i for i in ids if i not in self.cache]

@@ -159,10 +159,38 @@ class MappedEmbeddings:
         return self([text])[0].tolist()
 
 
-def search_collections(wrapped: Sequence[tuple[str, object]], native: Sequence[str], queries, k: int = 10):
+def search_collections(wrapped: Sequence[tuple[str, object]], native: Sequence[str], queries, k: int = 10, *,
+                       old_queries=None, beta: float = 1.0, rerank_model: str | None = None,
+                       text_field: str = "text", k_candidates: int = 50):
     """Federated search with new-model ``queries`` over old collections wrapped by their alignments (``(url,
-    alignment)`` pairs) and collections already in the new model's space (URLs); see :func:`federated_search`."""
-    members = [wrap(open_collection(url), alignment) for url, alignment in wrapped]
-    members += [open_collection(url) for url in native]
+    alignment)`` pairs) and collections already in the new model's space (URLs); see :func:`federated_search`.
+
+    Serving options for the wrapped collections (the report measures both): ``old_queries``, the old model's
+    vectors of the same queries, turns on dual-query fusion (:class:`~vecbridge.jobs.rerank.FusedSearch`, weight
+    ``beta``); ``rerank_model`` re-scores the top ``k_candidates`` with the new model's vectors of their stored
+    texts (``payload[text_field]``; :class:`~vecbridge.jobs.rerank.RerankedSearch`)."""
+    from .rerank import FusedSearch, RerankedSearch
+
+    embed = None
+    if rerank_model:
+        from .reembed import load_model
+
+        embed = load_model(rerank_model)
     queries = np.asarray(queries)
-    return federated_search(members, queries[None, :] if queries.ndim == 1 else queries, k)
+    queries = queries[None, :] if queries.ndim == 1 else queries
+    if old_queries is not None:
+        old_queries = np.asarray(old_queries)
+        old_queries = old_queries[None, :] if old_queries.ndim == 1 else old_queries
+    members = []
+    for url, alignment in wrapped:
+        coll = open_collection(url)
+        if old_queries is not None:
+            member = FusedSearch(coll, load_alignment(alignment)[0], old_queries, beta=beta,
+                                 k_candidates=max(2 * k_candidates, k))
+        else:
+            member = wrap(coll, alignment)
+        if embed is not None:
+            member = RerankedSearch(member, embed, text_field=text_field, k_candidates=k_candidates)
+        members.append(member)
+    members += [open_collection(url) for url in native]
+    return federated_search(members, queries, k)
