@@ -758,5 +758,167 @@ def _print_demo(r: dict):
         con.print("[green]verdict:[/] the mapped upgrade retrieves at least as well as staying on the old model.")
 
 
+
+
+@main.group()
+def upgrade():
+    """Move a live collection to a new model: map now, re-embed in the background, cut over, roll back."""
+
+
+def _state_option(required: bool = True):
+    return click.option("--state", "state_path", required=required, type=click.Path(dir_okay=False),
+                        help="The upgrade's state file (default for start: <collection>.upgrade.sqlite here).")
+
+
+def _print_upgrade(status: dict, as_json: bool, headline: str | None = None):
+    if as_json:
+        _print_json(status)
+        return
+    con = _console()
+    if headline:
+        con.print(headline, markup=True)
+    c = status["counts"]
+    con.print(f"upgrade of {status['source']} to {status['model']}: stage [bold]{status['stage']}[/], serving the "
+              f"{status['serving']} model's vectors", markup=True)
+    con.print(f"  {status['total']:,} records: {c['native']:,} native, {c['mapped']:,} mapped, "
+              f"{c['pending']:,} new in the source, {c['no-text']:,} without text "
+              f"({status['native_fraction']:.1%} native); new vectors in {status['vectors']}")
+
+
+@upgrade.command("plan")
+@click.argument("source_url")
+@click.option("--to-model", "model", required=True, help="The new model: a name, a local path or module:function.")
+@click.option("--text-field", default="text", show_default=True, help="Payload field with each record's text.")
+@click.option("--sample", type=POSITIVE_INT, default=64, show_default=True, help="Texts encoded to measure the cost.")
+@click.option("--json", "as_json", is_flag=True)
+@handle_errors
+def upgrade_plan(source_url, model, text_field, sample, as_json):
+    """Dry run: what re-embedding SOURCE_URL with the new model costs on this machine. Writes nothing."""
+    from .jobs.upgrade import plan
+
+    p = plan(source_url, model=model, text_field=text_field, sample=sample)
+    if as_json:
+        _print_json(p)
+        return
+    con = _console()
+    con.print(f"{p['source']}: {p['count']:,} records ({p['with_text']:.0%} with text), {p['dim']}d")
+    con.print(f"{p['model']}: {p['seconds_per_text'] * 1000:.1f} ms per text here; a full re-embed takes about "
+              f"{p['full_reembed_seconds'] / 3600:.2f} h")
+    for s in p["stages"]:
+        con.print(f"  - {s}")
+
+
+@upgrade.command("start")
+@click.argument("source_url")
+@click.option("--to-model", "model", required=True, help="The new model: a name, a local path or module:function.")
+@click.option("--text-field", default="text", show_default=True, help="Payload field with each record's text.")
+@click.option("--field", default=None, help="New vector field of SOURCE for the new vectors (pgvector, Qdrant).")
+@click.option("--to", "target_url", default=None, help="New collection for the new vectors (other stores).")
+@click.option("--alignment", "alignment_path", default=None, type=click.Path(dir_okay=False),
+              help="Use this alignment instead of fitting one on a re-embedded sample.")
+@click.option("--fit-sample", type=POSITIVE_INT, default=2000, show_default=True,
+              help="Stored texts re-embedded to fit the map (they are kept as native vectors).")
+@_state_option(required=False)
+@click.option("--json", "as_json", is_flag=True)
+@handle_errors
+def upgrade_start(source_url, model, text_field, field, target_url, alignment_path, fit_sample, state_path,
+                  as_json):
+    """Fit the map, write mapped vectors beside the old ones and stamp every record (the old vectors stay)."""
+    from .jobs.upgrade import start
+
+    con_err = _console(stderr=True)
+    step = (lambda s: None) if as_json else (lambda s: con_err.print(f"[dim]-[/] {s}"))
+    status = start(source_url, model=model, text_field=text_field, field=field, to=target_url,
+                   alignment=alignment_path, fit_sample=fit_sample, state_path=state_path, on_step=step)
+    _print_upgrade(status, as_json, f"[bold green]started[/]: state in {status['state']}")
+
+
+@upgrade.command("reembed")
+@_state_option()
+@click.option("--limit", type=POSITIVE_INT, default=None, help="Re-embed at most N records in this run.")
+@click.option("--until", type=click.FloatRange(0, 1, min_open=True), default=None,
+              help="Stop when this fraction of the collection is native.")
+@click.option("--budget-seconds", type=click.FloatRange(min=0, min_open=True), default=None,
+              help="Stop after this many seconds.")
+@click.option("--priority", type=click.Choice(["random"]), default="random", show_default=True)
+@click.option("--batch-size", type=POSITIVE_INT, default=64, show_default=True)
+@click.option("--max-per-second", type=click.FloatRange(min=0, min_open=True), default=None,
+              help="Rate limit (texts per second), e.g. for an API model.")
+@click.option("--json", "as_json", is_flag=True)
+@handle_errors
+def upgrade_reembed(state_path, limit, until, budget_seconds, priority, batch_size, max_per_second, as_json):
+    """Replace mapped vectors by the new model's own (resumable: run it again after any interruption)."""
+    from .jobs.upgrade import open_upgrade
+
+    progress, task = _progress(not as_json, "re-embedding", None)
+    with open_upgrade(state_path) as up, progress:
+        result = up.reembed(limit=limit, until=until, budget_seconds=budget_seconds, priority=priority,
+                            batch_size=batch_size, max_per_second=max_per_second,
+                            on_start=lambda n: progress.update(task, total=n),
+                            on_progress=lambda n: progress.advance(task, n))
+    _print_upgrade(result, as_json, f"[bold green]re-embedded[/] {result['reembedded']:,} records in "
+                                    f"{result['seconds']:.1f} s ({result['new_in_source']:,} new in the source)")
+
+
+@upgrade.command("status")
+@_state_option()
+@click.option("--json", "as_json", is_flag=True)
+@handle_errors
+def upgrade_status(state_path, as_json):
+    """Stage, serving model, and how many records are native, mapped or waiting."""
+    from .jobs.upgrade import open_upgrade
+
+    with open_upgrade(state_path) as up:
+        _print_upgrade(up.status(), as_json)
+
+
+@upgrade.command("search")
+@_state_option()
+@click.argument("texts", nargs=-1, required=True)
+@click.option("-k", "k", type=POSITIVE_INT, default=10, show_default=True)
+@click.option("--old-model", default=None,
+              help="Also encode each query with the old model and fuse the scores (keeps more quality while the "
+                   "old model is the better retriever).")
+@click.option("--beta", type=click.FloatRange(min=0), default=1.0, show_default=True,
+              help="Weight of the old-model query in the fusion.")
+@click.option("--json", "as_json", is_flag=True)
+@handle_errors
+def upgrade_search(state_path, texts, k, old_model, beta, as_json):
+    """Search the upgrade's vectors with query TEXTS encoded by the new model, at any stage."""
+    from .jobs.upgrade import open_upgrade
+
+    with open_upgrade(state_path) as up:
+        ids, scores = up.search(list(texts), k, old_model=old_model, beta=beta)
+    rows = [[{"id": i, "score": float(s)} for i, s in zip(r, sc)] for r, sc in zip(ids, scores)]
+    if as_json:
+        _print_json(rows)
+        return
+    con = _console()
+    for text, hits in zip(texts, rows):
+        con.print(f"[bold]{text}[/]", markup=True)
+        for rank, h in enumerate(hits, 1):
+            con.print(f"  {rank:3d}. {h['id']}  {h['score']:.4f}")
+
+
+def _upgrade_move(name: str, doc: str):
+    @upgrade.command(name, help=doc)
+    @_state_option()
+    @click.option("--json", "as_json", is_flag=True)
+    @handle_errors
+    def command(state_path, as_json):
+        from .jobs.upgrade import open_upgrade
+
+        with open_upgrade(state_path) as up:
+            status = getattr(up, name)()
+        _print_upgrade(status, as_json, f"[bold green]{name}[/]")
+
+    return command
+
+
+_upgrade_move("cutover", "Serve the new model's vectors (pgvector: the <table>_serving view, switched atomically).")
+_upgrade_move("rollback", "Serve the old model's vectors again, exactly as before the upgrade.")
+_upgrade_move("finalize", "End the upgrade after a cutover, once every record is native (nothing is dropped).")
+
+
 if __name__ == "__main__":  # pragma: no cover
     main()

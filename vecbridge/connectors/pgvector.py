@@ -494,6 +494,26 @@ class PgVectorCollection(Collection):
 
         self._with_conn("build the index", work)
 
+    def serving_view(self, column: str) -> str:
+        """Point the view ``<table>_serving`` at vector column ``column`` (exposed under this handle's vector column
+        name, so an application that reads the view keeps its query), in one transaction: readers see the old view
+        or the new one, never neither. Returns the view's name."""
+        if column not in self._schema().vector_fields:
+            raise StoreError(f"{self.display_url}: no vector column {column!r}")
+        schema, _, table = self.table.rpartition(".")
+        view = sql.Identifier(*([schema] if schema else []), f"{table}_serving")
+        others = [sql.Identifier(c) for c in [self.id_column, *self._schema().other_columns]]
+
+        def work(conn: psycopg.Connection) -> None:
+            with conn.transaction():
+                conn.execute(sql.SQL("DROP VIEW IF EXISTS {}").format(view))
+                conn.execute(sql.SQL("CREATE VIEW {} AS SELECT {}, {} AS {} FROM {}").format(
+                    view, sql.SQL(", ").join(others), sql.Identifier(column), sql.Identifier(self.vector_column),
+                    self.table_ident))
+
+        self._with_conn("switch the serving view", work)
+        return f"{schema + '.' if schema else ''}{table}_serving"
+
     def add_vector_field(self, name: str, dim: int, metric: str = "cosine") -> None:
         """``ALTER TABLE ... ADD COLUMN name vector(dim)`` plus its index; open it with ``?vector=name``."""
         dim, metric = self._check_create_args(dim, metric)

@@ -1,0 +1,59 @@
+"""`vecbridge upgrade` from the command line, on the file store: plan, start, status, reembed in two runs, search,
+the stage rules (no finalize before cutover and before every record is native), rollback and cutover."""
+from __future__ import annotations
+
+import json
+
+from click.testing import CliRunner
+
+from vecbridge.cli import main
+from vecbridge.connectors import connect
+
+from .conftest import write_collection
+
+MODEL = "tests.embedders:mpnet_lookup"
+
+
+def run(*args):
+    return CliRunner().invoke(main, [str(a) for a in args])
+
+
+def test_upgrade_commands(tmp_path, sample):
+    old = write_collection(f"file://{tmp_path}/old", sample.ids, sample.docs_old,
+                           [{"text": it["doc"]} for it in sample.items])
+    state = tmp_path / "u.upgrade.sqlite"
+    r = run("upgrade", "plan", old.url, "--to-model", MODEL, "--json")
+    assert r.exit_code == 0, r.output
+    plan = json.loads(r.output)
+    assert plan["count"] == 1500 and plan["with_text"] == 1.0 and plan["full_reembed_seconds"] > 0
+    assert not state.exists()                                                  # a plan writes nothing
+    r = run("upgrade", "start", old.url, "--to-model", MODEL, "--to", f"file://{tmp_path}/new", "--state", state,
+            "--fit-sample", 600, "--json")
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.output)["counts"] == {"mapped": 900, "native": 600, "pending": 0, "no-text": 0}
+    r = run("upgrade", "start", old.url, "--to-model", MODEL, "--to", f"file://{tmp_path}/new", "--state", state)
+    assert r.exit_code == 3 and "already under way" in r.output
+    r = run("upgrade", "reembed", "--state", state, "--until", 0.8, "--json")
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.output)["counts"]["native"] == 1200
+    r = run("upgrade", "finalize", "--state", state)
+    assert r.exit_code == 3 and "after a cutover" in r.output
+    assert run("upgrade", "cutover", "--state", state).exit_code == 0
+    r = run("upgrade", "finalize", "--state", state)
+    assert r.exit_code == 3 and "300 records have no native vector" in r.output
+    r = run("upgrade", "reembed", "--state", state, "--json")
+    assert r.exit_code == 0 and json.loads(r.output)["native_fraction"] == 1.0
+    r = run("upgrade", "search", "--state", state, sample.items[7]["doc"], "-k", 3, "--json")
+    assert r.exit_code == 0 and json.loads(r.output)[0][0]["id"] == sample.ids[7]
+    r = run("upgrade", "search", "--state", state, sample.items[7]["doc"], "--old-model", "tests.embedders:minilm_lookup",
+            "--json")
+    assert r.exit_code == 0 and json.loads(r.output)[0][0]["id"] == sample.ids[7], r.output
+    assert run("upgrade", "rollback", "--state", state).exit_code == 0
+    assert run("upgrade", "cutover", "--state", state).exit_code == 0
+    r = run("upgrade", "finalize", "--state", state)
+    assert r.exit_code == 0 and "finalized" in r.output
+    r = run("upgrade", "status", "--state", state, "--json")
+    assert json.loads(r.output)["stage"] == "finalized"
+    assert connect(f"file://{tmp_path}/new").info().count == 1500
+    r = run("upgrade", "status", "--state", tmp_path / "nope.sqlite")
+    assert r.exit_code == 4 and "no upgrade state" in r.output
