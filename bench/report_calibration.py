@@ -55,7 +55,7 @@ def main():
         row = {"pair": f"{a}->{b}", "predicted": rep["retrieval"]["predicted"],
                "measured_on_sample_pool": rep["retrieval"]["measured"], "measured_after_migration": measured["retention"],
                "error": rep["retrieval"]["predicted"] - measured["retention"], "verdict": rep["verdict"]["verdict"],
-               "three_way": rep.get("three_way"), "report_s": t_report}
+               "three_way": rep.get("three_way").as_dict() if rep.get("three_way") else None, "report_s": t_report}
         rows.append(row)
         print(json.dumps(row), flush=True)
     (ROOT / "bench" / "results").mkdir(parents=True, exist_ok=True)

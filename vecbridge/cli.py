@@ -265,17 +265,17 @@ def evaluate(alignment_path, source_url, target_url, pairs, queries_url, k, max_
     result = evaluate_alignment(alignment_path, source_url, target_url, pairs=pairs, queries=queries_url, k=k,
                                 max_pairs=max_pairs, use_holdout=not all_pairs)
     failures = []
-    if min_top1 is not None and result["pairs"]["top1"] < min_top1:
-        failures.append(f"top-1 {result['pairs']['top1']:.3f} < {min_top1}")
+    if min_top1 is not None and result.pairs.top1 < min_top1:
+        failures.append(f"top-1 {result.pairs.top1:.3f} < {min_top1}")
     if min_retention is not None:
-        if "retrieval" not in result:
+        if result.retrieval is None:
             raise InputError("--min-retention needs --queries")
-        retention = result["retrieval"]["retention"]
+        retention = result.retrieval.retention
         if retention is None:   # the native recall is too low for the ratio to mean anything: not a pass
-            failures.append(f"retention@{k} {result['retrieval'].get('unreliable') or 'unreliable'}")
+            failures.append(f"retention@{k} {result.retrieval.unreliable or 'unreliable'}")
         elif retention < min_retention:
             failures.append(f"retention@{k} {retention:.3f} < {min_retention}")
-    result["passed"] = not failures
+    result.passed = not failures
     if as_json:
         _print_json(result)
     else:
@@ -284,23 +284,23 @@ def evaluate(alignment_path, source_url, target_url, pairs, queries_url, k, max_
         raise CheckFailed("; ".join(failures))
 
 
-def _print_evaluation(result: dict):
+def _print_evaluation(result):
+    """``result``: a :class:`vecbridge.results.Evaluation`."""
     from rich.table import Table
 
-    table = Table(title=f"{result['n_pairs']:,} {'held-out ' if result['held_out'] else ''}pairs")
+    table = Table(title=f"{result.n_pairs:,} {'held-out ' if result.held_out else ''}pairs")
     for col in ("map", "top-1", "mean rank", "mean cosine"):
         table.add_column(col, justify="right" if col != "map" else "left")
-    for name, key in (("alignment", "pairs"), ("no map", "no_map")):
-        if key in result:
-            r = result[key]
-            table.add_row(name, f"{r['top1']:.3f}", f"{r['mean_rank']:.2f}", f"{r['mean_cosine']:.3f}")
+    for name, r in (("alignment", result.pairs), ("no map", result.no_map)):
+        if r is not None:
+            table.add_row(name, f"{r.top1:.3f}", f"{r.mean_rank:.2f}", f"{r.mean_cosine:.3f}")
     con = _console()
     con.print(table)
-    if "retrieval" in result:
-        r = result["retrieval"]
-        retention = f"{r['retention']:.3f}" if r["retention"] is not None else (r.get("unreliable") or "unreliable")
-        con.print(f"recall@{r['k']}: mapped {r['recall_mapped']:.3f} vs native {r['recall_native']:.3f} -> "
-                  f"retention {retention}; top-{r['k']} overlap {r['overlap']:.3f} ({r['n_queries']:,} queries)")
+    if result.retrieval is not None:
+        r = result.retrieval
+        retention = f"{r.retention:.3f}" if r.retention is not None else (r.unreliable or "unreliable")
+        con.print(f"recall@{r.k}: mapped {r.recall_mapped:.3f} vs native {r.recall_native:.3f} -> "
+                  f"retention {retention}; top-{r.k} overlap {r.overlap:.3f} ({r.n_queries:,} queries)")
 
 
 @main.command()
@@ -538,57 +538,57 @@ def report(old_url, new_url, pairs, method, key, model, text_field, seeds, queri
     else:
         _print_report(rep, html_path)
     bad = {"no-go": ("NO-GO",), "caution": ("NO-GO", "CAUTION")}.get(fail_on, ())
-    if rep["verdict"]["verdict"] in bad:
-        raise CheckFailed(f"verdict {rep['verdict']['verdict']}: {rep['verdict']['reason']}")
+    if rep.verdict.verdict in bad:
+        raise CheckFailed(f"verdict {rep.verdict.verdict}: {rep.verdict.reason}")
 
 
-def _print_report(rep: dict, html_path):
+def _print_report(rep, html_path):
+    """``rep``: a :class:`vecbridge.results.Report`."""
     from rich.markup import escape
     from rich.table import Table
 
     con = _console()
-    v = rep["verdict"]
-    color = {"GO": "green", "CAUTION": "yellow", "NO-GO": "red"}[v["verdict"]]
-    c, ho = rep["correspondences"], rep["held_out"]
-    con.print(f"correspondences: [bold]{c['mode']}[/] ({escape(c['reason'])}); {c['train']:,} to fit, "
-              f"{c['held_out']:,} held out", markup=True)
+    v = rep.verdict
+    color = {"GO": "green", "CAUTION": "yellow", "NO-GO": "red"}[v.verdict]
+    c, ho = rep.correspondences, rep.held_out
+    con.print(f"correspondences: [bold]{c.mode}[/] ({escape(c.reason)}); {c.train:,} to fit, "
+              f"{c.held_out:,} held out", markup=True)
     table = Table(title="held-out quality")
     table.add_column("metric")
     table.add_column("value", justify="right")
-    partner = "pseudo-partner (unsupervised)" if c.get("pseudo") else "true partner"
-    pool = ho.get("pool", c["held_out"])
-    table.add_row(f"top-1 of the {partner} (among {pool:,} held-out items)", f"{ho['top1']:.3f}")
-    if ho.get("top1_predicted") is not None and ho.get("full_size", 0) > pool:
-        how = "measured" if ho.get("top1_curve", {}).get("pool_sizes", [0])[-1] >= ho["full_size"] else "predicted"
-        table.add_row(f"top-1 among the collection's {ho['full_size']:,} items ({how})", f"{ho['top1_predicted']:.3f}")
-    table.add_row(f"mean rank (among {pool:,})", f"{ho['mean_rank']:.2f}")
-    table.add_row("mean cosine", f"{ho['mean_cosine']:.3f}")
+    partner = "pseudo-partner (unsupervised)" if c.pseudo else "true partner"
+    pool = ho.pool
+    table.add_row(f"top-1 of the {partner} (among {pool:,} held-out items)", f"{ho.top1:.3f}")
+    if ho.top1_predicted is not None and ho.full_size > pool:
+        how = "measured" if ho.top1_curve.pool_sizes[-1] >= ho.full_size else "predicted"
+        table.add_row(f"top-1 among the collection's {ho.full_size:,} items ({how})", f"{ho.top1_predicted:.3f}")
+    table.add_row(f"mean rank (among {pool:,})", f"{ho.mean_rank:.2f}")
+    table.add_row("mean cosine", f"{ho.mean_cosine:.3f}")
     table.add_row("residual (held-out / in-sample / bound)",
-                  f"{ho['residual']:.3g} / {rep['fit']['residual']:.3g} / {rep['fit']['bound']:.3g}")
-    if "retrieval" in rep:
-        r = rep["retrieval"]
-        if r.get("measured") is None:
-            table.add_row(f"recall retention@{r['k']}", escape(r.get("unreliable") or "unreliable"))
+                  f"{ho.residual:.3g} / {rep.fit.residual:.3g} / {rep.fit.bound:.3g}")
+    if rep.retrieval is not None:
+        r = rep.retrieval
+        if r.measured is None:
+            table.add_row(f"recall retention@{r.k}", escape(r.unreliable or "unreliable"))
         else:
-            table.add_row(f"recall retention@{r['k']} (measured on {r.get('pool', int(r['pool_sizes'][-1])):,} docs)",
-                          f"{r['measured']:.3f}")
-            table.add_row(f"recall retention@{r['k']} (predicted for {r['full_size']:,} docs)", f"{r['predicted']:.3f}")
-    if "retrieval_unsupervised" in rep:
-        r = rep["retrieval_unsupervised"]
-        table.add_row(f"Recall@{r['k']} of new-model queries over mapped old vectors", f"{r['recall_mapped']:.3f}")
-    if "three_way" in rep:
-        t = rep["three_way"]
-        full = "n/a" if t["full_re_embed"] is None else f"{t['full_re_embed']:.3f}"
+            table.add_row(f"recall retention@{r.k} (measured on {r.pool:,} docs)", f"{r.measured:.3f}")
+            table.add_row(f"recall retention@{r.k} (predicted for {r.full_size:,} docs)", f"{r.predicted:.3f}")
+    if rep.retrieval_unsupervised is not None:
+        r = rep.retrieval_unsupervised
+        table.add_row(f"Recall@{r.k} of new-model queries over mapped old vectors", f"{r.recall_mapped:.3f}")
+    if rep.three_way is not None:
+        t = rep.three_way
+        full = "n/a" if t.full_re_embed is None else f"{t.full_re_embed:.3f}"
         table.add_row("Recall@k: stay / mapped / re-embed",
-                      f"{t['stay_on_old_model']:.3f} / {t['mapped_upgrade']:.3f} / {full}")
-    if "neighbourhood_overlap" in rep:
-        no = rep["neighbourhood_overlap"]
-        table.add_row(f"neighbourhood top-{no['k']} overlap" + (f" (among {no['pool']:,} held-out items)"
-                                                              if no.get("pool") else ""), f"{no['overlap']:.3f}")
+                      f"{t.stay_on_old_model:.3f} / {t.mapped_upgrade:.3f} / {full}")
+    if rep.neighbourhood_overlap is not None:
+        no = rep.neighbourhood_overlap
+        table.add_row(f"neighbourhood top-{no.k} overlap" + (f" (among {no.pool:,} held-out items)"
+                                                           if no.pool else ""), f"{no.overlap:.3f}")
     con.print(table)
-    for a in rep["advice"]:
+    for a in rep.advice:
         con.print(f"note: {escape(a)}")
-    con.print(f"[bold {color}]{v['verdict']}[/]: {escape(v['reason'])}", markup=True)
+    con.print(f"[bold {color}]{v.verdict}[/]: {escape(v.reason)}", markup=True)
     if html_path:
         con.print(f"HTML report: {html_path}")
 

@@ -9,6 +9,7 @@ from .. import metrics
 from ..align.artifact import Alignment
 from ..connectors.base import Collection, VectorBatch
 from ..errors import InputError
+from ..results import Evaluation, EvaluationRetrieval, PairScores
 from .open import load_alignment, open_collection
 from .pair_spec import iter_pairs
 from .pairs import in_holdout
@@ -39,7 +40,7 @@ def collect_pairs(source: Collection, target: Collection, pairs: str = "ids", *,
 
 
 def evaluate_alignment(alignment: Alignment, source, target, *, pairs: str = "ids", queries=None, k: int = 10,
-                       max_pairs: int = 10000, use_holdout: bool = True, seed: int = 1) -> dict:
+                       max_pairs: int = 10000, use_holdout: bool = True, seed: int = 1) -> Evaluation:
     """Quality of ``alignment`` on corresponding records of ``source`` (old model) and ``target`` (new model).
 
     * pair quality: top-1 accuracy and mean rank of each mapped source vector's true partner among all evaluated
@@ -48,6 +49,8 @@ def evaluate_alignment(alignment: Alignment, source, target, *, pairs: str = "id
       recall retention@k (Recall@k over mapped old vectors / over the native new vectors) and top-k overlap;
       ``retention`` is None, and ``unreliable`` says why, when the native recall is too low for the ratio to mean
       anything (:func:`vecbridge.metrics.retention_ratio`).
+
+    Returns an :class:`~vecbridge.results.Evaluation` (``result.as_dict()`` is the JSON).
     """
     alignment, _ = load_alignment(alignment)
     src, tgt = open_collection(source), open_collection(target)
@@ -55,10 +58,10 @@ def evaluate_alignment(alignment: Alignment, source, target, *, pairs: str = "id
     s, t = collect_pairs(src, tgt, pairs, holdout=holdout, max_pairs=max_pairs, seed=seed)
     mapped = alignment.transform(s.vectors)
     metric = alignment.metadata.get("metric", "cosine")
-    result = {"n_pairs": len(s), "held_out": holdout > 0, "metric": metric,
-              "pairs": metrics.pair_quality(mapped, t.vectors, metric=metric).as_dict()}
+    result = Evaluation(n_pairs=len(s), held_out=holdout > 0, metric=metric,
+                        pairs=PairScores.of(metrics.pair_quality(mapped, t.vectors, metric=metric)))
     if s.dim == t.dim:
-        result["no_map"] = metrics.pair_quality(s.vectors, t.vectors, metric=metric).as_dict()
+        result.no_map = PairScores.of(metrics.pair_quality(s.vectors, t.vectors, metric=metric))
     if queries is not None:
         q_coll = open_collection(queries)
         qb = q_coll.get(list(t.ids))
@@ -67,8 +70,7 @@ def evaluate_alignment(alignment: Alignment, source, target, *, pairs: str = "id
         pos = {i: j for j, i in enumerate(t.ids)}
         relevant = np.array([pos[i] for i in qb.ids])
         ret = metrics.recall_retention(qb.vectors, mapped, t.vectors, relevant, k=k, metric=metric)
-        ret["overlap"] = metrics.topk_overlap(qb.vectors, mapped, t.vectors, k=k, metric=metric)
-        ret["k"] = k
-        ret["n_queries"] = len(qb)
-        result["retrieval"] = ret
+        result.retrieval = EvaluationRetrieval(
+            **ret, overlap=metrics.topk_overlap(qb.vectors, mapped, t.vectors, k=k, metric=metric), k=k,
+            n_queries=len(qb))
     return result

@@ -23,12 +23,12 @@ import numpy as np
 from ..connectors.base import VectorBatch
 from ..errors import InputError, StoreError, VecbridgeError
 from ..linking.pairspec import PairSpec
+from ..results import MergeResult
 from .checkpoint import Checkpoint
 from .guard import check_checkpoint_writable, exclusive_writer, refuse_inputs_as_target
 from .open import load_alignment, open_collection
 from .pairs import read_pairs_file
 from .pipeline import copy_stream
-from .results import MergeResult
 from .rewrite import _discard, check_counts, check_source, default_checkpoint_path, mapper, store_batch_size
 
 POLICIES = ("keep-b", "keep-a", "keep-both")

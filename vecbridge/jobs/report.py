@@ -38,6 +38,25 @@ from ..align.procrustes import FewPairsWarning, OrthogonalProcrustes
 from ..connectors.base import Collection
 from ..errors import InputError
 from ..linking.pairspec import PairSpec
+from ..results import (
+    CorrespondenceSummary,
+    CostAssumptions,
+    FitDiagnostics,
+    HeldOutQuality,
+    LearningCurve,
+    NeighbourhoodOverlap,
+    QualityOptions,
+    Recommendation,
+    ReembedCurve,
+    Report,
+    ReportRetrieval,
+    RerankPoint,
+    ThreeWay,
+    Thresholds,
+    Top1Curve,
+    UnsupervisedRetrieval,
+    Verdict,
+)
 from ..validation import check_paired
 from .open import open_collection
 from .pairs import pairs_by_field
@@ -249,8 +268,9 @@ def compatibility_report(old, new=None, *, sample: int = 5000, seed: int = 0, ho
                          key: str | None = None, model: str | None = None, text_field: str | None = None,
                          seeds: str | None = None, queries_new=None, queries_old=None, k: int = 10,
                          center: bool = False, unsupervised: bool = True, unsupervised_params: dict | None = None,
-                         options: bool = True, target_retention: float = 0.95, on_step=lambda s: None) -> dict:
-    """Everything a user needs to decide on an upgrade, as a JSON-serialisable dict (see the module docstring).
+                         options: bool = True, target_retention: float = 0.95, on_step=lambda s: None) -> Report:
+    """Everything a user needs to decide on an upgrade, as a :class:`~vecbridge.results.Report` (see the module
+    docstring); ``report.as_dict()`` is the JSON.
 
     ``pairs`` says how records correspond (see :func:`find_correspondences`); ``method`` is the alignment method the
     user will fit (:data:`vecbridge.align.methods.METHODS`): held-out quality and retrieval are measured with it,
@@ -296,21 +316,22 @@ def compatibility_report(old, new=None, *, sample: int = 5000, seed: int = 0, ho
     held_resid = float(np.mean(np.sum((mapped_held - Y[held]) ** 2, axis=1)))
     top1_curve = _top1_curve(mapped_held, Y[pool_order], pq.top1, np.random.default_rng(seed + 1), old_info.count)
 
+    # the sections so far, by key: verdict() and advice() read them as they read a report; Report(**report) at the end
     report = {
         "old": old_c.display_url, "new": new_c.display_url if new_c else None, "method": chosen.name,
         "old_info": old_info.as_dict(), "new_info": new_c.info().as_dict() if new_c else None,
-        "correspondences": {"mode": corr.mode, "reason": corr.reason, "n": n, "train": len(train),
-                            "held_out": len(held), "pseudo": corr.pseudo, **(corr.diagnostics or {})},
+        "correspondences": CorrespondenceSummary(mode=corr.mode, reason=corr.reason, n=n, train=len(train),
+                                                 held_out=len(held), pseudo=corr.pseudo, **(corr.diagnostics or {})),
         # top-1 and mean rank are among the held-out items only ("pool"); top1_predicted carries top-1 to the
         # collection's size ("full_size") with the same log-linear fit as retention
-        "held_out": {**pq.as_dict(), "pool": len(held), "residual": held_resid,
-                     "cosine_histogram": np.histogram(cos, bins=20, range=(-1, 1))[0].tolist(),
-                     "top1_curve": {"pool_sizes": top1_curve["pool_sizes"], "top1": top1_curve["top1"]},
-                     "top1_predicted": top1_curve["predicted"], "full_size": top1_curve["full_size"]},
-        "fit": {"residual": est.residual_, "relative_residual": est.relative_residual_, "delta": est.delta_,
-                "bound": est.bound_, "bound_vacuous": bool(est.bound_ >= 4 * np.mean(np.sum(Y ** 2, axis=1))),
-                "singular_values": est.singular_values_.tolist(), "center": center},
-        "thresholds": dict(THRESHOLDS),
+        "held_out": HeldOutQuality(**pq.as_dict(), pool=len(held), residual=held_resid,
+                                   cosine_histogram=np.histogram(cos, bins=20, range=(-1, 1))[0].tolist(),
+                                   top1_curve=Top1Curve(pool_sizes=top1_curve["pool_sizes"], top1=top1_curve["top1"]),
+                                   top1_predicted=top1_curve["predicted"], full_size=top1_curve["full_size"]),
+        "fit": FitDiagnostics(residual=est.residual_, relative_residual=est.relative_residual_, delta=est.delta_,
+                              bound=est.bound_, bound_vacuous=bool(est.bound_ >= 4 * np.mean(np.sum(Y ** 2, axis=1))),
+                              singular_values=est.singular_values_.tolist(), center=center),
+        "thresholds": Thresholds(**THRESHOLDS),
     }
 
     # retrieval with queries: only queries whose relevant document is held out count
@@ -327,17 +348,15 @@ def compatibility_report(old, new=None, *, sample: int = 5000, seed: int = 0, ho
     # learning curve over the number of anchors (one fit per size)
     on_step("learning curve")
     sizes = [s for s in (25, 50, 100, 200, 500, 1000, 2000, 5000, 10000, 20000) if s < len(train)] + [len(train)]
-    curve: dict = {"n_anchors": [], "top1": [], "pool": len(held)}
-    if qb is not None:
-        curve["retention"] = []
+    curve = LearningCurve(n_anchors=[], top1=[], pool=len(held), retention=[] if qb is not None else None)
     for s in sizes:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", FewPairsWarning)
             mapped_s = OrthogonalProcrustes(center=center).fit(X[train[:s]], Y[train[:s]]).transform(X[held])
-        curve["n_anchors"].append(int(s))
-        curve["top1"].append(metrics.pair_quality(mapped_s, Y[held]).top1)
+        curve.n_anchors.append(int(s))
+        curve.top1.append(metrics.pair_quality(mapped_s, Y[held]).top1)
         if qb is not None:   # None where the native recall is too low for the ratio to mean anything
-            curve["retention"].append(metrics.recall_retention(qb.vectors, mapped_s, Y[held], rel, k=k)["retention"])
+            curve.retention.append(metrics.recall_retention(qb.vectors, mapped_s, Y[held], rel, k=k)["retention"])
     report["learning_curve"] = curve
 
     measure = None
@@ -348,37 +367,35 @@ def compatibility_report(old, new=None, *, sample: int = 5000, seed: int = 0, ho
         if corr.pseudo:
             # pseudo-pairs: the partners are estimates, so no "native" pool exists; measure what needs no true pairs
             on_step("retrieval with new-model queries (mapped old vectors only)")
-            report["retrieval_unsupervised"] = {"k": k, "n_queries": len(qb), "pool": len(pool_order),
-                                                "recall_mapped": metrics.recall_at_k(qb.vectors, mapped_pool, rel, k)}
+            report["retrieval_unsupervised"] = UnsupervisedRetrieval(
+                k=k, n_queries=len(qb), pool=len(pool_order),
+                recall_mapped=metrics.recall_at_k(qb.vectors, mapped_pool, rel, k))
         else:
             on_step("retrieval with new-model queries")
-            report["retrieval"] = _retention_curve(qb.vectors, mapped_pool, Y[pool_order], rel, k, rng,
-                                                   old_info.count)
-            report["retrieval"]["k"] = k
-            report["retrieval"]["n_queries"] = len(qb)
+            report["retrieval"] = ReportRetrieval(**_retention_curve(qb.vectors, mapped_pool, Y[pool_order], rel, k,
+                                                                     rng, old_info.count), k=k, n_queries=len(qb))
         if Q_old is not None:
             rel_b = rel[both]
-            report["three_way"] = {
-                "stay_on_old_model": metrics.recall_at_k(Q_old, pool_x, rel_b, k),
-                "mapped_upgrade": metrics.recall_at_k(qb.vectors[both], mapped_pool, rel_b, k),
-                "full_re_embed": None if corr.pseudo else metrics.recall_at_k(qb.vectors[both], Y[pool_order],
-                                                                              rel_b, k),
-                "n_queries": len(both), "pool": len(pool_order), "k": k,
-            }
-        if options and not corr.pseudo and report["retrieval"]["measured"] is not None:
+            report["three_way"] = ThreeWay(
+                stay_on_old_model=metrics.recall_at_k(Q_old, pool_x, rel_b, k),
+                mapped_upgrade=metrics.recall_at_k(qb.vectors[both], mapped_pool, rel_b, k),
+                full_re_embed=None if corr.pseudo else metrics.recall_at_k(qb.vectors[both], Y[pool_order], rel_b,
+                                                                           k),
+                n_queries=len(both), pool=len(pool_order), k=k)
+        if options and not corr.pseudo and report["retrieval"].measured is not None:
             all_old = Q_old if Q_old is not None and len(both) == len(qb) else None
             measure = (X[train], Y[train], pool_x, Y[pool_order], qb, rel, all_old)
     else:
         # no queries: neighbourhood overlap, each held-out item's new vector as the query (itself excluded)
         ov = metrics.topk_overlap(Y[held], mapped_held, Y[held], k=k + 1)
-        report["neighbourhood_overlap"] = {"k": k, "overlap": ov, "pool": len(held)}
+        report["neighbourhood_overlap"] = NeighbourhoodOverlap(k=k, overlap=ov, pool=len(held))
     report["verdict"] = verdict(report)
     if measure is not None:   # after the verdict: the recommendation must not contradict it
         on_step("measuring the options that keep more quality (local maps, re-embedding, re-ranking)")
         report["options"] = _options_section(report, *measure, k=k, n_items=old_info.count,
                                              target=target_retention, seed=seed, center=center)
     report["advice"] = advice(report)
-    return report
+    return Report(**report)
 
 
 def _too_few_queries(qn_c, qb, corr, held_ids) -> str:
@@ -420,7 +437,7 @@ def _to_collection_size(r: float, r_ortho: float, predicted: float) -> float:
 
 
 def _options_section(report, X_fit, Y_fit, X_pool, Y_pool, qb, rel, Q_old, *, k, n_items, target, seed,
-                     center) -> dict:
+                     center) -> QualityOptions:
     """The options that keep more quality, measured on the same pool as the headline retention (every sampled item;
     queries of the held-out ones) with the same map, carried to the collection's size as the headline is, and the
     cheapest one that meets ``target`` -- never one the verdict rules out (:func:`_ruled_out`).
@@ -450,22 +467,24 @@ def _options_section(report, X_fit, Y_fit, X_pool, Y_pool, qb, rel, Q_old, *, k,
                                f"{len(excluded)} option(s) ruled out with it")
         rec["reason"] = (f"the plain orthogonal map is {v['verdict']} (see the verdict); instead, " + rec["reason"])
     rc = m["curves"]["reembed"]
-    reembed = {**rc, "retention": {s: [carry(r) for r in ys] for s, ys in rc["retention"].items()},
-               "retention_measured": rc["retention"]}
-    rerank = {str(K): {**v, "retention": carry(v["retention"]), "retention_measured": v["retention"]}
+    reembed = ReembedCurve(fractions=rc["fractions"], first_stage=rc["first_stage"],
+                           retention={s: [carry(r) for r in ys] for s, ys in rc["retention"].items()},
+                           retention_measured=rc["retention"])
+    rerank = {str(K): RerankPoint(**{**v, "retention": carry(v["retention"]), "retention_measured": v["retention"]})
               for K, v in m["curves"]["rerank"].items()}
-    return {"target": target, "native_recall": m["native_recall"], "n_eval": m["n_eval"], "pool": m["n_eval"],
-            "full_size": int(n_items), "n_queries": m["n_queries"],
-            "size_note": (f"measured among the {m['n_eval']:,} sampled items (the headline's pool) and carried to the "
-                          f"collection's {int(n_items):,} items with the headline's extrapolation"
-                          if n_items > m["n_eval"] else f"measured among all {m['n_eval']:,} items"),
-            "reembed_curve": reembed, "rerank": rerank,
-            "cost_model": {"n_items": cost.n_items, "n_queries": cost.n_queries,
-                           "encode_item_s": cost.encode_item_s, "encode_query_old_s": cost.encode_query_old_s},
-            "recommendation": rec}
+    return QualityOptions(
+        target=target, native_recall=m["native_recall"], n_eval=m["n_eval"], pool=m["n_eval"],
+        full_size=int(n_items), n_queries=m["n_queries"],
+        size_note=(f"measured among the {m['n_eval']:,} sampled items (the headline's pool) and carried to the "
+                   f"collection's {int(n_items):,} items with the headline's extrapolation"
+                   if n_items > m["n_eval"] else f"measured among all {m['n_eval']:,} items"),
+        reembed_curve=reembed, rerank=rerank,
+        cost_model=CostAssumptions(n_items=cost.n_items, n_queries=cost.n_queries, encode_item_s=cost.encode_item_s,
+                                   encode_query_old_s=cost.encode_query_old_s),
+        recommendation=Recommendation.from_dict(rec))
 
 
-def _ruled_out(report: dict, options, k: int) -> dict:
+def _ruled_out(report: "Report | dict", options, k: int) -> dict:
     """Options the verdict rules out, with why: under NO-GO the plain orthogonal map itself, and (when the three-way
     comparison is what said NO-GO) every option short of a full re-embed that retrieves worse than staying on the old
     model."""
@@ -483,8 +502,9 @@ def _ruled_out(report: dict, options, k: int) -> dict:
     return out
 
 
-def verdict(report: dict) -> dict:
-    """GO / CAUTION / NO-GO with the reason in one sentence."""
+def verdict(report: "Report | dict") -> Verdict:
+    """GO / CAUTION / NO-GO with the reason in one sentence (``report``: a report's sections by key, typed or plain
+    dicts, as far as they go)."""
     t = report["thresholds"]
     ho = report["held_out"]
     top1 = ho["top1"]
@@ -495,52 +515,52 @@ def verdict(report: dict) -> dict:
     three = report.get("three_way")
     if three and three["mapped_upgrade"] < three["stay_on_old_model"] - t["worse_than_staying"]:
         full = three.get("full_re_embed")
-        return {"verdict": "NO-GO", "reason": (
+        return Verdict("NO-GO", (
             f"new-model queries over the mapped old vectors retrieve worse than staying on the old model "
             f"(Recall@{three.get('k', retrieval.get('k', 10))} {three['mapped_upgrade']:.3f} vs "
             f"{three['stay_on_old_model']:.3f}" + (f"; a full re-embed gives {full:.3f}" if full is not None else "")
             + (f", among {three['pool']:,} sampled items" if three.get("pool") else "")
-            + "): keep the old model or re-embed")}
+            + "): keep the old model or re-embed"))
     if report.get("correspondences", {}).get("pseudo"):
         c = report["correspondences"]
         ru = report.get("retrieval_unsupervised")
         got = (f"; new-model queries over the mapped vectors reach Recall@{ru['k']} {ru['recall_mapped']:.3f}"
                if ru else "")
-        return {"verdict": "CAUTION", "reason": (
+        return Verdict("CAUTION", (
             f"the correspondences are unsupervised pseudo-pairs ({c['mutual_fraction']:.0%} of the sample found a "
             f"mutual partner){got}; retention against a re-embed cannot be measured without true pairs: give "
-            f"--model/--text-field or --seeds to measure it")}
+            f"--model/--text-field or --seeds to measure it"))
     if top1 < t["no_go_top1"]:
         pred, full = ho.get("top1_predicted"), ho.get("full_size")
         word = "measured" if ho.get("top1_curve", {}).get("pool_sizes", [0])[-1] >= (full or 0) else "predicted"
         extra = (f"; {word} {pred:.0%} among the collection's {full:,} items"
                  if pred is not None and full and pool and full > pool else "")
-        return {"verdict": "NO-GO", "reason": f"only {top1:.0%} of held-out items find their own new vector "
-                                              f"(top-1{among} < {t['no_go_top1']:.0%}{extra}): the spaces do not "
-                                              f"align"}
+        return Verdict("NO-GO", f"only {top1:.0%} of held-out items find their own new vector "
+                                f"(top-1{among} < {t['no_go_top1']:.0%}{extra}): the spaces do not "
+                                f"align")
     if retrieval.get("unreliable") and retention is None:
-        return {"verdict": "CAUTION", "reason": (
+        return Verdict("CAUTION", (
             f"held-out top-1 {top1:.3f}{among}, but recall retention@{retrieval.get('k', 10)} is "
             f"{retrieval['unreliable']}: the queries hardly find their relevant documents even among the new "
             f"collection's own vectors, so the ratio would mean nothing (are they new-model query vectors whose ids "
-            f"name their relevant documents?)")}
+            f"name their relevant documents?)"))
     if retention is not None and retention < t["no_go_retention"]:
-        return {"verdict": "NO-GO", "reason": f"predicted recall retention@{retrieval['k']} "
-                                              f"{retention:.3f} is below {t['no_go_retention']}"}
+        return Verdict("NO-GO", f"predicted recall retention@{retrieval['k']} "
+                                f"{retention:.3f} is below {t['no_go_retention']}")
     if top1 >= t["go_top1"] and retention is not None and retention >= t["go_retention"]:
-        return {"verdict": "GO", "reason": f"held-out top-1 {top1:.3f}{among} and predicted retention "
-                                           f"{retention:.3f} meet the GO thresholds ({t['go_top1']}, "
-                                           f"{t['go_retention']})"}
+        return Verdict("GO", f"held-out top-1 {top1:.3f}{among} and predicted retention "
+                             f"{retention:.3f} meet the GO thresholds ({t['go_top1']}, "
+                             f"{t['go_retention']})")
     if retention is None:
-        return {"verdict": "CAUTION", "reason": f"held-out top-1 is {top1:.3f}{among}, but without new-model "
-                                                f"queries the retrieval quality kept cannot be measured (give "
-                                                f"--queries)"}
-    return {"verdict": "CAUTION", "reason": f"held-out top-1 {top1:.3f}{among}, predicted retention "
-                                            f"{retention:.3f}: usable, but below the GO thresholds "
-                                            f"({t['go_top1']}, {t['go_retention']})"}
+        return Verdict("CAUTION", f"held-out top-1 is {top1:.3f}{among}, but without new-model "
+                                  f"queries the retrieval quality kept cannot be measured (give "
+                                  f"--queries)")
+    return Verdict("CAUTION", f"held-out top-1 {top1:.3f}{among}, predicted retention "
+                              f"{retention:.3f}: usable, but below the GO thresholds "
+                              f"({t['go_top1']}, {t['go_retention']})")
 
 
-def advice(report: dict) -> list[str]:
+def advice(report: "Report | dict") -> list[str]:
     out = []
     opt = report.get("options")
     if opt:

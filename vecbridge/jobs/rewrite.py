@@ -14,11 +14,11 @@ from ..align.artifact import Alignment
 from ..connectors import connect
 from ..connectors.base import Collection, VectorBatch
 from ..errors import CheckFailed, InputError, StoreError, VecbridgeError
+from ..results import DryRun, MigrationPlan, MigrationResult
 from .checkpoint import Checkpoint
 from .guard import check_checkpoint_writable, exclusive_writer, refuse_inputs_as_target
 from .open import load_alignment, open_collection
 from .pipeline import copy_stream
-from .results import DryRun, MigrationPlan, MigrationResult
 
 
 def default_checkpoint_path(alignment_path: Path | None, target: Collection, kind: str = "migrate") -> Path:

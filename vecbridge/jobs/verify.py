@@ -4,9 +4,9 @@ from __future__ import annotations
 import numpy as np
 
 from ..connectors.base import Collection
+from ..results import Check, VerifyResult
 from ..vectors import l2_normalize
 from .open import load_alignment, open_collection
-from .results import Check, VerifyResult
 
 _RESERVED = ("_vb_",)
 
