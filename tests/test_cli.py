@@ -128,8 +128,12 @@ def test_demo_runs_the_main_job(tmp_path):
     assert rec["new_queries_wrapped"] == rec["new_queries_migrated"] and d["wrapped_equals_migrated"]
     assert d["migration"]["written"] == 1500 and d["migration"]["verified"]
     assert 0.75 < d["recall_retention_at_10"] < 1.0
+    stages = d["upgrade_stages"]   # the staged upgrade: never below staying with fused queries, ends re-embedded
+    assert [st["native_fraction"] for st in stages] == sorted(st["native_fraction"] for st in stages)
+    assert all(st["recall_fused"] >= rec["stay_on_old_model"] for st in stages)
+    assert stages[-1]["native_fraction"] == 1.0 and stages[-1]["recall_new_queries"] == rec["full_re_embed"]
     human = run("demo", "--workdir", tmp_path / "demo")
-    assert human.exit_code == 0 and "recall retention@10" in human.stdout
+    assert human.exit_code == 0 and "recall retention@10" in human.stdout and "stage by stage" in human.stdout
 
 
 def test_console_script_is_installed():

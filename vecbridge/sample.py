@@ -7,6 +7,7 @@ on a fresh clone.
 """
 from __future__ import annotations
 
+import functools
 import json
 from dataclasses import dataclass
 from importlib import resources
@@ -43,3 +44,32 @@ def load_wordnet_sample(dtype=np.float32) -> WordnetSample:
     return WordnetSample(ids=[it["id"] for it in items], items=items, docs_old=arrays["docs_minilm6"],
                          docs_new=arrays["docs_mpnet"], queries_old=arrays["queries_minilm6"],
                          queries_new=arrays["queries_mpnet"])
+
+
+@functools.lru_cache(maxsize=1)
+def _recorded_outputs() -> tuple[dict, dict]:
+    s = load_wordnet_sample()
+    old = {it["doc"]: v for it, v in zip(s.items, s.docs_old)}
+    new = {it["doc"]: v for it, v in zip(s.items, s.docs_new)}
+    for row, q_old, q_new in zip(s.query_rows, s.queries_old, s.queries_new):
+        old.setdefault(s.items[row]["query"], q_old)
+        new.setdefault(s.items[row]["query"], q_new)
+    return old, new
+
+
+def _lookup(table: dict, texts, model: str) -> np.ndarray:
+    try:
+        return np.stack([table[t] for t in texts])
+    except KeyError as exc:
+        raise KeyError(f"{model}: the bundled sample has no recorded output for {exc.args[0]!r}") from None
+
+
+def recorded_old_model(texts) -> np.ndarray:
+    """all-MiniLM-L6-v2's recorded output for each text of the bundled sample (its glosses and queries): the demo's
+    old model as a ``module:function`` (``vecbridge.sample:recorded_old_model``), offline and instant."""
+    return _lookup(_recorded_outputs()[0], texts, OLD_MODEL)
+
+
+def recorded_new_model(texts) -> np.ndarray:
+    """all-mpnet-base-v2's recorded output for each text of the bundled sample: the demo's new model."""
+    return _lookup(_recorded_outputs()[1], texts, NEW_MODEL)

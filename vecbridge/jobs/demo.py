@@ -10,6 +10,10 @@ Story (real vectors from the bundled WordNet sample, nothing synthetic):
    (migrated), over OLD wrapped (queries translated, nothing rewritten), against a full MPNet re-embed (the
    reference a user would otherwise pay for) and against staying on MiniLM. Recall retention@10 and top-10 overlap
    are as defined in :mod:`vecbridge.metrics`.
+5. The safe path: ``vecbridge upgrade`` on OLD in stages — start (map everything, re-embed a fit sample), then
+   re-embed 50%, 75%, 100% of the texts — with the served Recall@10 at each stage, new-model queries alone and
+   fused with old-model queries, ending at the full re-embed's level. The models are the sample's recorded outputs
+   (:func:`vecbridge.sample.recorded_new_model`), so the demo runs offline in seconds.
 """
 from __future__ import annotations
 
@@ -23,6 +27,7 @@ from ..connectors import VectorBatch, connect
 from ..sample import N_ITEMS, N_QUERIES, NEW_MODEL, OLD_MODEL, load_wordnet_sample
 from .fit import fit_alignment
 from .rewrite import migrate
+from .upgrade import Upgrade, start
 from .verify import verify
 from .wrap import wrap
 
@@ -80,6 +85,7 @@ def run_demo(workdir, *, step: Callable[[str], None] = lambda s: None) -> dict:
     recall = {"stay_on_old_model": _recall(via_old, relevant), "new_queries_no_map": _recall(via_nomap, relevant),
               "new_queries_migrated": _recall(via_new, relevant), "new_queries_wrapped": _recall(via_wrap, relevant),
               "full_re_embed": _recall(via_ref, relevant)}
+    stages = _upgrade_in_stages(workdir, old.url, s, relevant, step)
     return {
         "workdir": str(workdir),
         "old_collection": old.display_url,
@@ -93,4 +99,28 @@ def run_demo(workdir, *, step: Callable[[str], None] = lambda s: None) -> dict:
         "wrapped_equals_migrated": via_wrap == via_new,
         "items_re_embedded": N_FIT,
         "items_total": N_ITEMS,
+        "upgrade_stages": stages,
     }
+
+
+def _upgrade_in_stages(workdir: Path, old_url: str, s, relevant: list, step) -> list[dict]:
+    """Run ``vecbridge upgrade`` on OLD and measure what it serves after each stage."""
+    state = workdir / "upgrade.sqlite"
+    for stale in [state, *workdir.glob("upgrade.sqlite*"), *workdir.glob("upgrade.align.vb")]:
+        stale.unlink(missing_ok=True)
+    if connect(f"file://{workdir / 'upgraded'}").exists():
+        connect(f"file://{workdir / 'upgraded'}").drop()
+    step("upgrade: start (fit on 500 re-embedded texts, map the rest), then re-embed in the background")
+    start(old_url, model="vecbridge.sample:recorded_new_model", text_field="text", state_path=state,
+          to=f"file://{workdir / 'upgraded'}", fit_sample=500)
+    queries = [s.items[r]["query"] for r in s.query_rows]
+    stages = []
+    with Upgrade.open(state) as up:
+        for until in (None, 0.5, 0.75, 1.0):
+            if until is not None:
+                up.reembed(until=until)
+            served, _ = up.search(queries, 10)
+            fused, _ = up.search(queries, 10, old_model="vecbridge.sample:recorded_old_model")
+            stages.append({"native_fraction": up.status()["native_fraction"], "recall_new_queries": _recall(
+                served, relevant), "recall_fused": _recall(fused, relevant)})
+    return stages
