@@ -67,6 +67,9 @@ def test_verdict_thresholds():
     worse = {**base, "three_way": {"mapped_upgrade": 0.63, "stay_on_old_model": 0.68, "full_re_embed": 0.75}}
     v = verdict(worse)
     assert v["verdict"] == "NO-GO" and "0.630 vs 0.680" in v["reason"]
+    # a retired old model cannot be stayed on: the question becomes mapped-now vs re-embed-first
+    v = verdict({**worse, "old_model_retired": True})
+    assert v["verdict"] == "CAUTION" and "retired" in v["reason"] and "vecbridge upgrade" in v["reason"]
     no_q = {"thresholds": dict(THRESHOLDS), "held_out": {"top1": 0.99}}
     assert verdict(no_q)["verdict"] == "CAUTION"
 

@@ -510,13 +510,16 @@ def search(wrapped, native, vectors_path, old_vectors_path, beta, rerank_model, 
               help="Retention@k the recommended option must keep (measured with --queries).")
 @click.option("--unsupervised/--no-unsupervised", default=True, show_default=True,
               help="Fall back to unsupervised mini-vec2vec when no other correspondences exist.")
+@click.option("--old-model-retired", is_flag=True,
+              help="The old model will not run any more: judge mapped-now against re-embed-first, not against "
+                   "staying on it.")
 @click.option("--html", "html_path", default=None, type=click.Path(dir_okay=False), help="Write an HTML report.")
 @click.option("--fail-on", type=click.Choice(["no-go", "caution"]), default=None,
               help="Exit 1 when the verdict is this bad (for CI gates).")
 @click.option("--json", "as_json", is_flag=True)
 @handle_errors
 def report(old_url, new_url, pairs, method, key, model, text_field, seeds, queries_url, old_queries_url, sample, seed,
-           center, target_retention, unsupervised, html_path, fail_on, as_json):
+           center, target_retention, unsupervised, old_model_retired, html_path, fail_on, as_json):
     """Dry-run compatibility report: will the upgrade work, and how much retrieval quality is kept?"""
     from pathlib import Path
 
@@ -527,10 +530,10 @@ def report(old_url, new_url, pairs, method, key, model, text_field, seeds, queri
     con_err = _console(stderr=True)
     step = (lambda s: None) if as_json else (lambda s: con_err.print(f"[dim]-[/] {s}"))
     rep = compatibility_report(old_url, new_url, sample=sample, seed=seed, pairs=pairs, method=method, key=key,
-                               model=model,
-                               text_field=text_field, seeds=seeds, queries_new=queries_url,
+                               model=model, text_field=text_field, seeds=seeds, queries_new=queries_url,
                                queries_old=old_queries_url, center=center, unsupervised=unsupervised,
-                               target_retention=target_retention, on_step=step)
+                               target_retention=target_retention, old_model_retired=old_model_retired,
+                               on_step=step)
     if html_path:
         Path(html_path).write_text(render_html(rep), encoding="utf-8")
     if as_json:

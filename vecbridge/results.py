@@ -472,6 +472,8 @@ class Report(JobResult):
     fit: FitDiagnostics
     thresholds: Thresholds
     learning_curve: LearningCurve
+    #: True when the user said the old model is retired (staying on it is then not an option)
+    old_model_retired: bool | None = omit_if_none()
     retrieval: ReportRetrieval | None = omit_if_none()
     retrieval_unsupervised: UnsupervisedRetrieval | None = omit_if_none()
     three_way: ThreeWay | None = omit_if_none()

@@ -268,7 +268,8 @@ def compatibility_report(old, new=None, *, sample: int = 5000, seed: int = 0, ho
                          key: str | None = None, model: str | None = None, text_field: str | None = None,
                          seeds: str | None = None, queries_new=None, queries_old=None, k: int = 10,
                          center: bool = False, unsupervised: bool = True, unsupervised_params: dict | None = None,
-                         options: bool = True, target_retention: float = 0.95, on_step=lambda s: None) -> Report:
+                         options: bool = True, target_retention: float = 0.95, old_model_retired: bool = False,
+                         on_step=lambda s: None) -> Report:
     """Everything a user needs to decide on an upgrade, as a :class:`~vecbridge.results.Report` (see the module
     docstring); ``report.as_dict()`` is the JSON.
 
@@ -389,6 +390,8 @@ def compatibility_report(old, new=None, *, sample: int = 5000, seed: int = 0, ho
         # no queries: neighbourhood overlap, each held-out item's new vector as the query (itself excluded)
         ov = metrics.topk_overlap(Y[held], mapped_held, Y[held], k=k + 1)
         report["neighbourhood_overlap"] = NeighbourhoodOverlap(k=k, overlap=ov, pool=len(held))
+    if old_model_retired:
+        report["old_model_retired"] = True
     report["verdict"] = verdict(report)
     if measure is not None:   # after the verdict: the recommendation must not contradict it
         on_step("measuring the options that keep more quality (local maps, re-embedding, re-ranking)")
@@ -513,6 +516,15 @@ def verdict(report: "Report | dict") -> Verdict:
     pool = ho.get("pool")
     among = f" among {pool:,} held-out items" if pool else ""
     three = report.get("three_way")
+    retired = bool(report.get("old_model_retired"))
+    if retired and three and three["mapped_upgrade"] < three["stay_on_old_model"] - t["worse_than_staying"]:
+        full = three.get("full_re_embed")
+        return Verdict("CAUTION", (
+            f"the old model is retired, so staying is not an option: new-model queries over the mapped vectors reach "
+            f"Recall@{three.get('k', 10)} {three['mapped_upgrade']:.3f} (the old model gave "
+            f"{three['stay_on_old_model']:.3f}" + (f"; a full re-embed gives {full:.3f}" if full is not None else "")
+            + "): serve the mapped vectors now and re-embed in the background (vecbridge upgrade), or re-embed "
+            "before switching"))
     if three and three["mapped_upgrade"] < three["stay_on_old_model"] - t["worse_than_staying"]:
         full = three.get("full_re_embed")
         return Verdict("NO-GO", (
