@@ -153,3 +153,30 @@ def test_pgvector_cutover_switches_the_serving_view_atomically(engine, new_url, 
         view = connect(view_url, read_only=True)
         assert view.info().dim == 384 and view.info().count == 200
         np.testing.assert_array_equal(view.get(sample.ids[:5]).vectors, sample.docs_old[:5].astype(np.float32))
+
+
+def _alias_target(coll, alias: str) -> str:
+    """The collection an alias names, read with the store's own client."""
+    if coll.scheme == "qdrant":
+        return {a.alias_name: a.collection_name for a in coll._client().get_aliases().aliases}[alias]
+    return coll._client.describe_alias(alias)["collection_name"]
+
+
+def test_cutover_moves_the_stores_alias(engine, new_url, sample, tmp_path):
+    """Qdrant and Milvus: new vectors in a new collection of the same server; cutover and rollback move the alias
+    ``<collection>_serving`` between the two in one request."""
+    if engine.name not in ("qdrant_local", "milvus_lite", "milvus_server"):
+        pytest.skip("aliases are Qdrant's and Milvus'")
+    url = new_url("al")
+    to = f"{url.rsplit('/', 1)[0]}/{connect(url).identity.name}_v2"   # the same server or database file
+    src = connect(url).create(dim=384)
+    src.upsert(VectorBatch(sample.ids[:600], sample.docs_old[:600], [{"text": it["doc"]} for it in sample.items[:600]]))
+    state = tmp_path / "a.upgrade.sqlite"
+    start(url, model=MODEL, text_field="text", state_path=state, to=to, fit_sample=500)
+    alias = f"{src.identity.name}_serving"
+    with Upgrade.open(state) as up:
+        assert up.cutover()["serving_via"] == f"alias {alias}"
+        assert _alias_target(connect(url), alias) == connect(to).identity.name
+        up.rollback()
+        assert _alias_target(connect(url), alias) == src.identity.name
+    connect(to).drop()

@@ -207,6 +207,11 @@ class Collection(abc.ABC):
     def build_index(self) -> None:
         """Build the search index after a bulk load (no-op for stores that maintain it as they go)."""
 
+    def point_alias(self, alias: str) -> None:
+        """Make ``alias`` name this collection, moving it atomically if it named another (Qdrant, Milvus): what a
+        zero-downtime cutover switches. Stores without aliases refuse."""
+        raise StoreError(f"{self.scheme}: collection aliases are not supported by this store")
+
     def with_vector_field(self, name: str) -> "Collection":
         """A view of this collection whose vectors are the named field (reads and upserts touch only that field)."""
         raise StoreError(f"{self.scheme}: named vector fields are not supported by this store")

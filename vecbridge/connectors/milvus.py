@@ -592,6 +592,15 @@ class MilvusCollection(Collection):
             self._request("writing records", "upsert", self.name, rows[lo:lo + step])
         return len(batch)
 
+    def point_alias(self, alias: str) -> None:
+        """``alter_alias`` moves an existing alias in one step; a new one is created."""
+        try:
+            self._request("reading the alias", "describe_alias", alias)
+            known = True
+        except StoreError:   # no such alias yet
+            known = False
+        self._request("switching the alias", "alter_alias" if known else "create_alias", self.name, alias)
+
     def drop(self) -> None:
         self._writable()
         if not self.exists():

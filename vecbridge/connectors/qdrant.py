@@ -383,6 +383,16 @@ class QdrantCollection(QdrantPointsCollection):
         self._call("dropping the collection", self._client().delete_collection, self.name)
         self._schema_cache = None
 
+    def point_alias(self, alias: str) -> None:
+        """Delete and create ``alias`` in one request: readers see the old collection or the new one, never none."""
+        ops = [models.CreateAliasOperation(create_alias=models.CreateAlias(collection_name=self.name,
+                                                                          alias_name=alias))]
+        client = self._client()
+        current = self._call("reading aliases", client.get_aliases).aliases
+        if any(a.alias_name == alias for a in current):
+            ops.insert(0, models.DeleteAliasOperation(delete_alias=models.DeleteAlias(alias_name=alias)))
+        self._call("switching the alias", client.update_collection_aliases, change_aliases_operations=ops)
+
     def add_vector_field(self, name: str, dim: int, metric: str = "cosine") -> None:
         """Add a named dense vector (Qdrant >= 1.18 and a qdrant-client that has ``create_vector_name``)."""
         dim, metric = self._check_create_args(dim, metric)

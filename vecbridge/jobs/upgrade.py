@@ -92,6 +92,7 @@ class Upgrade:
         counts = self.state.counts()
         total = sum(counts.values())
         return {"state": str(self.state.path), "stage": self.meta["stage"], "serving": self.meta["serving"],
+                "serving_via": self.meta.get("serving_via"),
                 "source": redact(self.meta["source"]), "vectors": self.meta.get("field") or
                 redact(self.meta["target"]), "model": self.meta["model"], "alignment": self.meta["alignment"],
                 "counts": counts, "total": total,
@@ -102,9 +103,9 @@ class Upgrade:
         if stage not in allowed_from:
             raise InputError(f"the upgrade is {stage}: {to_stage} is possible only from "
                              f"{' or '.join(allowed_from)}")
-        self._serve(serving)
-        self.meta = self.state.update(stage=to_stage, serving=serving)
-        self.state.event(to_stage, f"serving the {serving} model's vectors")
+        via = self._serve(serving)
+        self.meta = self.state.update(stage=to_stage, serving=serving, serving_via=via)
+        self.state.event(to_stage, f"serving the {serving} model's vectors through {via}")
         return self.status()
 
     def cutover(self) -> dict:
@@ -127,10 +128,21 @@ class Upgrade:
         self.state.event("finalized", "old vectors may now be dropped")
         return self.status()
 
-    def _serve(self, which: str) -> None:
+    def _serve(self, which: str) -> str:
+        """Switch what the store serves, where it can: a pgvector view ``<table>_serving`` over the serving vector
+        column, or a Qdrant / Milvus alias ``<collection>_serving`` over the serving collection (new vectors in a
+        new collection of the same server). Elsewhere only the state's pointer moves. Returns how it was served."""
         view = getattr(self.source, "serving_view", None)
-        if view is not None:   # pgvector: a view named <table>_serving, replaced in one transaction
-            view(self.meta["field"] if which == "new" and self.meta.get("field") else self.source.vector_field)
+        if view is not None and self.meta.get("field"):
+            name = view(self.meta["field"] if which == "new" else self.source.vector_field)
+            return f"view {name}"
+        same_store = self.target.identity.location == self.source.identity.location and \
+            self.target.identity.store == self.source.identity.store
+        if not self.meta.get("field") and same_store and type(self.source).point_alias is not Collection.point_alias:
+            alias = f"{self.source.identity.name}_serving"
+            (self.target if which == "new" else self.source).point_alias(alias)
+            return f"alias {alias}"
+        return "the upgrade's state (this store has no view or alias to switch)"
 
     # --- re-embedding -----------------------------------------------------------------------------------------------
     def sync(self) -> int:
