@@ -246,9 +246,95 @@ def connectors(d: list) -> dict:
          for r in d])}
 
 
+UPGRADE_PRIORITIES = ("random", "residual", "hubs")
+
+
+def upgrade_curve(d: dict) -> dict:
+    """One table per model pair (both corpora side by side), the owner's checks, and the costs per 1M vectors."""
+    corpora = list(d["corpora"])
+    pairs = list(d["corpora"][corpora[0]])
+
+    def where(prio):  # hubs uses half A of the queries as its log: its figures are on half B only
+        return "half_b" if prio == "hubs" else "all"
+
+    def cell(m):
+        return f"{m['mapped']:.3f} / {m['beta1']:.3f} / {m['tuned']:.3f}"
+
+    def pct(f):
+        return f"{f:.0%}"
+
+    out = {}
+    for pair in pairs:
+        header = ["fraction re-embedded"] + [f"{c}: {p}" + (" (half B)" if p == "hubs" else "")
+                                             for c in corpora for p in UPGRADE_PRIORITIES]
+        res = {c: d["corpora"][c][pair] for c in corpora}
+        first = res[corpora[0]]["curves"]["random"]
+        rows = [[pct(pt["fraction"]) + (f" ({first[i]['n_native']:,} native)" if i in (0, len(first) - 1) else "")]
+                + [cell(res[c]["curves"][p][i][where(p)]) for c in corpora for p in UPGRADE_PRIORITIES]
+                for i, pt in enumerate(first)]
+        rows.append(["everything mapped, fit sample too"]
+                    + [cell(res[c]["all_mapped"][where(p)]) for c in corpora for p in UPGRADE_PRIORITIES])
+        for label, key in (("**staying on the old model**", "staying"), ("**full re-embed**", "full_reembed")):
+            rows.append([label] + [f"{res[c][key][where(p)]:.3f}" for c in corpora for p in UPGRADE_PRIORITIES])
+        out[pair.replace("->", "_")] = table(header, rows)
+
+    def fusion_ok(r):
+        bad = {k: v for k, v in r["checks"]["fusion_never_below_staying"].items() if not v["ok"]}
+        if not bad:
+            worst = min(v["worst_margin"] for v in r["checks"]["fusion_never_below_staying"].values())
+            return f"yes (closest {worst:+.3f})"
+        k, v = min(bad.items(), key=lambda kv: kv[1]["worst_margin"])
+        return f"**no**: {len(bad)} of 6 curves; worst {k} at {pct(v['at_fraction'])}: {v['worst_margin']:+.3f}"
+
+    def reaches(r):
+        first = r["checks"]["first_fraction_mapped_reaches_staying"]
+        return " / ".join("never" if first[p] is None else pct(first[p]) for p in UPGRADE_PRIORITIES)
+
+    def at_100(r):
+        a = r["checks"]["at_100"]["random"]
+        same = all(v["mapped_equals_full"] for v in r["checks"]["at_100"].values())
+        return f"{'yes' if same else '**no**'}; {a['beta1_minus_full']:+.3f} / {a['tuned_minus_full']:+.3f}"
+
+    def union_gap(r):
+        gaps = [abs(pt["all"]["beta1"] - pt["all"]["beta1_top100"]) for pt in r["curves"]["random"]]
+        return f"{max(gaps):.4f}"
+
+    rows = []
+    for c in corpora:
+        for pair in pairs:
+            r = d["corpora"][c][pair]
+            z = r["curves"]["random"][0]["all"]
+            rows.append([c, arrow(pair), f"{r['staying']['all']:.3f}", f"{r['full_reembed']['all']:.3f}",
+                         f"{z['mapped']:.3f} / {z['beta1']:.3f} / {z['tuned']:.3f}", fusion_ok(r), reaches(r),
+                         at_100(r), union_gap(r)])
+    out["checks"] = table(["corpus", "pair", "staying", "full re-embed", "0%: mapped / beta 1 / tuned beta",
+                           "fusion >= staying at every point (3 priorities x beta 1, tuned)",
+                           "first fraction mapped-only >= staying (random / residual / hubs)",
+                           "100%: mapped == full re-embed; fused - full (beta 1 / tuned)",
+                           "beta 1: top-100 union vs whole collection (max diff)"], rows)
+
+    cost_rows = []
+    for r in d["costs"]:
+        h = r["reembed_hours"]
+        fq = r["fusion_per_query_ms"]
+        cost_rows.append([arrow(r["pair"]), r["corpus"], f"{r['doc_encode_ms']:.1f} ms",
+                          f"{r['start']['total_s'] / 60:.1f} min ({r['start']['reembed_fit_sample_s']:.0f} s + "
+                          f"{r['start']['fit_s']:.2f} s + {r['start']['map_1M_s']:.1f} s)",
+                          " / ".join(f"{h[str(f)]:.1f}" for f in (0.01, 0.05, 0.1, 0.25, 0.5, 1.0)),
+                          f"{r['reembed_core_hours_100pct']:.0f}",
+                          f"{fq['total']:.1f} ms ({fq['old_query_encode']:.1f} + {fq['second_search_exact_1M']:.1f} + "
+                          f"{fq['rescore']:.1f})"])
+    out["costs"] = table(["pair", "corpus", "re-embed per doc (data set README)",
+                          "start: re-embed 2,000 + fit + map 1M",
+                          "re-embed 1 / 5 / 10 / 25 / 50 / 100% of 1M (hours)", "core-hours at 100%",
+                          "fusion per query (old-model encode + exact 2nd search over 1M + re-score)"], cost_rows)
+    return out
+
+
 RENDERERS = {"align_real": align_real, "geh": geh, "geh_timing": geh_timing, "minivec2vec": minivec2vec,
              "linking_retention": linking_retention, "quality_options": quality_options, "migrate": migrate,
-             "report_calibration": report_calibration, "connectors": connectors}
+             "report_calibration": report_calibration, "connectors": connectors,
+             "upgrade_curve": upgrade_curve}
 
 
 # ------------------------------------------------------------------------------------------------------ main
