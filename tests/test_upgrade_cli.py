@@ -85,3 +85,23 @@ def test_upgrade_with_a_real_model(tmp_path, sample, monkeypatch):
     np.testing.assert_allclose(got.vectors, expected, atol=1e-5)
     r = run("upgrade", "search", "--state", state, sample.items[3]["doc"], "-k", 1, "--json")
     assert json.loads(r.output)[0][0]["id"] == sample.ids[3]
+
+
+def test_residual_priority_re_embeds_the_least_reliable_mapped_vectors_first(tmp_path, sample):
+    from vecbridge.jobs.upgrade_state import UpgradeState
+
+    old = write_collection(f"file://{tmp_path}/old", sample.ids, sample.docs_old,
+                           [{"text": it["doc"]} for it in sample.items])
+    state = tmp_path / "p.upgrade.sqlite"
+    assert run("upgrade", "start", old.url, "--to-model", MODEL, "--to", f"file://{tmp_path}/new", "--state", state,
+               "--fit-sample", 500).exit_code == 0
+    st = UpgradeState.open(state)
+    mapped = {json.loads(k): r for k, r in st._db.execute("SELECT id, residual FROM records WHERE origin = 'mapped'")}
+    st.close()
+    assert len(mapped) == 1000 and all(r is not None for r in mapped.values())
+    worst = set(sorted(mapped, key=lambda i: -mapped[i])[:50])
+    r = run("upgrade", "reembed", "--state", state, "--limit", 50, "--priority", "residual", "--json")
+    assert r.exit_code == 0, r.output
+    st = UpgradeState.open(state)
+    assert {i for i, (o, _) in st.stamps(list(mapped)).items() if o == "native"} == worst
+    st.close()

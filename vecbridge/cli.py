@@ -848,7 +848,8 @@ def upgrade_start(source_url, model, text_field, field, target_url, alignment_pa
               help="Stop when this fraction of the collection is native.")
 @click.option("--budget-seconds", type=click.FloatRange(min=0, min_open=True), default=None,
               help="Stop after this many seconds.")
-@click.option("--priority", type=click.Choice(["random"]), default="random", show_default=True)
+@click.option("--priority", type=click.Choice(["random", "residual"]), default="random", show_default=True,
+              help="Order of re-embedding: a fixed shuffle, or the mapped vectors expected to be worst first.")
 @click.option("--batch-size", type=POSITIVE_INT, default=64, show_default=True)
 @click.option("--max-per-second", type=click.FloatRange(min=0, min_open=True), default=None,
               help="Rate limit (texts per second), e.g. for an API model.")

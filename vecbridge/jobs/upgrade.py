@@ -234,6 +234,16 @@ class Upgrade:
         return out_ids, out_scores
 
 
+def _residuals(X, alignment: Alignment, sample) -> np.ndarray:
+    """Expected unreliability of each mapped vector: the fit anchors' residuals ``1 - cos(T(x_a), y_a)`` near it in
+    the old space, weighted by similarity (the ``anchor_residual`` strategy the report measures)."""
+    from .options import anchor_residuals, reliability_scores
+
+    olds, news = sample
+    res = anchor_residuals(alignment.transform(olds.vectors), news)
+    return reliability_scores(X, alignment.transform(X), olds.vectors, news, res)["anchor_residual"]
+
+
 def start(source, *, model: str, text_field: str, state_path=None, field: str | None = None, to=None,
           alignment=None, fit_sample: int = 2000, seed: int = 0, batch_size: int | None = None,
           on_step: Callable[[str], None] = lambda s: None) -> dict:
@@ -280,8 +290,9 @@ def start(source, *, model: str, text_field: str, state_path=None, field: str | 
         if checkpoint.exists() or not written:
             migrate(src, aligned if align_file is None else align_file, None if field else to, field=field,
                     batch_size=batch_size, checkpoint_path=checkpoint, resume=checkpoint.exists())
-        for batch in target.scan(batch_size=2000):
-            state.stamp(batch.ids, "mapped", aligned.fingerprint)
+        for batch in src.scan(batch_size=2000):   # the target holds the same ids; the old vectors score priority
+            state.stamp(batch.ids, "mapped", aligned.fingerprint,
+                        _residuals(batch.vectors, aligned, sample) if sample is not None else None)
         if sample is not None:   # the fit's re-embedded texts are native vectors already: keep them
             olds, news = sample
             target.upsert(olds.with_vectors(news))

@@ -20,6 +20,7 @@ from typing import Iterable
 from ..errors import InputError
 
 ORIGINS = ("mapped", "native", "pending", "no-text")
+PRIORITIES = ("random", "residual")
 
 
 def _key(record_id) -> str:
@@ -50,7 +51,7 @@ class UpgradeState:
         with db:
             db.execute("CREATE TABLE meta (doc TEXT NOT NULL)")
             db.execute("CREATE TABLE records (id TEXT PRIMARY KEY, origin TEXT NOT NULL, made_by TEXT NOT NULL, "
-                       "updated REAL NOT NULL, shuffle INTEGER NOT NULL)")
+                       "updated REAL NOT NULL, shuffle INTEGER NOT NULL, residual REAL)")
             db.execute("CREATE INDEX records_order ON records (origin, shuffle)")
             db.execute("CREATE TABLE events (at REAL NOT NULL, stage TEXT NOT NULL, detail TEXT NOT NULL)")
             db.execute("INSERT INTO meta VALUES (?)", (json.dumps(meta),))
@@ -91,14 +92,20 @@ class UpgradeState:
                 for at, st, d in self._db.execute("SELECT at, stage, detail FROM events ORDER BY rowid")]
 
     # --- records ----------------------------------------------------------------------------------------------------
-    def stamp(self, ids: Iterable, origin: str, made_by: str) -> None:
-        """Record how the new vectors of ``ids`` were made (called after they were written to the store)."""
+    def stamp(self, ids: Iterable, origin: str, made_by: str, residuals: Iterable[float] | None = None) -> None:
+        """Record how the new vectors of ``ids`` were made (called after they were written to the store);
+        ``residuals``: how unreliable each mapped vector is expected to be (the ``residual`` priority)."""
         if origin not in ORIGINS:
             raise InputError(f"origin must be one of {', '.join(ORIGINS)}")
         now = time.time()
+        keys = list(map(_key, ids))
+        res = [None] * len(keys) if residuals is None else [float(r) for r in residuals]
         with self._db:
-            self._db.executemany("INSERT OR REPLACE INTO records VALUES (?, ?, ?, ?, ?)",
-                                 [(k, origin, made_by, now, _shuffle(k)) for k in map(_key, ids)])
+            self._db.executemany(
+                "INSERT INTO records VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT(id) DO UPDATE SET origin = excluded.origin, "
+                "made_by = excluded.made_by, updated = excluded.updated, "
+                "residual = coalesce(excluded.residual, records.residual)",
+                [(k, origin, made_by, now, _shuffle(k), r) for k, r in zip(keys, res)])
 
     def forget(self, ids: Iterable) -> None:
         """Drop the stamps of records that left the source."""
@@ -123,10 +130,12 @@ class UpgradeState:
 
     def to_reembed(self, limit: int, priority: str = "random") -> list:
         """Up to ``limit`` ids still waiting for their native vector: records the source gained first (they have
-        no new vector at all), then mapped ones in ``priority`` order (``random``: a fixed shuffle, the same in
-        every run, so an interrupted run continues where it was)."""
-        if priority != "random":
-            raise InputError(f"priority {priority!r} is not available; use random")
+        no new vector at all), then mapped ones in ``priority`` order: ``random`` (a fixed shuffle, the same in
+        every run, so an interrupted run continues where it was) or ``residual`` (the mapped vectors expected to be
+        worst first: those whose nearest fit anchors the map fits worst; ties and unscored records in shuffle order)."""
+        if priority not in PRIORITIES:
+            raise InputError(f"priority must be one of {', '.join(PRIORITIES)}, got {priority!r}")
+        order = "shuffle" if priority == "random" else "coalesce(residual, -1) DESC, shuffle"
         rows = self._db.execute("SELECT id FROM records WHERE origin IN ('pending', 'mapped') "
-                                "ORDER BY origin = 'mapped', shuffle LIMIT ?", (int(limit),)).fetchall()
+                                f"ORDER BY origin = 'mapped', {order} LIMIT ?", (int(limit),)).fetchall()
         return [json.loads(k) for (k,) in rows]
