@@ -105,3 +105,23 @@ def test_residual_priority_re_embeds_the_least_reliable_mapped_vectors_first(tmp
     st = UpgradeState.open(state)
     assert {i for i, (o, _) in st.stamps(list(mapped)).items() if o == "native"} == worst
     st.close()
+
+
+def test_tuned_fusion_serves_at_least_as_well_as_staying(tmp_path, sample):
+    """`upgrade tune` picks the old query's weight on queries with known answers; its grid holds the old model
+    alone, so what it picks is never below staying on those queries, and search uses it."""
+    old = write_collection(f"file://{tmp_path}/old", sample.ids, sample.docs_old,
+                           [{"text": it["doc"]} for it in sample.items])
+    q_ids = [sample.ids[r] for r in sample.query_rows]
+    qn = write_collection(f"file://{tmp_path}/qn", q_ids, sample.queries_new)
+    qo = write_collection(f"file://{tmp_path}/qo", q_ids, sample.queries_old)
+    state = tmp_path / "t.upgrade.sqlite"
+    assert run("upgrade", "start", old.url, "--to-model", MODEL, "--to", f"file://{tmp_path}/new", "--state", state,
+               "--fit-sample", 500).exit_code == 0
+    r = run("upgrade", "tune", "--state", state, "--queries", qn.url, "--old-queries", qo.url, "--json")
+    assert r.exit_code == 0, r.output
+    t = json.loads(r.output)
+    assert t["recall"] >= t["staying"] and t["recall"] >= t["new_model_only"] and t["n_queries"] == 500
+    assert t["recall"] == max(t["recall_by_beta"].values())
+    r = run("upgrade", "status", "--state", state, "--json")
+    assert json.loads(r.output)["events"][-1]["stage"] == "tuned"

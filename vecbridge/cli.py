@@ -888,8 +888,8 @@ def upgrade_status(state_path, as_json):
 @click.option("--old-model", default=None,
               help="Also encode each query with the old model and fuse the scores (keeps more quality while the "
                    "old model is the better retriever).")
-@click.option("--beta", type=click.FloatRange(min=0), default=1.0, show_default=True,
-              help="Weight of the old-model query in the fusion.")
+@click.option("--beta", type=click.FloatRange(min=0), default=None,
+              help="Weight of the old-model query in the fusion (default: the one `upgrade tune` chose, else 1).")
 @click.option("--json", "as_json", is_flag=True)
 @handle_errors
 def upgrade_search(state_path, texts, k, old_model, beta, as_json):
@@ -907,6 +907,27 @@ def upgrade_search(state_path, texts, k, old_model, beta, as_json):
         con.print(f"[bold]{text}[/]", markup=True)
         for rank, h in enumerate(hits, 1):
             con.print(f"  {rank:3d}. {h['id']}  {h['score']:.4f}")
+
+
+@upgrade.command("tune")
+@_state_option()
+@click.option("--queries", "queries_url", required=True,
+              help="New-model query vectors (id = the id of each query's relevant record).")
+@click.option("--old-queries", "old_queries_url", required=True, help="The same queries in the old model.")
+@click.option("-k", "k", type=POSITIVE_INT, default=10, show_default=True)
+@click.option("--json", "as_json", is_flag=True)
+@handle_errors
+def upgrade_tune(state_path, queries_url, old_queries_url, k, as_json):
+    """Choose the old query's weight in fused search on queries with known answers, never below staying."""
+    from .jobs.upgrade import tune
+
+    result = tune(state_path, queries_url, old_queries_url, k=k)
+    if as_json:
+        _print_json(result)
+        return
+    _console().print(f"fusion weight beta = {result['beta']}: Recall@{k} {result['recall']:.3f} on "
+                     f"{result['n_queries']:,} queries (new model alone {result['new_model_only']:.3f}, staying on "
+                     f"the old model {result['staying']:.3f}); `upgrade search --old-model` uses it")
 
 
 def _upgrade_move(name: str, doc: str):

@@ -21,7 +21,7 @@ import numpy as np
 from ..align.artifact import Alignment
 from ..align.procrustes import OrthogonalProcrustes
 from ..connectors import connect
-from ..connectors.base import Collection
+from ..connectors.base import Collection, VectorBatch
 from ..connectors.url import redact
 from ..errors import InputError, StoreError
 from ..vectors import l2_normalize
@@ -31,6 +31,8 @@ from .rewrite import migrate
 from .upgrade_state import UpgradeState
 
 STAGES = ("mapped", "cutover", "rolled-back", "finalized")
+#: the old query's weights tried by :meth:`Upgrade.tune_fusion` (``inf``: the old model alone, i.e. staying)
+FUSION_BETAS = (0.0, 0.25, 0.5, 1.0, 2.0, 3.0, 5.0, 10.0, float("inf"))
 _SECRET_PARAMS = ("password", "api_key", "token")
 
 
@@ -209,27 +211,65 @@ class Upgrade:
                 "seconds": time.perf_counter() - t0}
 
     # --- serving ----------------------------------------------------------------------------------------------------
-    def search(self, texts: list[str], k: int = 10, *, old_model: str | None = None, beta: float = 1.0,
+    def _fused_candidates(self, q_new: np.ndarray, q_old: np.ndarray, k_candidates: int):
+        """Per query: the union of both searches' candidates with their new and old cosines (rows as returned)."""
+        ids_n, _ = self.target.search(q_new, k_candidates)
+        ids_o, _ = self.source.search(q_old, k_candidates)
+        out = []
+        for qi in range(len(q_new)):
+            cand = list(dict.fromkeys(list(ids_n[qi]) + list(ids_o[qi])))
+            new_v, old_v = self.target.get(cand), self.source.get(cand)
+            vn = dict(zip(new_v.ids, l2_normalize(new_v.vectors)))
+            vo = dict(zip(old_v.ids, l2_normalize(old_v.vectors)))
+            both = [i for i in cand if i in vn and i in vo]
+            out.append((both, np.array([vn[i] @ q_new[qi] for i in both]), np.array([vo[i] @ q_old[qi] for i in both])))
+        return out
+
+    @staticmethod
+    def _fuse(cos_new: np.ndarray, cos_old: np.ndarray, beta: float) -> np.ndarray:
+        """``(cos_new + beta cos_old) / (1 + beta)``; ``beta = inf`` is the old model alone (staying)."""
+        return cos_old if np.isinf(beta) else (cos_new + beta * cos_old) / (1.0 + beta)
+
+    def tune_fusion(self, queries_new, queries_old, relevant: list, *, k: int = 10, k_candidates: int = 100) -> dict:
+        """Choose the old query's weight ``beta`` on queries with known answers (``relevant[i]`` is the id of query
+        i's relevant record): the grid includes the old model alone (``inf``), so the choice serves at least as well
+        as staying on the old model on these queries. Saved in the state; ``search`` uses it by default."""
+        q_new = l2_normalize(np.asarray(queries_new, dtype=np.float32))
+        q_old = l2_normalize(np.asarray(queries_old, dtype=np.float32))
+        if not (len(q_new) == len(q_old) == len(relevant)) or not len(relevant):
+            raise InputError("tuning needs the same queries in both models and the id of each one's relevant record")
+        cands = self._fused_candidates(q_new, q_old, k_candidates)
+        recall = {}
+        for beta in FUSION_BETAS:
+            hits = 0
+            for (ids, cn, co), rel in zip(cands, relevant):
+                order = np.argsort(-self._fuse(cn, co, beta), kind="stable")[:k]
+                hits += rel in {ids[j] for j in order}
+            recall[beta] = hits / len(relevant)
+        best = max(FUSION_BETAS, key=lambda b: (recall[b], -b if np.isfinite(b) else -1e9))
+        self.meta = self.state.update(fusion_beta=None if np.isinf(best) else best, fusion_stays=bool(np.isinf(best)))
+        self.state.event("tuned", f"beta {best} on {len(relevant):,} queries")
+        return {"beta": "old model alone" if np.isinf(best) else best, "recall": recall[best],
+                "staying": recall[np.inf], "new_model_only": recall[0.0], "n_queries": len(relevant),
+                "recall_by_beta": {("inf" if np.isinf(b) else b): r for b, r in recall.items()}}
+
+    def search(self, texts: list[str], k: int = 10, *, old_model: str | None = None, beta: float | None = None,
                k_candidates: int = 100) -> tuple[list[list], np.ndarray]:
         """New-model queries over the upgrade's vectors (mapped and native alike). With ``old_model``, each query is
         also encoded by the old model and every candidate scored ``(cos(q_new, v_new) + beta cos(q_old, v_old)) /
-        (1 + beta)`` over the union of both searches' candidates (dual-query fusion)."""
+        (1 + beta)`` over the union of both searches' candidates (dual-query fusion); ``beta`` defaults to the one
+        :meth:`tune_fusion` chose, else 1."""
         q_new = l2_normalize(np.asarray(self.model(texts), dtype=np.float32))
         if old_model is None:
             return self.target.search(q_new, k)
+        if beta is None:
+            beta = np.inf if self.meta.get("fusion_stays") else float(self.meta.get("fusion_beta") or 1.0)
         q_old = l2_normalize(np.asarray(load_model(old_model)(texts), dtype=np.float32))
-        ids_n, _ = self.target.search(q_new, k_candidates)
-        ids_o, _ = self.source.search(q_old, k_candidates)
         out_ids, out_scores = [], np.full((len(texts), k), -np.inf, dtype=np.float32)
-        for qi in range(len(texts)):
-            cand = list(dict.fromkeys(list(ids_n[qi]) + list(ids_o[qi])))
-            new_v, old_v = self.target.get(cand), self.source.get(cand)
-            both = [i for i in new_v.ids if i in set(old_v.ids)]
-            vn = dict(zip(new_v.ids, l2_normalize(new_v.vectors)))
-            vo = dict(zip(old_v.ids, l2_normalize(old_v.vectors)))
-            scores = np.array([(vn[i] @ q_new[qi] + beta * (vo[i] @ q_old[qi])) / (1 + beta) for i in both])
+        for qi, (ids, cn, co) in enumerate(self._fused_candidates(q_new, q_old, k_candidates)):
+            scores = self._fuse(cn, co, beta)
             order = np.argsort(-scores, kind="stable")[:k]
-            out_ids.append([both[j] for j in order])
+            out_ids.append([ids[j] for j in order])
             out_scores[qi, :len(order)] = scores[order]
         return out_ids, out_scores
 
@@ -328,6 +368,17 @@ def plan(source, *, model: str, text_field: str, sample: int = 64, seed: int = 0
             "stages": ["start: fit the map on a re-embedded sample, write mapped vectors beside the old ones",
                        "reembed: replace mapped vectors by native ones in the background (resumable)",
                        "cutover: serve the new model's vectors; rollback at any time until finalize"]}
+
+
+def tune(path, queries, old_queries, *, k: int = 10) -> dict:
+    """:meth:`Upgrade.tune_fusion` on two query collections (the same queries embedded by the new and the old model,
+    each query's id being its relevant record's id, as ``vecbridge report --queries`` takes them)."""
+    new_q = VectorBatch.concat(list(open_collection(queries).scan(batch_size=2000)))
+    old_q = open_collection(old_queries).get(list(new_q.ids))
+    if len(old_q) < len(new_q):
+        raise InputError(f"only {len(old_q):,} of the {len(new_q):,} queries are in the old-model query collection")
+    with open_upgrade(path) as up:
+        return up.tune_fusion(new_q.vectors, old_q.vectors, list(new_q.ids), k=k)
 
 
 def open_upgrade(path) -> Upgrade:
