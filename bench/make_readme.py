@@ -227,6 +227,37 @@ def report_calibration(d: list) -> dict:
           r["verdict"]] for r in d])}
 
 
+def map_validation(d: dict) -> dict:
+    """The validation's separation per corpus, the statistics it departs from, and what it says per family of maps."""
+    sm = d["summary"]
+    groups = ("wordnet", "foldoc", "pooled")
+
+    def acc(h):
+        return f"{h['accuracy']:.3f} ({h['false_pass']} false pass, {h['false_refusal']} false refusal)"
+
+    def rng(r):
+        return f"{r[0]:.2f} .. {r[1]:.2f}" if r else "none"
+
+    rows = []
+    for g in groups:
+        b = sm["by"][g]
+        ha, ins = b["held_apart"], b["in_sample"]
+        rows.append([g, f"{b['n']} ({b['working']} / {b['failed']})", f"{ha['auc']['score']:.3f}", acc(ha),
+                     f"{ins['auc']['score']:.3f}" if ins["n"] else "-", acc(ins) if ins["n"] else "-",
+                     rng(ha["right_thresholds"])])
+    summary = table(["corpus", "fits (working / failed)", "ROC AUC", f"accuracy at score >= {sm['threshold']:g}",
+                     "ROC AUC, in-sample", "accuracy, in-sample", "thresholds right on every fit"], rows)
+    stats = list(sm["by"]["pooled"]["held_apart"]["auc"])
+    statistics = table(["statistic (held-apart rows)"] + list(groups),
+                       [[s] + [f"{sm['by'][g]['held_apart']['auc'][s]:.3f}" for g in groups] for s in stats])
+    families = table(["maps", "fits", "working (top-1 >= 0.5)", "passed", "passed, in-sample (split 0 only)",
+                      "top-1 range", "score range"],
+                     [[k, v["n"], v["working"], v["passed"], f"{v['passed_in_sample']} of {v['n_in_sample']}",
+                       f"{v['top1'][0]:.3f} .. {v['top1'][1]:.3f}", f"{v['score'][0]:.2f} .. {v['score'][1]:.2f}"]
+                      for k, v in sm["families"].items()])
+    return {"summary": summary, "statistics": statistics, "families": families}
+
+
 CONNECTOR_STORES = {"pgvector": "PostgreSQL 18 + pgvector 0.8", "milvus": "Milvus 2.3.5 server",
                     "milvus-lite": "Milvus Lite 3.2", "chroma": "Chroma 1.5 server",
                     "qdrant-local": "Qdrant local (qdrant-client)", "qdrant-edge": "Qdrant Edge 0.9"}
@@ -340,7 +371,7 @@ def upgrade_curve(d: dict) -> dict:
 RENDERERS = {"align_real": align_real, "geh": geh, "geh_timing": geh_timing, "minivec2vec": minivec2vec,
              "linking_retention": linking_retention, "quality_options": quality_options, "migrate": migrate,
              "report_calibration": report_calibration, "connectors": connectors,
-             "upgrade_curve": upgrade_curve}
+             "upgrade_curve": upgrade_curve, "map_validation": map_validation}
 
 
 # ------------------------------------------------------------------------------------------------------ main

@@ -145,11 +145,13 @@ _STORED_PAIRS = ("ids", "field", "file")
 @click.option("--target-model", default=None, help="Name of the new model (recorded in the artifact).")
 @click.option("--param", "params", multiple=True, metavar="KEY=VALUE",
               help="MiniVec2Vec parameter for --pairs unsupervised (repeatable).")
+@click.option("--force", is_flag=True,
+              help="--pairs unsupervised: save the map even when it fails validation (marked as failed).")
 @click.option("-o", "--output", required=True, type=click.Path(dir_okay=False), help="Where to write the alignment.")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 @handle_errors
 def fit(source_url, target_url, pairs, method, center, scale, alpha, normalize, holdout, max_pairs, seed,
-        batch_size, source_model, target_model, params, output, as_json):
+        batch_size, source_model, target_model, params, force, output, as_json):
     """Fit an alignment from SOURCE's embedding space to TARGET's and save it."""
     from .jobs.fit import fit_to_file
 
@@ -158,7 +160,7 @@ def fit(source_url, target_url, pairs, method, center, scale, alpha, normalize, 
         alignment, path = fit_to_file(
             output, source_url, target_url, pairs=pairs, method=method, center=center, scale=scale, alpha=alpha,
             normalization=normalize, holdout=holdout, max_pairs=max_pairs, seed=seed, batch_size=batch_size,
-            source_model=source_model, target_model=target_model, params=_parse_params(params),
+            source_model=source_model, target_model=target_model, params=_parse_params(params), force=force,
             on_start=lambda total: progress.update(task, total=total), on_batch=lambda n: progress.advance(task, n))
     summary = {"alignment": str(path), **alignment.summary()}
     if as_json:
@@ -166,16 +168,36 @@ def fit(source_url, target_url, pairs, method, center, scale, alpha, normalize, 
         return
     f = alignment.metadata["fit"]
     con = _console()
-    examined = alignment.metadata.get("anchors", {}).get("n_examined")
+    anchors = alignment.metadata.get("anchors", {})
+    examined = anchors.get("n_examined")
+    if anchors.get("pseudo_pairs"):   # no true pair behind this map: say how it was made, never "from N pairs"
+        made = (f"without pairs ({anchors.get('method')} on {anchors.get('n_source', 0):,} + "
+                f"{anchors.get('n_target', 0):,} unpaired vectors)")
+    else:
+        made = f"from {f['n_pairs']:,} pairs" + (f" ({examined:,} source records examined)" if examined else "")
     con.print(f"[bold green]saved[/] {path}: {alignment.kind} map {alignment.source_dim}d -> "
-              f"{alignment.target_dim}d from {f['n_pairs']:,} pairs"
-              + (f" ({examined:,} source records examined)" if examined else ""), markup=True)
+              f"{alignment.target_dim}d {made}", markup=True)
+    _print_validation(con, alignment.metadata.get("validation"))
     if "bound" in f:
         con.print(f"  in-sample mean squared residual {f['residual']:.4g} (Procrustes bound {f['bound']:.4g}, "
                   f"dot-product discrepancy delta {f['delta']:.4g})")
     if alignment.metadata.get("is_projection"):
         con.print("  [yellow]note:[/] the source has more dimensions than the target: this map is a projection",
                   markup=True)
+
+
+def _print_validation(con, validation):
+    """One line on the label-free validation of an unsupervised or seed-grown result, if it had one."""
+    from rich.markup import escape
+
+    if not validation:
+        return
+    if validation.get("passed"):
+        con.print(f"  validation passed: score {validation['score']:.2f} >= {validation['threshold']:.2f} "
+                  f"({escape(validation['reason'])})")
+    else:
+        con.print(f"  [bold red]validation FAILED[/] (kept because of --force): score {validation['score']:.2f} < "
+                  f"{validation['threshold']:.2f} ({escape(validation['reason'])})", markup=True)
 
 
 def _parse_params(items) -> dict:
@@ -210,11 +232,14 @@ def _parse_params(items) -> dict:
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--param", "params", multiple=True, metavar="KEY=VALUE",
               help="Estimator parameter for --pairs geh / unsupervised (repeatable), e.g. --param n_runs=10.")
+@click.option("--force", is_flag=True,
+              help="--pairs geh / unsupervised: write the links even when their map fails validation.")
 @click.option("-o", "--output", required=True, type=click.Path(dir_okay=False),
               help="Links file: .csv or .json (id links) or .npz (any pairing; needed when links carry vectors).")
 @click.option("--json", "as_json", is_flag=True)
 @handle_errors
-def link(source_url, target_url, pairs, seeds, model, old_model, text_field, sample, seed, params, output, as_json):
+def link(source_url, target_url, pairs, seeds, model, old_model, text_field, sample, seed, params, force, output,
+         as_json):
     """Find correspondences between SOURCE (old model) and TARGET (new model) for 'vecbridge fit --pairs file:PATH'."""
     import numpy as np
 
@@ -229,17 +254,22 @@ def link(source_url, target_url, pairs, seeds, model, old_model, text_field, sam
     con_err = _console(stderr=True)
     step = (lambda s: None) if as_json else (lambda s: con_err.print(f"[dim]-[/] {s}"))
     links = run_link(source_url, target_url, pairs, seeds=seeds, model=model, old_model=old_model,
-                     text_field=text_field, sample=sample, seed=seed, params=_parse_params(params), on_step=step)
+                     text_field=text_field, sample=sample, seed=seed, params=_parse_params(params), force=force,
+                     on_step=step)
     if len(links) == 0:
         raise InputError(f"--pairs {pairs} found no links")
     path = links.save(output)
     summary = {"links": str(path), "mode": links.mode, "n": len(links),
                "mean_confidence": float(np.mean(links.confidence)), "carries_vectors": links.has_vectors}
+    if "validation" in links.meta:
+        summary["validation"] = links.meta["validation"]
     if as_json:
         _print_json(summary)
     else:
-        _console().print(f"[bold green]linked[/] {len(links):,} pairs ({links.mode}, mean confidence "
-                         f"{summary['mean_confidence']:.2f}) -> {path}", markup=True)
+        con = _console()
+        con.print(f"[bold green]linked[/] {len(links):,} pairs ({links.mode}, mean confidence "
+                  f"{summary['mean_confidence']:.2f}) -> {path}", markup=True)
+        _print_validation(con, links.meta.get("validation"))
 
 
 @main.command()

@@ -218,7 +218,9 @@ class CorrespondenceSummary(JobResult):
     """How old and new records were paired (``mode``) and why that mode, how many pairs (``n``) and how they were
     split (``train`` to fit, ``held_out`` to measure). ``pseudo``: the partners are unsupervised estimates, not the
     same items; only then ``mutual_pairs``, ``mutual_fraction`` and ``mean_csls`` say how many mutual nearest
-    neighbours the unsupervised map found and how confidently."""
+    neighbours the unsupervised map found and how confidently. ``validation``: for unsupervised and GEH
+    correspondences, the label-free validation of their map (``vecbridge.align.validation.MapValidation`` as a dict,
+    plus which rows it used); a failed one makes the verdict NO-GO."""
 
     mode: str
     reason: str
@@ -229,6 +231,7 @@ class CorrespondenceSummary(JobResult):
     mutual_pairs: int | None = omit_if_none()
     mutual_fraction: float | None = omit_if_none()
     mean_csls: float | None = omit_if_none()
+    validation: dict | None = omit_if_none()
 
 
 @dataclass

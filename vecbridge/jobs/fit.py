@@ -71,27 +71,33 @@ def _vector_batches(links, batch_size: int, max_pairs):
                VectorBatch(links.target_ids[lo:hi], links.target_vectors[lo:hi]))
 
 
-def _fit_unsupervised(source, target, *, n: int, seed: int, params: dict, source_model, target_model) -> Alignment:
-    from .link import unsupervised_fit
+def _fit_unsupervised(source, target, *, n: int, seed: int, params: dict, source_model, target_model,
+                      force: bool = False) -> Alignment:
+    """mini-vec2vec on a sample of each side, validated without labels (:func:`vecbridge.jobs.link.check_map`): a map
+    that fails is refused (:class:`~vecbridge.errors.CheckFailed`) unless ``force``, and the artifact records the
+    validation either way (``metadata["validation"]``) and that its anchors are pseudo-pairs."""
+    from .link import ADVICE_UNSUPERVISED, check_map, unsupervised_fit
 
     if source is None or target is None:
         raise InputError("the unsupervised pairing needs a source and a target collection")
     src, tgt = open_collection(source), open_collection(target)
     a, b, est = unsupervised_fit(src, tgt, sample=n, seed=seed, params=params)
+    validation = check_map(est.procrustes_, src, tgt, a, b, seed=seed, force=force,
+                           what="the unsupervised alignment (mini-vec2vec)", advice=ADVICE_UNSUPERVISED)
     info_s, info_t = src.info(), tgt.info()
     return Alignment.from_estimator(
         est.procrustes_, source_model=source_model, target_model=target_model, metric=info_t.metric,
-        normalization="none", anchors={"method": "unsupervised mini-vec2vec", "n_source": len(a),
-                                       "n_target": len(b), "seed": seed, "params": params},
+        normalization="none", anchors={"method": "unsupervised mini-vec2vec", "pseudo_pairs": True,
+                                       "n_source": len(a), "n_target": len(b), "seed": seed, "params": params},
         source={"url": src.display_url, "dim": info_s.dim, "count": info_s.count},
-        target={"url": tgt.display_url, "dim": info_t.dim, "count": info_t.count})
+        target={"url": tgt.display_url, "dim": info_t.dim, "count": info_t.count}, validation=validation)
 
 
 def fit_alignment(source, target, *, pairs: "str | PairSpec" = "ids", method: str = "orthogonal", center: bool = False,
                   scale: bool = False, alpha: float = 0.01, normalization: str = "none", holdout: float = 0.0,
                   max_pairs: int | None = None, seed: int = 0, batch_size: int = 2000,
                   source_model: str | None = None, target_model: str | None = None,
-                  params: dict | None = None, on_batch: Callable[[int], None] | None = None,
+                  params: dict | None = None, force: bool = False, on_batch: Callable[[int], None] | None = None,
                   on_start: Callable[[int], None] | None = None) -> Alignment:
     """Fit a map from ``source``'s space to ``target``'s space on corresponding records, without holding them all.
 
@@ -106,7 +112,9 @@ def fit_alignment(source, target, *, pairs: "str | PairSpec" = "ids", method: st
     on a sample of ``max_pairs`` (default 10,000) records
     of each collection; the artifact holds its nearest orthogonal map (with both means). On wordnet this keeps
     retention@10 0.78 where refitting Procrustes on its mutual-nearest-neighbour links keeps 0.72
-    (``bench/linking_retention.py``).
+    (``bench/linking_retention.py``). Such a map can be silently wrong, so it is validated without labels
+    (:mod:`vecbridge.align.validation`) and refused with :class:`~vecbridge.errors.CheckFailed` when it fails, unless
+    ``force`` (then the artifact records the failed validation and ``migrate`` warns before using it).
     """
     spec = PairSpec.parse(pairs, allowed=("ids", "field", "file", "unsupervised"))
     chosen = method_of(method)
@@ -114,7 +122,7 @@ def fit_alignment(source, target, *, pairs: "str | PairSpec" = "ids", method: st
         raise InputError("estimator parameters apply to the unsupervised pairing only")
     if spec.kind == "unsupervised":
         return _fit_unsupervised(source, target, n=max_pairs or 10_000, seed=seed, params=params or {},
-                                 source_model=source_model, target_model=target_model)
+                                 source_model=source_model, target_model=target_model, force=force)
     if normalization not in ("none", "l2"):
         raise InputError("normalization must be 'none' or 'l2'")
     if not 0.0 <= holdout < 1.0:

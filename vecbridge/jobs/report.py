@@ -170,13 +170,16 @@ def find_correspondences(old: Collection, new: Collection | None, *, sample: int
 def _unsupervised_correspondences(old, new, sample, seed, params) -> Correspondences:
     """mini-vec2vec ("mini-vec2vec: Scaling Universal Geometry Alignment with Linear Transformations", Dar 2025) on
     a sample of each side, then the mutual nearest neighbours under its map."""
-    from .link import pseudo_pairs, unsupervised_fit
+    from .link import ADVICE_UNSUPERVISED, check_map, pseudo_pairs, unsupervised_fit
 
     a, b, est = unsupervised_fit(old, new, sample=sample, seed=seed, params=params)
+    # label-free validation (vecbridge.align.validation); a failure is the verdict's to report (NO-GO), not an error
+    validation = check_map(est, old, new, a, b, seed=seed, force=True, what="the unsupervised alignment",
+                           advice=ADVICE_UNSUPERVISED)
     pairs, scores = pseudo_pairs(est, a, b)
     frac = len(pairs) / max(min(len(a), len(b)), 1)
     diag = {"mutual_pairs": int(len(pairs)), "mutual_fraction": float(frac),
-            "mean_csls": float(np.mean(scores)) if len(scores) else 0.0}
+            "mean_csls": float(np.mean(scores)) if len(scores) else 0.0, "validation": validation}
     return Correspondences("unsupervised", f"no shared ids, texts or seeds; mini-vec2vec aligned {len(a):,} and "
                            f"{len(b):,} unpaired vectors and {len(pairs):,} mutual nearest neighbours "
                            f"({frac:.0%}) serve as pseudo-pairs", a.vectors[pairs[:, 0]], b.vectors[pairs[:, 1]],
@@ -185,16 +188,18 @@ def _unsupervised_correspondences(old, new, sample, seed, params) -> Corresponde
 
 
 def _geh_correspondences(old, new, seeds, sample, seed) -> Correspondences:
-    from .link import geh_fit
+    from .link import ADVICE_GEH, check_map, geh_fit, geh_map
 
     a, b, geh = geh_fit(old, new, seeds, sample=sample, seed=seed)
     links, n_seeds = geh.links_, int(geh.is_seed_.sum())
     if len(links) < MIN_PAIRS:
         raise InputError(f"GEH grew only {len(links)} links from {n_seeds} seeds: too few to fit a map")
+    validation = check_map(geh_map(a, b, geh), old, new, a, b, seed=seed, force=True,
+                           what="the map of the GEH links", advice=ADVICE_GEH)
     return Correspondences("geh", f"no shared ids; GEH grew {len(links):,} links from {n_seeds} seed pairs "
                            f"(mean confidence {float(np.mean(geh.confidence_)):.2f})", a.vectors[links[:, 0]],
                            b.vectors[links[:, 1]], [a.ids[i] for i in links[:, 0]],
-                           new_ids=[b.ids[i] for i in links[:, 1]])
+                           new_ids=[b.ids[i] for i in links[:, 1]], diagnostics={"validation": validation})
 
 
 def _log_pool_fit(sizes, values, full_size: int, hi: float = 1.0) -> float:
@@ -533,6 +538,13 @@ def verdict(report: "Report | dict") -> Verdict:
             f"{three['stay_on_old_model']:.3f}" + (f"; a full re-embed gives {full:.3f}" if full is not None else "")
             + (f", among {three['pool']:,} sampled items" if three.get("pool") else "")
             + "): keep the old model or re-embed"))
+    validation = report.get("correspondences", {}).get("validation")
+    if validation and not validation["passed"]:
+        what = "unsupervised" if report["correspondences"].get("pseudo") else "seed-grown"
+        return Verdict("NO-GO", (
+            f"the {what} correspondences failed their label-free validation (score {validation['score']:.2f} < "
+            f"{validation['threshold']:.2f}: {validation['reason']}), so every figure below is measured on likely "
+            f"wrong pairs: give seed pairs (--seeds) or re-embed a sample (--model/--text-field)"))
     if report.get("correspondences", {}).get("pseudo"):
         c = report["correspondences"]
         ru = report.get("retrieval_unsupervised")

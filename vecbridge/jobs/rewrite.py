@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import re
 import time
+import warnings
 from pathlib import Path
 from typing import Callable
 
@@ -78,6 +79,17 @@ def plan_migration(src: Collection, alignment: Alignment, tgt: Collection, *, ba
                          info.metric, batch_size, field, per_record * info.count, size, notes)
 
 
+def warn_failed_validation(alignment: Alignment, path: Path | None = None):
+    """Warn (before anything is written) when the alignment was saved with ``--force`` after failing its label-free
+    validation (``metadata["validation"]``, :mod:`vecbridge.align.validation`)."""
+    v = alignment.metadata.get("validation")
+    if isinstance(v, dict) and v.get("passed") is False:
+        name = path.name if path is not None else "the alignment"
+        warnings.warn(f"{name} failed its validation when it was fitted (score {v.get('score', float('nan')):.2f} < "
+                      f"{v.get('threshold', float('nan')):.2f}: {v.get('reason', 'no reason recorded')}) and was "
+                      f"saved with --force: the migrated vectors are likely wrong", UserWarning, stacklevel=3)
+
+
 def migrate(source, alignment, target=None, *, field: str | None = None, batch_size: int | None = None,
             resume: bool = False, overwrite: bool = False, dry_run: bool = False, checkpoint_path=None,
             metric: str | None = None, build_index: bool = True, on_progress: Callable[[int], None] | None = None,
@@ -100,6 +112,7 @@ def migrate(source, alignment, target=None, *, field: str | None = None, batch_s
     read, and raises :class:`CheckFailed` if not.
     """
     alignment, alignment_path = load_alignment(alignment)
+    warn_failed_validation(alignment, alignment_path)
     src = open_collection(source)   # never written: the identity checks below make sure
     if field is not None:
         if target is not None:
