@@ -125,3 +125,121 @@ def test_tuned_fusion_serves_at_least_as_well_as_staying(tmp_path, sample):
     assert t["recall"] == max(t["recall_by_beta"].values())
     r = run("upgrade", "status", "--state", state, "--json")
     assert json.loads(r.output)["events"][-1]["stage"] == "tuned"
+
+
+def _started(tmp_path, sample, name="u", fit_sample=500):
+    old = write_collection(f"file://{tmp_path}/old", sample.ids, sample.docs_old,
+                           [{"text": it["doc"]} for it in sample.items])
+    state = tmp_path / f"{name}.upgrade.sqlite"
+    r = run("upgrade", "start", old.url, "--to-model", MODEL, "--to", f"file://{tmp_path}/new", "--state", state,
+            "--fit-sample", fit_sample, "--json")
+    assert r.exit_code == 0, r.output
+    return old, state
+
+
+def test_changed_and_removed_source_records_are_picked_up(tmp_path, sample):
+    """A record the application changes mid-upgrade gets the map of its new old vector at once and is re-embedded
+    first (from its new text); a record it deletes is forgotten and never served again."""
+    from vecbridge.jobs.upgrade import Upgrade
+    from vecbridge.jobs.upgrade_state import UpgradeState
+
+    old, state = _started(tmp_path, sample)
+    st = UpgradeState.open(state)
+    mapped = [i for i, (o, _) in st.stamps(sample.ids).items() if o == "mapped"]
+    st.close()
+    changed, removed = mapped[0], mapped[1]
+    c, d = sample.ids.index(changed), sample.ids.index(removed)
+    # the application rewrites the collection: record `changed` now carries another item's text and vector,
+    # record `removed` is gone
+    keep = [j for j in range(len(sample.ids)) if j != d]
+    vectors, payloads = sample.docs_old.copy(), [{"text": it["doc"]} for it in sample.items]
+    vectors[c], payloads[c] = sample.docs_old[7], {"text": sample.items[7]["doc"]}
+    connect(old.url).drop()
+    write_collection(old.url, [sample.ids[j] for j in keep], vectors[keep], [payloads[j] for j in keep])
+
+    r = run("upgrade", "reembed", "--state", state, "--limit", 1, "--json")
+    assert r.exit_code == 0, r.output
+    out = json.loads(r.output)
+    assert (out["changed_in_source"], out["removed_from_source"], out["new_in_source"]) == (1, 1, 0)
+    assert out["total"] == len(keep) and out["counts"]["pending"] == 0
+    with Upgrade.open(state) as up:
+        assert up.state.stamps([changed])[changed][0] == "native"          # re-embedded first, from its new text
+        assert removed not in up.state.stamps([removed])
+        np.testing.assert_allclose(up.target.get([changed]).vectors[0], sample.docs_new[7], atol=1e-6)
+        ids, _ = up.search([sample.items[d]["doc"]], k=5)
+        assert removed not in ids[0]                                       # still in the new collection, not served
+        ids, _ = up.search([sample.items[d]["doc"]], k=5, hub_weight=0.5)
+        assert removed not in ids[0]
+    r = run("upgrade", "reembed", "--state", state, "--limit", 1, "--json")
+    assert json.loads(r.output)["changed_in_source"] == 0                  # nothing changed since
+
+
+def test_query_log_orders_re_embedding_and_enables_the_hub_penalty(tmp_path, sample):
+    from vecbridge.jobs.upgrade_state import UpgradeState
+
+    old, state = _started(tmp_path, sample)
+    log = write_collection(f"file://{tmp_path}/log", list(range(len(sample.queries_new))), sample.queries_new)
+    r = run("upgrade", "query-log", "--state", state, "--queries", log.url, "--json")
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.output)["records_scored"] == 1500
+    st = UpgradeState.open(state)
+    rows = st._db.execute("SELECT id, origin, hubness, query_hits FROM records").fetchall()
+    st.close()
+    assert all(h is not None and q is not None for _, _, h, q in rows)
+    assert sum(q for *_, q in rows) == 10 * len(sample.queries_new)        # each logged query's top 10, counted
+    for priority, col in (("queries", 3), ("hubs", 2)):
+        mapped = sorted((r for r in rows if r[1] == "mapped"), key=lambda r: -r[col])
+        cut = mapped[19][col]
+        surely_first = {json.loads(r[0]) for r in mapped if r[col] > cut}   # ties at the cut go in shuffle order
+        r = run("upgrade", "reembed", "--state", state, "--limit", 20, "--priority", priority, "--json")
+        assert r.exit_code == 0, r.output
+        st = UpgradeState.open(state)
+        native_now = {i for i, (o, _) in st.stamps(sample.ids).items() if o == "native"}
+        st.close()
+        assert surely_first <= native_now, priority
+        rows = [r for r in rows if json.loads(r[0]) not in native_now] + \
+               [r for r in rows if json.loads(r[0]) in native_now]
+        rows = [(i, "native" if json.loads(i) in native_now else o, h, q) for i, o, h, q in rows]
+    q_ids = [sample.ids[r] for r in sample.query_rows]
+    qn = write_collection(f"file://{tmp_path}/qn", q_ids, sample.queries_new)
+    qo = write_collection(f"file://{tmp_path}/qo", q_ids, sample.queries_old)
+    r = run("upgrade", "tune", "--state", state, "--queries", qn.url, "--old-queries", qo.url, "--json")
+    t = json.loads(r.output)
+    assert t["hub_weights_tried"] == [0.0, 0.25, 0.5, 1.0] and t["recall"] >= t["staying"]
+    r = run("upgrade", "search", "--state", state, sample.items[3]["doc"], "--hub-weight", 0.5, "-k", 3, "--json")
+    assert r.exit_code == 0 and json.loads(r.output)[0][0]["id"] == sample.ids[3], r.output
+
+
+def test_plan_predicts_each_stage_without_writing(tmp_path, sample):
+    old = write_collection(f"file://{tmp_path}/old", sample.ids, sample.docs_old,
+                           [{"text": it["doc"]} for it in sample.items])
+    q_ids = [sample.ids[r] for r in sample.query_rows]
+    qn = write_collection(f"file://{tmp_path}/qn", q_ids, sample.queries_new)
+    qo = write_collection(f"file://{tmp_path}/qo", q_ids, sample.queries_old)
+    before = sorted(p.name for p in tmp_path.iterdir())
+    r = run("upgrade", "plan", old.url, "--to-model", MODEL, "--queries", qn.url, "--old-queries", qo.url,
+            "--pool", 400, "--fit-sample", 500, "--json")
+    assert r.exit_code == 0, r.output
+    p = json.loads(r.output)["predicted"]
+    assert p["queries"] == 500 and p["pool"] == 900 and p["fit_sample"] == 500
+    assert [s["native_fraction"] for s in p["stages"]] == [0.0, 0.1, 0.25, 0.5, 1.0]
+    assert all(s["recall_fused"] >= p["staying"] for s in p["stages"])    # serving fused never below staying
+    assert p["stages"][-1]["recall"] > p["stages"][0]["recall"]
+    assert sorted(x.name for x in tmp_path.iterdir()) == before           # a plan writes nothing
+    r = run("upgrade", "plan", old.url, "--to-model", MODEL, "--queries", qn.url, "--pool", 400)
+    assert r.exit_code == 3 and "--old-queries" in r.output
+    r = run("upgrade", "plan", old.url, "--to-model", MODEL, "--queries", qn.url, "--old-queries", qo.url,
+            "--pool", 400, "--fit-sample", 500)
+    assert r.exit_code == 0 and "predicted Recall@10" in r.output, r.output
+
+
+def test_finalize_drops_the_old_vectors_only_when_asked(tmp_path, sample):
+    old, state = _started(tmp_path, sample)
+    assert run("upgrade", "reembed", "--state", state).exit_code == 0
+    assert run("upgrade", "cutover", "--state", state).exit_code == 0
+    r = CliRunner().invoke(main, ["upgrade", "finalize", "--state", str(state), "--drop-old"], input="n\n")
+    assert r.exit_code != 0 and connect(old.url).exists()                  # declined: nothing dropped
+    r = run("upgrade", "finalize", "--state", state, "--drop-old", "--yes", "--json")
+    assert r.exit_code == 0, r.output
+    assert "old collection" in json.loads(r.output)["dropped"] and not connect(old.url).exists()
+    assert connect(f"file://{tmp_path}/new").info().count == 1500

@@ -17,6 +17,7 @@ import click
 from ._version import __version__
 from .errors import StoreError, VecbridgeError
 from .jobs.fit import METHODS
+from .jobs.upgrade_state import PRIORITIES
 
 EXIT_INTERNAL = 70
 EXIT_INTERRUPTED = 130
@@ -819,8 +820,39 @@ def _print_upgrade(status: dict, as_json: bool, headline: str | None = None):
     con.print(f"upgrade of {status['source']} to {status['model']}: stage [bold]{status['stage']}[/], serving the "
               f"{status['serving']} model's vectors", markup=True)
     con.print(f"  {status['total']:,} records: {c['native']:,} native, {c['mapped']:,} mapped, "
-              f"{c['pending']:,} new in the source, {c['no-text']:,} without text "
+              f"{c['pending']:,} new or changed in the source, {c['no-text']:,} without text "
               f"({status['native_fraction']:.1%} native); new vectors in {status['vectors']}")
+    if status.get("dropped"):
+        con.print(f"  dropped {status['dropped']}")
+
+
+def _print_plan(p: dict, con) -> None:
+    from rich.table import Table
+
+    con.print(f"{p['source']}: {p['count']:,} records ({p['with_text']:.0%} with text), {p['dim']}d")
+    con.print(f"{p['model']}: {p['seconds_per_text'] * 1000:.1f} ms per text here; a full re-embed takes about "
+              f"{p['full_reembed_seconds'] / 3600:.2f} h")
+    pr = p.get("predicted")
+    if pr:
+        table = Table(title=f"predicted Recall@{pr['k']} of {pr['queries']:,} queries among {pr['pool']:,} records "
+                            f"(map: {pr['method']} on {pr['fit_sample']:,} re-embedded texts)")
+        for col in ("stage", "native", "new model", "fused with the old model", "old-query weight"):
+            table.add_column(col, justify="left" if col == "stage" else "right")
+        table.add_row("stay on the old model", "-", "-", f"{pr['staying']:.3f}", "-")
+        for st in pr["stages"]:
+            f = st["native_fraction"]
+            name = "start (mapped)" if f == 0 else "full re-embed" if f == 1 else f"{f:.0%} re-embedded"
+            table.add_row(name, f"{f:.0%}", f"{st['recall']:.3f}", f"{st['recall_fused']:.3f}", str(st["beta"]))
+        con.print(table)
+        at = pr["new_model_alone_from"]
+        con.print("the new model alone serves as well as staying " + (
+            "from the start" if at == 0 else f"from about {at:.0%} re-embedded" if at is not None
+            else "only after a full re-embed") + "; before that, serve fused (`upgrade search --old-model`). "
+            "Recall within a pool is higher than within the whole collection: compare the stages, not the levels.")
+    else:
+        con.print("quality at each stage: give --queries and --old-queries (queries with known answers)")
+    for s in p["stages"]:
+        con.print(f"  - {s}")
 
 
 @upgrade.command("plan")
@@ -828,22 +860,30 @@ def _print_upgrade(status: dict, as_json: bool, headline: str | None = None):
 @click.option("--to-model", "model", required=True, help="The new model: a name, a local path or module:function.")
 @click.option("--text-field", default="text", show_default=True, help="Payload field with each record's text.")
 @click.option("--sample", type=POSITIVE_INT, default=64, show_default=True, help="Texts encoded to measure the cost.")
+@click.option("--queries", "queries_url", default=None,
+              help="New-model query vectors (id = the id of each query's relevant record): predict each stage.")
+@click.option("--old-queries", "old_queries_url", default=None, help="The same queries in the old model.")
+@click.option("--pool", type=POSITIVE_INT, default=2000, show_default=True,
+              help="Records re-embedded (besides the queries' answers) to predict each stage on.")
+@click.option("--fit-sample", type=POSITIVE_INT, default=2000, show_default=True,
+              help="Records re-embedded to fit the map, as `upgrade start` will.")
+@click.option("--method", type=click.Choice(list(METHODS)), default="orthogonal", show_default=True,
+              help="The alignment method `upgrade start` will fit.")
 @click.option("--json", "as_json", is_flag=True)
 @handle_errors
-def upgrade_plan(source_url, model, text_field, sample, as_json):
-    """Dry run: what re-embedding SOURCE_URL with the new model costs on this machine. Writes nothing."""
+def upgrade_plan(source_url, model, text_field, sample, queries_url, old_queries_url, pool, fit_sample, method,
+                 as_json):
+    """Dry run: what re-embedding SOURCE_URL costs here and, given queries, what each stage serves. Writes nothing."""
     from .jobs.upgrade import plan
 
-    p = plan(source_url, model=model, text_field=text_field, sample=sample)
+    con_err = _console(stderr=True)
+    step = (lambda s: None) if as_json else (lambda s: con_err.print(f"[dim]-[/] {s}"))
+    p = plan(source_url, model=model, text_field=text_field, sample=sample, queries=queries_url,
+             old_queries=old_queries_url, pool=pool, fit_sample=fit_sample, method=method, on_step=step)
     if as_json:
         _print_json(p)
         return
-    con = _console()
-    con.print(f"{p['source']}: {p['count']:,} records ({p['with_text']:.0%} with text), {p['dim']}d")
-    con.print(f"{p['model']}: {p['seconds_per_text'] * 1000:.1f} ms per text here; a full re-embed takes about "
-              f"{p['full_reembed_seconds'] / 3600:.2f} h")
-    for s in p["stages"]:
-        con.print(f"  - {s}")
+    _print_plan(p, _console())
 
 
 @upgrade.command("start")
@@ -856,10 +896,12 @@ def upgrade_plan(source_url, model, text_field, sample, as_json):
               help="Use this alignment instead of fitting one on a re-embedded sample.")
 @click.option("--fit-sample", type=POSITIVE_INT, default=2000, show_default=True,
               help="Stored texts re-embedded to fit the map (they are kept as native vectors).")
+@click.option("--method", type=click.Choice(list(METHODS)), default="orthogonal", show_default=True,
+              help="Alignment method fitted on the re-embedded sample (clustered keeps more quality).")
 @_state_option(required=False)
 @click.option("--json", "as_json", is_flag=True)
 @handle_errors
-def upgrade_start(source_url, model, text_field, field, target_url, alignment_path, fit_sample, state_path,
+def upgrade_start(source_url, model, text_field, field, target_url, alignment_path, fit_sample, method, state_path,
                   as_json):
     """Fit the map, write mapped vectors beside the old ones and stamp every record (the old vectors stay)."""
     from .jobs.upgrade import start
@@ -867,7 +909,8 @@ def upgrade_start(source_url, model, text_field, field, target_url, alignment_pa
     con_err = _console(stderr=True)
     step = (lambda s: None) if as_json else (lambda s: con_err.print(f"[dim]-[/] {s}"))
     status = start(source_url, model=model, text_field=text_field, field=field, to=target_url,
-                   alignment=alignment_path, fit_sample=fit_sample, state_path=state_path, on_step=step)
+                   alignment=alignment_path, method=method, fit_sample=fit_sample, state_path=state_path,
+                   on_step=step)
     _print_upgrade(status, as_json, f"[bold green]started[/]: state in {status['state']}")
 
 
@@ -878,8 +921,10 @@ def upgrade_start(source_url, model, text_field, field, target_url, alignment_pa
               help="Stop when this fraction of the collection is native.")
 @click.option("--budget-seconds", type=click.FloatRange(min=0, min_open=True), default=None,
               help="Stop after this many seconds.")
-@click.option("--priority", type=click.Choice(["random", "residual"]), default="random", show_default=True,
-              help="Order of re-embedding: a fixed shuffle, or the mapped vectors expected to be worst first.")
+@click.option("--priority", type=click.Choice(list(PRIORITIES)), default="random", show_default=True,
+              help="Order of re-embedding: a fixed shuffle; the mapped vectors expected to be worst (residual) or "
+                   "attracting the most queries (hubs) first; the records a query log retrieves most (queries; "
+                   "after `upgrade query-log`).")
 @click.option("--batch-size", type=POSITIVE_INT, default=64, show_default=True)
 @click.option("--max-per-second", type=click.FloatRange(min=0, min_open=True), default=None,
               help="Rate limit (texts per second), e.g. for an API model.")
@@ -896,7 +941,9 @@ def upgrade_reembed(state_path, limit, until, budget_seconds, priority, batch_si
                             on_start=lambda n: progress.update(task, total=n),
                             on_progress=lambda n: progress.advance(task, n))
     _print_upgrade(result, as_json, f"[bold green]re-embedded[/] {result['reembedded']:,} records in "
-                                    f"{result['seconds']:.1f} s ({result['new_in_source']:,} new in the source)")
+                                    f"{result['seconds']:.1f} s (the source: {result['new_in_source']:,} added, "
+                                    f"{result['changed_in_source']:,} changed, {result['removed_from_source']:,} "
+                                    f"removed since the last run)")
 
 
 @upgrade.command("status")
@@ -920,14 +967,16 @@ def upgrade_status(state_path, as_json):
                    "old model is the better retriever).")
 @click.option("--beta", type=click.FloatRange(min=0), default=None,
               help="Weight of the old-model query in the fusion (default: the one `upgrade tune` chose, else 1).")
+@click.option("--hub-weight", type=click.FloatRange(min=0), default=None,
+              help="Hub penalty: subtract this times each record's hub score (default: what `upgrade tune` chose).")
 @click.option("--json", "as_json", is_flag=True)
 @handle_errors
-def upgrade_search(state_path, texts, k, old_model, beta, as_json):
+def upgrade_search(state_path, texts, k, old_model, beta, hub_weight, as_json):
     """Search the upgrade's vectors with query TEXTS encoded by the new model, at any stage."""
     from .jobs.upgrade import open_upgrade
 
     with open_upgrade(state_path) as up:
-        ids, scores = up.search(list(texts), k, old_model=old_model, beta=beta)
+        ids, scores = up.search(list(texts), k, old_model=old_model, beta=beta, hub_weight=hub_weight)
     rows = [[{"id": i, "score": float(s)} for i, s in zip(r, sc)] for r, sc in zip(ids, scores)]
     if as_json:
         _print_json(rows)
@@ -948,16 +997,34 @@ def upgrade_search(state_path, texts, k, old_model, beta, as_json):
 @click.option("--json", "as_json", is_flag=True)
 @handle_errors
 def upgrade_tune(state_path, queries_url, old_queries_url, k, as_json):
-    """Choose the old query's weight in fused search on queries with known answers, never below staying."""
+    """Choose the fusion and hub-penalty weights on queries with known answers, never below staying."""
     from .jobs.upgrade import tune
 
     result = tune(state_path, queries_url, old_queries_url, k=k)
     if as_json:
         _print_json(result)
         return
-    _console().print(f"fusion weight beta = {result['beta']}: Recall@{k} {result['recall']:.3f} on "
+    _console().print(f"fusion weight beta = {result['beta']}, hub penalty weight {result['hub_weight']}: "
+                     f"Recall@{k} {result['recall']:.3f} on "
                      f"{result['n_queries']:,} queries (new model alone {result['new_model_only']:.3f}, staying on "
                      f"the old model {result['staying']:.3f}); `upgrade search --old-model` uses it")
+
+
+@upgrade.command("query-log")
+@_state_option()
+@click.option("--queries", "queries_url", required=True,
+              help="A sample of your query log, encoded by the new model (a collection of query vectors).")
+@click.option("-k", "k", type=POSITIVE_INT, default=10, show_default=True)
+@click.option("--json", "as_json", is_flag=True)
+@handle_errors
+def upgrade_query_log(state_path, queries_url, k, as_json):
+    """Score every record against logged queries: the hubs and queries priorities, and the hub penalty."""
+    from .jobs.upgrade import learn_queries
+
+    result = learn_queries(state_path, queries_url, k=k)
+    _print_upgrade(result, as_json, f"[bold green]scored[/] {result['records_scored']:,} records against "
+                                    f"{result['queries']:,} logged queries ({result['records_retrieved']:,} "
+                                    f"retrieved by at least one)")
 
 
 def _upgrade_move(name: str, doc: str):
@@ -977,7 +1044,23 @@ def _upgrade_move(name: str, doc: str):
 
 _upgrade_move("cutover", "Serve the new model's vectors (pgvector: the <table>_serving view, switched atomically).")
 _upgrade_move("rollback", "Serve the old model's vectors again, exactly as before the upgrade.")
-_upgrade_move("finalize", "End the upgrade after a cutover, once every record is native (nothing is dropped).")
+@upgrade.command("finalize")
+@_state_option()
+@click.option("--drop-old", is_flag=True,
+              help="Also remove the old vectors: the old vector column (pgvector) or the old collection.")
+@click.option("--yes", is_flag=True, help="With --drop-old: do not ask for confirmation.")
+@click.option("--json", "as_json", is_flag=True)
+@handle_errors
+def upgrade_finalize(state_path, drop_old, yes, as_json):
+    """End the upgrade after a cutover, once every record is native (the old vectors stay unless --drop-old)."""
+    from .jobs.upgrade import open_upgrade
+
+    if drop_old and not yes:
+        click.confirm("Drop the old model's vectors for good? Rollback will no longer be possible", abort=True,
+                      err=True)
+    with open_upgrade(state_path) as up:
+        status = up.finalize(drop_old=drop_old)
+    _print_upgrade(status, as_json, "[bold green]finalize[/]")
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -1,4 +1,4 @@
-"""A model upgrade end to end on every real engine: start -> reembed (killed with SIGKILL, resumed) -> a record added
+"""A model upgrade end to end on every real engine: start -> reembed (killed with SIGKILL, resumed) -> a record added and one changed
 mid-upgrade -> cutover -> rollback -> cutover -> finalize. After each step the old vectors are bit-exact, no record
 is missing or doubled, and each record's stamp says how its new vector was made."""
 from __future__ import annotations
@@ -107,8 +107,11 @@ def test_upgrade_end_to_end(engine, new_url, sample, tmp_path):
         proc.wait()
     assert 500 < _native(state_path) < n, "the interruption did not land mid-run"
 
-    # a record the source gains mid-upgrade (through another handle: the source belongs to its application)
+    # a record the source gains mid-upgrade and one its application rewrites (another text, its old vector
+    # re-made), through another handle: the source belongs to its application
     connect(url).upsert(VectorBatch([sample.ids[n]], sample.docs_old[n:n + 1], [{"text": sample.items[n]["doc"]}]))
+    connect(url).upsert(VectorBatch([sample.ids[0]], sample.docs_old[n + 1:n + 2],
+                                    [{"text": sample.items[n + 1]["doc"]}]))
     before = _snapshot(connect(url))
     if engine.name in EMBEDDED:
         with Upgrade.open(state_path) as up:
@@ -153,6 +156,13 @@ def test_pgvector_cutover_switches_the_serving_view_atomically(engine, new_url, 
         view = connect(view_url, read_only=True)
         assert view.info().dim == 384 and view.info().count == 200
         np.testing.assert_array_equal(view.get(sample.ids[:5]).vectors, sample.docs_old[:5].astype(np.float32))
+        # re-embed everything, cut over, finalize dropping the old column: the view keeps serving the new one
+        up.reembed()
+        up.cutover()
+        up.finalize(drop_old=True)
+    assert set(connect(f"{url}&vector=v_new").info().vector_fields) == {"v_new"}   # the old column is gone
+    served = connect(view_url, read_only=True)
+    assert served.info().dim == 768 and served.info().count == 200
 
 
 def _alias_target(coll, alias: str) -> str:

@@ -201,6 +201,10 @@ class Collection(abc.ABC):
         """Add a second vector field / column to an existing collection."""
         raise StoreError(f"{self.scheme}: adding a vector field is not supported by this store")
 
+    def drop_vector_field(self, name: str) -> None:
+        """Remove a vector field / column and its values (what ``upgrade finalize --drop-old`` asks for)."""
+        raise StoreError(f"{self.scheme}: removing a vector field is not supported by this store")
+
     #: True where ``create(..., index=False)`` + :meth:`build_index` makes bulk loads faster
     supports_deferred_index = False
 

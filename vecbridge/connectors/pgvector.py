@@ -527,6 +527,22 @@ class PgVectorCollection(Collection):
         self._with_conn("add a vector column", work)
         self._schema_cache = None
 
+    def drop_vector_field(self, name: str) -> None:
+        """``ALTER TABLE ... DROP COLUMN name`` (with its index); the table's last vector column stays."""
+        self._writable()
+        fields = self._schema().vector_fields
+        if name not in fields:
+            raise StoreError(f"{self.display_url}: no vector column {name!r}")
+        if len(fields) == 1:
+            raise StoreError(f"{self.display_url}: {name!r} is the table's only vector column")
+
+        def work(conn: psycopg.Connection) -> None:
+            with conn.transaction():
+                conn.execute(sql.SQL("ALTER TABLE {} DROP COLUMN {}").format(self.table_ident, sql.Identifier(name)))
+
+        self._with_conn("drop a vector column", work)
+        self._schema_cache = None
+
     def with_vector_field(self, name: str) -> "PgVectorCollection":
         """The same table seen through vector column ``name`` (the URL with ``vector=name``).
 

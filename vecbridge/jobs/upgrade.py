@@ -19,7 +19,7 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 import numpy as np
 
 from ..align.artifact import Alignment
-from ..align.procrustes import OrthogonalProcrustes
+from ..align.methods import method as method_of
 from ..connectors import connect
 from ..connectors.base import Collection, VectorBatch
 from ..connectors.url import redact
@@ -27,12 +27,17 @@ from ..errors import InputError, StoreError
 from ..vectors import l2_normalize
 from .open import load_alignment, open_collection
 from .reembed import load_model, reembed_pairs
+from .rerank import hub_penalty
 from .rewrite import migrate
-from .upgrade_state import UpgradeState
+from .upgrade_state import UpgradeState, record_digest
 
 STAGES = ("mapped", "cutover", "rolled-back", "finalized")
 #: the old query's weights tried by :meth:`Upgrade.tune_fusion` (``inf``: the old model alone, i.e. staying)
 FUSION_BETAS = (0.0, 0.25, 0.5, 1.0, 2.0, 3.0, 5.0, 10.0, float("inf"))
+#: the hub penalty's weights tried by :meth:`Upgrade.tune_fusion` (0: no penalty)
+HUB_WEIGHTS = (0.0, 0.25, 0.5, 1.0)
+#: reference queries per record in a hub score (``r(d)``: mean cosine to its nearest reference queries)
+HUB_K = 10
 _SECRET_PARAMS = ("password", "api_key", "token")
 
 
@@ -64,6 +69,8 @@ class Upgrade:
         self.source = connect(self.meta["source"], read_only=True)
         self.target = self._target()
         self._model = None
+        self._alignment = None
+        self._reference = state.reference()
 
     @classmethod
     def open(cls, path) -> "Upgrade":
@@ -79,6 +86,18 @@ class Upgrade:
         if self._model is None:
             self._model = load_model(self.meta["model"])
         return self._model
+
+    @property
+    def alignment(self) -> Alignment:
+        if self._alignment is None:
+            self._alignment = load_alignment(self.meta["alignment"])[0]
+        return self._alignment
+
+    def hubness(self, new_vectors) -> np.ndarray | None:
+        """Hub scores ``r(d)`` of new vectors against the reference queries (None before there are any)."""
+        if self._reference is None or not len(new_vectors):
+            return None
+        return hub_penalty(new_vectors, self._reference, HUB_K)
 
     def close(self) -> None:
         self.state.close()
@@ -98,7 +117,11 @@ class Upgrade:
                 "source": redact(self.meta["source"]), "vectors": self.meta.get("field") or
                 redact(self.meta["target"]), "model": self.meta["model"], "alignment": self.meta["alignment"],
                 "counts": counts, "total": total,
-                "native_fraction": counts["native"] / total if total else 0.0, "events": self.state.events()}
+                "native_fraction": counts["native"] / total if total else 0.0,
+                "fusion_beta": "old model alone" if self.meta.get("fusion_stays") else self.meta.get("fusion_beta"),
+                "hub_weight": self.meta.get("hub_weight", 0.0),
+                "hub_reference": self.meta.get("hub_reference"), "dropped": self.meta.get("dropped"),
+                "events": self.state.events()}
 
     def _move(self, to_stage: str, allowed_from: tuple[str, ...], serving: str) -> dict:
         stage = self.meta["stage"]
@@ -118,16 +141,28 @@ class Upgrade:
         """Serve the old model's vectors again, exactly as before the upgrade (they were never written)."""
         return self._move("rolled-back", ("cutover",), "old")
 
-    def finalize(self) -> dict:
-        """End the upgrade after a cutover: no more rollback; the old vectors stay until you drop them yourself."""
+    def finalize(self, *, drop_old: bool = False) -> dict:
+        """End the upgrade after a cutover, once every record is native: no more rollback. The old vectors stay
+        unless ``drop_old``: then the old vector column is removed (PostgreSQL+pgvector) or, when the new vectors
+        are a collection of their own, the old collection is dropped."""
         if self.meta["stage"] != "cutover":
             raise InputError(f"the upgrade is {self.meta['stage']}: finalize after a cutover")
+        self.sync()
         pending = self.state.counts()
         if pending["mapped"] or pending["pending"]:
             raise InputError(f"{pending['mapped'] + pending['pending']:,} records have no native vector yet: run "
                              f"`vecbridge upgrade reembed` to the end first")
-        self.meta = self.state.update(stage="finalized")
-        self.state.event("finalized", "old vectors may now be dropped")
+        dropped = None
+        if drop_old:
+            old = connect(self.meta["source"])
+            if self.meta.get("field"):
+                old.drop_vector_field(self.meta["source_field"] or old.vector_field)
+                dropped = f"the old vector field {self.meta['source_field'] or old.vector_field!r}"
+            else:
+                old.drop()
+                dropped = f"the old collection {redact(self.meta['source'])}"
+        self.meta = self.state.update(stage="finalized", dropped=dropped)
+        self.state.event("finalized", f"dropped {dropped}" if dropped else "old vectors kept: drop them when ready")
         return self.status()
 
     def _serve(self, which: str) -> str:
@@ -147,15 +182,35 @@ class Upgrade:
         return "the upgrade's state (this store has no view or alias to switch)"
 
     # --- re-embedding -----------------------------------------------------------------------------------------------
-    def sync(self) -> int:
-        """Stamp records the source gained since the start as ``pending`` (no new vector yet); returns how many."""
-        new = []
-        for batch in self.source.scan(batch_size=2000):
-            known = self.state.stamps(batch.ids)
-            new += [i for i in batch.ids if i not in known]
-        if new:
-            self.state.stamp(new, "pending", "")
-        return len(new)
+    def sync(self) -> dict:
+        """Bring the state up to the source. Records added or changed since their new vector was made (a changed
+        old vector or text) get the map of their current old vector, written now so that nothing served is stale,
+        and are stamped ``pending`` (re-embedded first); records gone from the source are forgotten and no longer
+        served. Returns ``{"added", "changed", "removed"}``."""
+        added = changed = 0
+        text_field = self.meta["text_field"]
+        with self.state.seen() as seen:
+            for batch in self.source.scan(batch_size=2000):
+                seen(batch.ids)
+                digests = [record_digest(v, (p or {}).get(text_field)) for v, p in zip(batch.vectors, batch.payloads)]
+                known = self.state.digests(batch.ids)
+                stale = [j for j, (i, d) in enumerate(zip(batch.ids, digests))
+                         if i not in known or (known[i] is not None and known[i] != d)]
+                if not stale:
+                    continue
+                n_new = sum(batch.ids[j] not in known for j in stale)
+                added, changed = added + n_new, changed + len(stale) - n_new
+                part = batch.take(np.asarray(stale))
+                mapped = self.alignment.transform(part.vectors).astype(np.float32)
+                self.target.upsert(part.with_vectors(mapped))
+                self.state.stamp(part.ids, "pending", self.alignment.fingerprint, digests=[digests[j] for j in stale],
+                                 hubness=self.hubness(mapped))
+            gone = seen.missing()
+        if gone:
+            self.state.forget(gone)
+        if added or changed or gone:
+            self.state.event("sync", f"{added:,} added, {changed:,} changed, {len(gone):,} removed in the source")
+        return {"added": added, "changed": changed, "removed": len(gone)}
 
     def reembed(self, *, limit: int | None = None, until: float | None = None, budget_seconds: float | None = None,
                 priority: str = "random", batch_size: int = 64, max_per_second: float | None = None,
@@ -168,7 +223,7 @@ class Upgrade:
             raise InputError("the upgrade is finalized")
         if until is not None and not 0 < until <= 1:
             raise InputError("until is a fraction of the collection in (0, 1]")
-        added = self.sync()
+        synced = self.sync()
         counts = self.state.counts()
         total = sum(counts.values())
         todo = counts["mapped"] + counts["pending"]
@@ -197,7 +252,8 @@ class Upgrade:
                 vectors = np.asarray(self.model([texts[j] for j in has]), dtype=np.float32)
                 batch = records.take(np.asarray(has)).with_vectors(vectors)
                 self.target.upsert(batch)
-                self.state.stamp(batch.ids, "native", self.meta["model"])
+                self.state.stamp(batch.ids, "native", self.meta["model"], hubness=self.hubness(vectors),
+                                 digests=[record_digest(records.vectors[j], texts[j]) for j in has])
             gone = set(ids) - set(records.ids)   # deleted from the source since: nothing left to re-embed
             if gone:
                 self.state.forget(gone)
@@ -206,94 +262,164 @@ class Upgrade:
                 on_progress(len(ids))
             if max_per_second:
                 time.sleep(max(0.0, len(has) / max_per_second - (time.perf_counter() - tb)))
-        self.state.event("reembed", f"{done:,} records, {added:,} new in the source")
-        return {**self.status(), "reembedded": done, "new_in_source": added, "without_text": no_text,
-                "seconds": time.perf_counter() - t0}
+        self.state.event("reembed", f"{done:,} records")
+        return {**self.status(), "reembedded": done, "new_in_source": synced["added"],
+                "changed_in_source": synced["changed"], "removed_from_source": synced["removed"],
+                "without_text": no_text, "seconds": time.perf_counter() - t0}
+
+    def learn_queries(self, queries, *, k: int = HUB_K) -> dict:
+        """Score every record against a log of new-model query vectors: its hub score ``r(d)`` (the mean cosine to
+        its ``k`` nearest log queries: the ``hubs`` priority and the hub penalty of :meth:`search`) and how often
+        the log's queries retrieve it in their top ``k`` (the ``queries`` priority). The log becomes the hub
+        reference for records re-embedded later."""
+        Q = np.asarray(queries, dtype=np.float32)
+        if Q.ndim != 2 or not len(Q):
+            raise InputError("the query log is empty")
+        if Q.shape[1] != self.target.info().dim:
+            raise InputError(f"the query log has {Q.shape[1]} dimensions, the new model's vectors "
+                             f"{self.target.info().dim}: give queries encoded by the new model")
+        self.state.set_reference(Q)
+        self._reference = self.state.reference()
+        scored = 0
+        for batch in self.target.scan(batch_size=2000):
+            self.state.score("hubness", batch.ids, self.hubness(batch.vectors))
+            scored += len(batch)
+        hits: dict = {}
+        Qn = l2_normalize(Q)
+        for lo in range(0, len(Qn), 256):
+            ids, _ = self.target.search(Qn[lo:lo + 256], k)
+            for row in ids:
+                for i in row:
+                    hits[i] = hits.get(i, 0) + 1
+        self.state.score("query_hits", list(hits), list(hits.values()), reset=True)
+        self.meta = self.state.update(hub_reference=f"a query log of {len(Q):,} queries")
+        self.state.event("queries", f"{len(Q):,} logged queries scored {scored:,} records")
+        return {**self.status(), "queries": len(Q), "records_scored": scored, "records_retrieved": len(hits)}
 
     # --- serving ----------------------------------------------------------------------------------------------------
-    def _fused_candidates(self, q_new: np.ndarray, q_old: np.ndarray, k_candidates: int):
-        """Per query: the union of both searches' candidates with their new and old cosines (rows as returned)."""
+    def _candidates(self, q_new: np.ndarray, q_old: np.ndarray | None, k_candidates: int):
+        """Per query: ``(ids, cos_new, cos_old, hub)`` over its candidates, the union of the new search's and (with
+        old-model queries) the old search's top ``k_candidates``, in the order returned. Records the upgrade no
+        longer holds (gone from the source) are left out; ``hub`` is 0 where a record has no hub score."""
         ids_n, _ = self.target.search(q_new, k_candidates)
-        ids_o, _ = self.source.search(q_old, k_candidates)
+        ids_o = self.source.search(q_old, k_candidates)[0] if q_old is not None else [[]] * len(q_new)
         out = []
         for qi in range(len(q_new)):
             cand = list(dict.fromkeys(list(ids_n[qi]) + list(ids_o[qi])))
-            new_v, old_v = self.target.get(cand), self.source.get(cand)
+            held = self.state.scores_of(cand)
+            cand = [i for i in cand if i in held]
+            new_v = self.target.get(cand)
             vn = dict(zip(new_v.ids, l2_normalize(new_v.vectors)))
-            vo = dict(zip(old_v.ids, l2_normalize(old_v.vectors)))
-            both = [i for i in cand if i in vn and i in vo]
-            out.append((both, np.array([vn[i] @ q_new[qi] for i in both]), np.array([vo[i] @ q_old[qi] for i in both])))
+            vo = {}
+            if q_old is not None:
+                old_v = self.source.get(cand)
+                vo = dict(zip(old_v.ids, l2_normalize(old_v.vectors)))
+            both = [i for i in cand if i in vn and (q_old is None or i in vo)]
+            out.append((both, np.array([vn[i] @ q_new[qi] for i in both], dtype=np.float32),
+                        np.array([vo[i] @ q_old[qi] for i in both], dtype=np.float32) if q_old is not None else None,
+                        np.array([held[i] or 0.0 for i in both], dtype=np.float32)))
         return out
 
     @staticmethod
-    def _fuse(cos_new: np.ndarray, cos_old: np.ndarray, beta: float) -> np.ndarray:
-        """``(cos_new + beta cos_old) / (1 + beta)``; ``beta = inf`` is the old model alone (staying)."""
-        return cos_old if np.isinf(beta) else (cos_new + beta * cos_old) / (1.0 + beta)
+    def _score(cos_new: np.ndarray, cos_old: np.ndarray | None, hub: np.ndarray, beta: float, weight: float):
+        """``(cos_new + beta cos_old) / (1 + beta) - weight r(d)``; ``beta = inf`` is the old model alone (staying,
+        no penalty: the hub score belongs to the new vectors)."""
+        if cos_old is not None and np.isinf(beta):
+            return cos_old
+        s = cos_new if cos_old is None or beta == 0 else (cos_new + beta * cos_old) / (1.0 + beta)
+        return s - weight * hub if weight else s
 
     def tune_fusion(self, queries_new, queries_old, relevant: list, *, k: int = 10, k_candidates: int = 100) -> dict:
-        """Choose the old query's weight ``beta`` on queries with known answers (``relevant[i]`` is the id of query
-        i's relevant record): the grid includes the old model alone (``inf``), so the choice serves at least as well
-        as staying on the old model on these queries. Saved in the state; ``search`` uses it by default."""
+        """Choose the old query's weight ``beta`` and the hub penalty's weight on queries with known answers
+        (``relevant[i]`` is the id of query i's relevant record): the grid includes the old model alone (``inf``),
+        so the choice serves at least as well as staying on the old model on these queries. Saved in the state;
+        ``search`` uses them by default. The penalty is tried once records have hub scores (from the start's
+        re-embedded sample, or a query log: :meth:`learn_queries`)."""
         q_new = l2_normalize(np.asarray(queries_new, dtype=np.float32))
         q_old = l2_normalize(np.asarray(queries_old, dtype=np.float32))
         if not (len(q_new) == len(q_old) == len(relevant)) or not len(relevant):
             raise InputError("tuning needs the same queries in both models and the id of each one's relevant record")
-        cands = self._fused_candidates(q_new, q_old, k_candidates)
+        cands = self._candidates(q_new, q_old, k_candidates)
+        has_hub = any(h.any() for _, _, _, h in cands)
+        weights = HUB_WEIGHTS if has_hub else (0.0,)
         recall = {}
         for beta in FUSION_BETAS:
-            hits = 0
-            for (ids, cn, co), rel in zip(cands, relevant):
-                order = np.argsort(-self._fuse(cn, co, beta), kind="stable")[:k]
-                hits += rel in {ids[j] for j in order}
-            recall[beta] = hits / len(relevant)
-        best = max(FUSION_BETAS, key=lambda b: (recall[b], -b if np.isfinite(b) else -1e9))
-        self.meta = self.state.update(fusion_beta=None if np.isinf(best) else best, fusion_stays=bool(np.isinf(best)))
-        self.state.event("tuned", f"beta {best} on {len(relevant):,} queries")
-        return {"beta": "old model alone" if np.isinf(best) else best, "recall": recall[best],
-                "staying": recall[np.inf], "new_model_only": recall[0.0], "n_queries": len(relevant),
-                "recall_by_beta": {("inf" if np.isinf(b) else b): r for b, r in recall.items()}}
+            for w in (weights if np.isfinite(beta) else (0.0,)):
+                hits = 0
+                for (ids, cn, co, hub), rel in zip(cands, relevant):
+                    order = np.argsort(-self._score(cn, co, hub, beta, w), kind="stable")[:k]
+                    hits += rel in {ids[j] for j in order}
+                recall[beta, w] = hits / len(relevant)
+        # ties: the lightest penalty, then the smallest old-model weight (the old model alone last)
+        best_beta, best_w = max(recall, key=lambda bw: (recall[bw], -bw[1], -bw[0] if np.isfinite(bw[0]) else -1e9))
+        stays = bool(np.isinf(best_beta))
+        self.meta = self.state.update(fusion_beta=None if stays else best_beta, fusion_stays=stays,
+                                      hub_weight=best_w)
+        self.state.event("tuned", f"beta {best_beta}, hub weight {best_w} on {len(relevant):,} queries")
+        by_beta = {("inf" if np.isinf(b) else b): max(r for (bb, _), r in recall.items() if bb == b)
+                   for b in FUSION_BETAS}
+        return {"beta": "old model alone" if stays else best_beta, "hub_weight": best_w,
+                "recall": recall[best_beta, best_w], "staying": recall[np.inf, 0.0],
+                "new_model_only": recall[0.0, 0.0], "n_queries": len(relevant), "recall_by_beta": by_beta,
+                "hub_weights_tried": list(weights)}
 
     def search(self, texts: list[str], k: int = 10, *, old_model: str | None = None, beta: float | None = None,
-               k_candidates: int = 100) -> tuple[list[list], np.ndarray]:
+               hub_weight: float | None = None, k_candidates: int = 100) -> tuple[list[list], np.ndarray]:
         """New-model queries over the upgrade's vectors (mapped and native alike). With ``old_model``, each query is
         also encoded by the old model and every candidate scored ``(cos(q_new, v_new) + beta cos(q_old, v_old)) /
-        (1 + beta)`` over the union of both searches' candidates (dual-query fusion); ``beta`` defaults to the one
-        :meth:`tune_fusion` chose, else 1."""
+        (1 + beta)`` over the union of both searches' candidates (dual-query fusion); ``hub_weight`` subtracts
+        ``weight * r(d)``, the record's hub score (the hub penalty). Both default to what :meth:`tune_fusion`
+        chose (else fusion with beta 1, no penalty)."""
         q_new = l2_normalize(np.asarray(self.model(texts), dtype=np.float32))
-        if old_model is None:
-            return self.target.search(q_new, k)
-        if beta is None:
-            beta = np.inf if self.meta.get("fusion_stays") else float(self.meta.get("fusion_beta") or 1.0)
-        q_old = l2_normalize(np.asarray(load_model(old_model)(texts), dtype=np.float32))
+        weight = float(self.meta.get("hub_weight") or 0.0) if hub_weight is None else float(hub_weight)
+        q_old = None
+        if old_model is not None:
+            if beta is None:
+                beta = np.inf if self.meta.get("fusion_stays") else float(self.meta.get("fusion_beta") or 1.0)
+            q_old = l2_normalize(np.asarray(load_model(old_model)(texts), dtype=np.float32))
         out_ids, out_scores = [], np.full((len(texts), k), -np.inf, dtype=np.float32)
-        for qi, (ids, cn, co) in enumerate(self._fused_candidates(q_new, q_old, k_candidates)):
-            scores = self._fuse(cn, co, beta)
+        if q_old is None and not weight:   # the store's own search; records gone from the source left out
+            ids, scores = self.target.search(q_new, 2 * k)
+            held = self.state.scores_of([i for row in ids for i in row])
+            for qi, row in enumerate(ids):
+                keep = [j for j, i in enumerate(row) if i in held][:k]
+                out_ids.append([row[j] for j in keep])
+                out_scores[qi, :len(keep)] = np.asarray(scores[qi])[keep]
+            return out_ids, out_scores
+        for qi, (ids, cn, co, hub) in enumerate(self._candidates(q_new, q_old, max(k, k_candidates))):
+            scores = self._score(cn, co, hub, beta or 0.0, weight)
             order = np.argsort(-scores, kind="stable")[:k]
             out_ids.append([ids[j] for j in order])
             out_scores[qi, :len(order)] = scores[order]
         return out_ids, out_scores
 
 
-def _residuals(X, alignment: Alignment, sample) -> np.ndarray:
+def _residuals(X, mapped, alignment: Alignment, sample) -> np.ndarray:
     """Expected unreliability of each mapped vector: the fit anchors' residuals ``1 - cos(T(x_a), y_a)`` near it in
     the old space, weighted by similarity (the ``anchor_residual`` strategy the report measures)."""
     from .options import anchor_residuals, reliability_scores
 
     olds, news = sample
     res = anchor_residuals(alignment.transform(olds.vectors), news)
-    return reliability_scores(X, alignment.transform(X), olds.vectors, news, res)["anchor_residual"]
+    return reliability_scores(X, mapped, olds.vectors, news, res)["anchor_residual"]
+
+
+def _digests(batch: VectorBatch, text_field: str) -> list[str]:
+    return [record_digest(v, (p or {}).get(text_field)) for v, p in zip(batch.vectors, batch.payloads)]
 
 
 def start(source, *, model: str, text_field: str, state_path=None, field: str | None = None, to=None,
-          alignment=None, fit_sample: int = 2000, seed: int = 0, batch_size: int | None = None,
-          on_step: Callable[[str], None] = lambda s: None) -> dict:
-    """Begin an upgrade of ``source`` to ``model``: fit the map on ``fit_sample`` re-embedded records (or use
-    ``alignment``), write mapped vectors into the new vector ``field`` of the source (stores with named vectors) or
-    into the new collection ``to``, write the re-embedded sample natively, and stamp every record.
+          alignment=None, method: str = "orthogonal", fit_sample: int = 2000, seed: int = 0,
+          batch_size: int | None = None, on_step: Callable[[str], None] = lambda s: None) -> dict:
+    """Begin an upgrade of ``source`` to ``model``: fit the map (``method``, see :mod:`vecbridge.align.methods`) on
+    ``fit_sample`` re-embedded records (or use ``alignment``), write mapped vectors into the new vector ``field`` of
+    the source (stores with named vectors) or into the new collection ``to``, write the re-embedded sample natively,
+    and stamp every record (with its residual and hub scores, measured against the re-embedded sample).
 
     The state file is written first (stage ``starting``): the same command run again after a crash continues the
     interrupted start."""
     src = open_collection(source)
+    chosen = method_of(method)
     if (field is None) == (to is None):
         raise InputError("say where the new vectors go: a new vector field of the source (field) or a new "
                          "collection (to)")
@@ -315,7 +441,7 @@ def start(source, *, model: str, text_field: str, state_path=None, field: str | 
         if alignment is None:
             on_step(f"re-embedding {fit_sample:,} stored texts ({text_field!r}) with {model} to fit the map")
             olds, news = reembed_pairs(src, load_model(model), text_field=text_field, n=fit_sample, seed=seed)
-            est = OrthogonalProcrustes().fit(olds.vectors, news)
+            est = chosen.build(seed=seed).fit(olds.vectors, news)
             alignment = Alignment.from_estimator(
                 est, target_model=model, metric=src.info().metric,
                 anchors={"method": "re-embedded-sample", "n": len(olds)}).save(
@@ -330,13 +456,20 @@ def start(source, *, model: str, text_field: str, state_path=None, field: str | 
         if checkpoint.exists() or not written:
             migrate(src, aligned if align_file is None else align_file, None if field else to, field=field,
                     batch_size=batch_size, checkpoint_path=checkpoint, resume=checkpoint.exists())
+        if sample is not None:   # the re-embedded sample is the hub reference until a query log replaces it
+            state.set_reference(sample[1])
         for batch in src.scan(batch_size=2000):   # the target holds the same ids; the old vectors score priority
-            state.stamp(batch.ids, "mapped", aligned.fingerprint,
-                        _residuals(batch.vectors, aligned, sample) if sample is not None else None)
+            mapped = aligned.transform(batch.vectors)
+            scored = {} if sample is None else {
+                "residuals": _residuals(batch.vectors, mapped, aligned, sample),
+                "hubness": hub_penalty(mapped, sample[1], HUB_K)}
+            state.stamp(batch.ids, "mapped", aligned.fingerprint, digests=_digests(batch, text_field), **scored)
         if sample is not None:   # the fit's re-embedded texts are native vectors already: keep them
             olds, news = sample
             target.upsert(olds.with_vectors(news))
-            state.stamp(olds.ids, "native", model)
+            with_self = hub_penalty(news, news, HUB_K + 1)   # each is its own nearest reference: leave it out
+            state.stamp(olds.ids, "native", model, digests=_digests(olds, text_field),
+                        hubness=(with_self * (HUB_K + 1) - 1.0) / HUB_K)
         state.update(stage="mapped")
         state.event("mapped", f"alignment {aligned.fingerprint[:12]}")
         return Upgrade(state).status()
@@ -344,9 +477,92 @@ def start(source, *, model: str, text_field: str, state_path=None, field: str | 
         state.close()
 
 
-def plan(source, *, model: str, text_field: str, sample: int = 64, seed: int = 0) -> dict:
-    """What an upgrade of ``source`` to ``model`` costs on this machine, measured on ``sample`` stored texts; writes
-    nothing. (Quality at each stage on your own queries: ``vecbridge report --pairs reembed``.)"""
+#: native fractions at which :func:`plan` predicts what the upgrade serves
+PLAN_FRACTIONS = (0.0, 0.1, 0.25, 0.5, 1.0)
+
+
+def _query_pairs(queries, old_queries) -> tuple[VectorBatch, VectorBatch]:
+    """The same queries in the new and the old model (each query's id is its relevant record's id)."""
+    new_q = VectorBatch.concat(list(open_collection(queries).scan(batch_size=2000)))
+    old_q = open_collection(old_queries).get(list(new_q.ids))
+    if len(old_q) < len(new_q):
+        raise InputError(f"only {len(old_q):,} of the {len(new_q):,} queries are in the old-model query collection")
+    by_id = dict(zip(old_q.ids, range(len(old_q))))
+    return new_q, old_q.take(np.asarray([by_id[i] for i in new_q.ids]))
+
+
+def _with_text(batch: VectorBatch, text_field: str) -> tuple[VectorBatch, list[str]]:
+    keep = [j for j, p in enumerate(batch.payloads) if isinstance((p or {}).get(text_field), str)
+            and (p or {})[text_field].strip()]
+    part = batch.take(np.asarray(keep, dtype=np.int64))
+    return part, [p[text_field] for p in part.payloads]
+
+
+def predict_stages(src: Collection, embed, *, text_field: str, queries, old_queries, pool: int = 2000,
+                   fit_sample: int = 2000, method: str = "orthogonal", seed: int = 0, k: int = 10,
+                   fractions=PLAN_FRACTIONS, on_step: Callable[[str], None] = lambda s: None) -> dict:
+    """Recall@k the upgrade serves at each stage, simulated on a pool of the collection: the queries' relevant
+    records plus ``pool`` others, all re-embedded, and a map fitted on ``fit_sample`` further re-embedded records
+    (as ``start`` does). Each stage serves the pool with a ``fraction`` of it native (random order), new-model
+    queries alone and fused with old-model ones (the fusion weight chosen on these queries, as ``upgrade tune``
+    does), against staying on the old model. Recall within a pool is higher than within the whole collection;
+    the comparison between stages is what carries over."""
+    from .options import recall, relevant_ranks
+
+    chosen = method_of(method)
+    new_q, old_q = _query_pairs(queries, old_queries)
+    relevant, rel_texts = _with_text(src.get(list(dict.fromkeys(new_q.ids))), text_field)
+    if not len(relevant):
+        raise InputError(f"none of the queries' relevant records is in {src.display_url} with text in "
+                         f"{text_field!r}")
+    held = set(relevant.ids)
+    others, other_texts = _with_text(src.sample(pool + len(held), seed=seed), text_field)
+    keep = np.asarray([j for j, i in enumerate(others.ids) if i not in held][:pool], dtype=np.int64)
+    others, other_texts = others.take(keep), [other_texts[j] for j in keep]
+    docs = VectorBatch.concat([relevant, others])
+    in_pool = set(docs.ids)
+    fit, fit_texts = _with_text(src.sample(fit_sample + len(in_pool), seed=seed + 1), text_field)
+    keep = np.asarray([j for j, i in enumerate(fit.ids) if i not in in_pool][:fit_sample], dtype=np.int64)
+    fit, fit_texts = fit.take(keep), [fit_texts[j] for j in keep]
+    if len(fit) < 2:
+        raise InputError(f"{src.display_url} has too few records with text beyond the pool to fit a map")
+    on_step(f"re-embedding {len(docs) + len(fit):,} stored texts to predict each stage")
+    t0 = time.perf_counter()
+    Y = np.asarray(embed(rel_texts + other_texts), dtype=np.float32)
+    Y_fit = np.asarray(embed(fit_texts), dtype=np.float32)
+    seconds = time.perf_counter() - t0
+    M = chosen.build(seed=seed).fit(fit.vectors, Y_fit).transform(docs.vectors)
+    row = {i: j for j, i in enumerate(docs.ids)}
+    use = np.asarray([qi for qi, i in enumerate(new_q.ids) if i in row], dtype=np.int64)
+    Qn, Qo = new_q.vectors[use], old_q.vectors[use]
+    rel = np.asarray([row[new_q.ids[qi]] for qi in use], dtype=np.int64)
+    staying = recall(relevant_ranks(Qo, docs.vectors, rel), k)
+    order = np.random.default_rng(seed).permutation(len(docs))
+    stages = []
+    for f in fractions:
+        served = M.copy()
+        native = order[:int(round(f * len(docs)))]
+        served[native] = Y[native]
+        alone = recall(relevant_ranks(Qn, served, rel), k)
+        fused = {b: recall(relevant_ranks(Qn, served, rel, Q_old=Qo, old_docs=docs.vectors, beta=b), k)
+                 for b in FUSION_BETAS if 0 < b < np.inf}
+        best = max(fused, key=lambda b: (fused[b], -b))
+        stages.append({"native_fraction": f, "recall": alone, "recall_fused": max(fused[best], staying),
+                       "beta": best if fused[best] >= staying else "old model alone"})
+    alone_ok = [st["native_fraction"] for st in stages if st["recall"] >= staying]
+    return {"k": k, "queries": len(use), "pool": len(docs), "fit_sample": len(fit), "method": chosen.name,
+            "staying": staying, "stages": stages, "texts_encoded": len(docs) + len(fit), "encode_seconds": seconds,
+            "new_model_alone_from": alone_ok[0] if alone_ok else None}
+
+
+def plan(source, *, model: str, text_field: str, sample: int = 64, seed: int = 0, queries=None, old_queries=None,
+         pool: int = 2000, fit_sample: int = 2000, method: str = "orthogonal",
+         on_step: Callable[[str], None] = lambda s: None) -> dict:
+    """What an upgrade of ``source`` to ``model`` costs on this machine, measured on ``sample`` stored texts, and,
+    given queries with known answers in both models (``queries``, ``old_queries``), the Recall@10 it serves at each
+    stage (:func:`predict_stages`). Writes nothing."""
+    if (queries is None) != (old_queries is None):
+        raise InputError("predicting quality needs the queries in both models: give --queries and --old-queries")
     src = open_collection(source)
     info = src.info()
     if info.count == 0:
@@ -362,9 +578,14 @@ def plan(source, *, model: str, text_field: str, sample: int = 64, seed: int = 0
     embed(texts)
     per_text = (time.perf_counter() - t0) / len(texts)
     with_text = len(texts) / len(records)
+    predicted = None
+    if queries is not None:
+        predicted = predict_stages(src, embed, text_field=text_field, queries=queries, old_queries=old_queries,
+                                   pool=pool, fit_sample=fit_sample, method=method, seed=seed, on_step=on_step)
+        per_text = predicted["encode_seconds"] / predicted["texts_encoded"]   # the larger measurement
     return {"source": src.display_url, "count": info.count, "dim": info.dim, "model": model,
             "texts_sampled": len(records), "with_text": with_text, "seconds_per_text": per_text,
-            "full_reembed_seconds": per_text * info.count * with_text,
+            "full_reembed_seconds": per_text * info.count * with_text, "predicted": predicted,
             "stages": ["start: fit the map on a re-embedded sample, write mapped vectors beside the old ones",
                        "reembed: replace mapped vectors by native ones in the background (resumable)",
                        "cutover: serve the new model's vectors; rollback at any time until finalize"]}
@@ -373,12 +594,16 @@ def plan(source, *, model: str, text_field: str, sample: int = 64, seed: int = 0
 def tune(path, queries, old_queries, *, k: int = 10) -> dict:
     """:meth:`Upgrade.tune_fusion` on two query collections (the same queries embedded by the new and the old model,
     each query's id being its relevant record's id, as ``vecbridge report --queries`` takes them)."""
-    new_q = VectorBatch.concat(list(open_collection(queries).scan(batch_size=2000)))
-    old_q = open_collection(old_queries).get(list(new_q.ids))
-    if len(old_q) < len(new_q):
-        raise InputError(f"only {len(old_q):,} of the {len(new_q):,} queries are in the old-model query collection")
+    new_q, old_q = _query_pairs(queries, old_queries)
     with open_upgrade(path) as up:
         return up.tune_fusion(new_q.vectors, old_q.vectors, list(new_q.ids), k=k)
+
+
+def learn_queries(path, queries, *, k: int = HUB_K) -> dict:
+    """:meth:`Upgrade.learn_queries` on a collection of new-model query vectors (a sample of the query log)."""
+    log = VectorBatch.concat(list(open_collection(queries).scan(batch_size=2000)))
+    with open_upgrade(path) as up:
+        return up.learn_queries(log.vectors, k=k)
 
 
 def open_upgrade(path) -> Upgrade:

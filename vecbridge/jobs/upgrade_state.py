@@ -2,14 +2,17 @@
 was made.
 
 Tables: ``meta`` (one JSON document: the collections, the models, the stage), ``records`` (one row per record,
-with ``made_by``: the alignment's fingerprint or the model's name) and ``events`` (the stage history). A record's
-``origin`` is ``mapped`` (the alignment applied to its old vector), ``native`` (the new model run on its text),
-``pending`` (the source gained it after the start; no new vector yet) or ``no-text`` (no text to embed: it keeps its
-mapped vector). Every write is one transaction, so a run killed at any point leaves a consistent file: a batch is
-stamped only after it was written to the store.
+with ``made_by``: the alignment's fingerprint or the model's name, and ``digest``: a hash of the old vector and the
+text the new vector was made from), ``reference`` (new-model query vectors the hub scores are measured against) and
+``events`` (the stage history). A record's ``origin`` is ``mapped`` (the alignment applied to its old vector),
+``native`` (the new model run on its text), ``pending`` (added or changed in the source since its new vector was
+made: it holds the map of its current old vector and is re-embedded first) or ``no-text`` (no text to embed: it
+keeps its mapped vector). Every write is one transaction, so a run killed at any point leaves a consistent file: a
+batch is stamped only after it was written to the store.
 """
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import sqlite3
@@ -17,10 +20,15 @@ import time
 from pathlib import Path
 from typing import Iterable
 
+import numpy as np
+
 from ..errors import InputError
 
 ORIGINS = ("mapped", "native", "pending", "no-text")
-PRIORITIES = ("random", "residual")
+#: re-embedding orders (after the pending records): column that scores a record, higher first
+PRIORITIES = {"random": None, "residual": "residual", "hubs": "hubness", "queries": "query_hits"}
+#: per-record columns added since the first state files (added on open)
+_SCORE_COLUMNS = ("residual", "hubness", "query_hits", "digest")
 
 
 def _key(record_id) -> str:
@@ -31,6 +39,14 @@ def _key(record_id) -> str:
 def _shuffle(key: str) -> int:
     """A fixed pseudo-random rank per record: the ``random`` priority order, the same in every run."""
     return int.from_bytes(hashlib.blake2b(key.encode(), digest_size=7).digest(), "big")
+
+
+def record_digest(vector, text) -> str:
+    """What a record's new vector was made from: its old vector (bit for bit) and its text. A different digest at
+    the next sync means the application changed the record, so its new vector is stale."""
+    h = hashlib.blake2b(np.ascontiguousarray(vector, dtype=np.float32).tobytes(), digest_size=12)
+    h.update(text.encode() if isinstance(text, str) else b"\x00")
+    return h.hexdigest()
 
 
 class UpgradeState:
@@ -51,11 +67,24 @@ class UpgradeState:
         with db:
             db.execute("CREATE TABLE meta (doc TEXT NOT NULL)")
             db.execute("CREATE TABLE records (id TEXT PRIMARY KEY, origin TEXT NOT NULL, made_by TEXT NOT NULL, "
-                       "updated REAL NOT NULL, shuffle INTEGER NOT NULL, residual REAL)")
+                       "updated REAL NOT NULL, shuffle INTEGER NOT NULL, residual REAL, hubness REAL, "
+                       "query_hits REAL, digest TEXT)")
             db.execute("CREATE INDEX records_order ON records (origin, shuffle)")
             db.execute("CREATE TABLE events (at REAL NOT NULL, stage TEXT NOT NULL, detail TEXT NOT NULL)")
+            db.execute("CREATE TABLE reference (rows INTEGER NOT NULL, dim INTEGER NOT NULL, data BLOB NOT NULL)")
             db.execute("INSERT INTO meta VALUES (?)", (json.dumps(meta),))
         return cls(path, db)
+
+    @staticmethod
+    def _complete(db: sqlite3.Connection) -> None:
+        """Add what state files written by an earlier version lack (columns, the reference table)."""
+        have = {row[1] for row in db.execute("PRAGMA table_info(records)")}
+        with db:
+            for col in _SCORE_COLUMNS:
+                if col not in have:
+                    db.execute(f"ALTER TABLE records ADD COLUMN {col} {'TEXT' if col == 'digest' else 'REAL'}")
+            db.execute("CREATE TABLE IF NOT EXISTS reference (rows INTEGER NOT NULL, dim INTEGER NOT NULL, "
+                       "data BLOB NOT NULL)")
 
     @classmethod
     def open(cls, path) -> "UpgradeState":
@@ -65,6 +94,7 @@ class UpgradeState:
         try:
             db = sqlite3.connect(path, isolation_level=None)
             db.execute("SELECT doc FROM meta").fetchone()
+            cls._complete(db)
         except sqlite3.DatabaseError as exc:
             raise InputError(f"{path} is not an upgrade state file ({exc})") from None
         return cls(path, db)
@@ -92,20 +122,80 @@ class UpgradeState:
                 for at, st, d in self._db.execute("SELECT at, stage, detail FROM events ORDER BY rowid")]
 
     # --- records ----------------------------------------------------------------------------------------------------
-    def stamp(self, ids: Iterable, origin: str, made_by: str, residuals: Iterable[float] | None = None) -> None:
+    def stamp(self, ids: Iterable, origin: str, made_by: str, residuals: Iterable[float] | None = None, *,
+              digests: Iterable[str] | None = None, hubness: Iterable[float] | None = None) -> None:
         """Record how the new vectors of ``ids`` were made (called after they were written to the store);
-        ``residuals``: how unreliable each mapped vector is expected to be (the ``residual`` priority)."""
+        ``residuals``: how unreliable each mapped vector is expected to be (the ``residual`` priority);
+        ``digests``: :func:`record_digest` of what each was made from; ``hubness``: its hub score against the
+        reference queries (the ``hubs`` priority and the hub penalty). Scores not given keep their value."""
         if origin not in ORIGINS:
             raise InputError(f"origin must be one of {', '.join(ORIGINS)}")
         now = time.time()
         keys = list(map(_key, ids))
-        res = [None] * len(keys) if residuals is None else [float(r) for r in residuals]
+
+        def column(values, cast):
+            return [None] * len(keys) if values is None else [cast(v) for v in values]
+
+        rows = zip(keys, column(residuals, float), column(hubness, float), column(digests, str))
         with self._db:
             self._db.executemany(
-                "INSERT INTO records VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT(id) DO UPDATE SET origin = excluded.origin, "
+                "INSERT INTO records (id, origin, made_by, updated, shuffle, residual, hubness, digest) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT(id) DO UPDATE SET origin = excluded.origin, "
                 "made_by = excluded.made_by, updated = excluded.updated, "
-                "residual = coalesce(excluded.residual, records.residual)",
-                [(k, origin, made_by, now, _shuffle(k), r) for k, r in zip(keys, res)])
+                "residual = coalesce(excluded.residual, records.residual), "
+                "hubness = coalesce(excluded.hubness, records.hubness), "
+                "digest = coalesce(excluded.digest, records.digest)",
+                [(k, origin, made_by, now, _shuffle(k), r, h, d) for k, r, h, d in rows])
+
+    def score(self, column: str, ids: Iterable, values: Iterable[float], *, reset: bool = False) -> None:
+        """Set one score column (``hubness`` or ``query_hits``) of records that have a stamp; ``reset`` first sets
+        it to 0 for every record."""
+        if column not in ("hubness", "query_hits"):
+            raise InputError(f"no score column {column!r}")
+        with self._db:
+            if reset:
+                self._db.execute(f"UPDATE records SET {column} = 0")
+            self._db.executemany(f"UPDATE records SET {column} = ? WHERE id = ?",
+                                 [(float(v), _key(i)) for i, v in zip(ids, values)])
+
+    def scores_of(self, ids: Iterable) -> dict:
+        """``{id: hub score or None}`` for the ids that have a stamp (the others are not the upgrade's)."""
+        return {i: h for i, (h,) in self._lookup(ids, "hubness").items()}
+
+    @contextlib.contextmanager
+    def seen(self):
+        """Collect the ids a scan of the source sees (``seen(ids)``); ``seen.missing()`` lists the stamped ids it
+        did not see: records deleted from the source."""
+        with self._db:
+            self._db.execute("CREATE TEMP TABLE IF NOT EXISTS seen_ids (id TEXT PRIMARY KEY)")
+            self._db.execute("DELETE FROM seen_ids")
+
+        def add(ids):
+            with self._db:
+                self._db.executemany("INSERT OR IGNORE INTO seen_ids VALUES (?)", [(_key(i),) for i in ids])
+
+        add.missing = lambda: [json.loads(k) for (k,) in self._db.execute(
+            "SELECT id FROM records WHERE id NOT IN (SELECT id FROM seen_ids)")]
+        try:
+            yield add
+        finally:
+            with self._db:
+                self._db.execute("DROP TABLE IF EXISTS seen_ids")
+
+    # --- the reference queries of the hub scores --------------------------------------------------------------------
+    def set_reference(self, vectors) -> None:
+        """Keep new-model query vectors (a log sample, or the re-embedded fit sample) as raw float32: hub scores of
+        records re-embedded later are measured against the same queries."""
+        V = np.ascontiguousarray(vectors, dtype=np.float32)
+        if V.ndim != 2 or not len(V):
+            raise InputError("the hub reference needs a non-empty 2-D array of query vectors")
+        with self._db:
+            self._db.execute("DELETE FROM reference")
+            self._db.execute("INSERT INTO reference VALUES (?, ?, ?)", (V.shape[0], V.shape[1], V.tobytes()))
+
+    def reference(self) -> np.ndarray | None:
+        row = self._db.execute("SELECT rows, dim, data FROM reference").fetchone()
+        return None if row is None else np.frombuffer(row[2], dtype=np.float32).reshape(row[0], row[1]).copy()
 
     def forget(self, ids: Iterable) -> None:
         """Drop the stamps of records that left the source."""
@@ -116,26 +206,37 @@ class UpgradeState:
         got = dict(self._db.execute("SELECT origin, count(*) FROM records GROUP BY origin").fetchall())
         return {o: int(got.get(o, 0)) for o in ORIGINS}
 
-    def stamps(self, ids: Iterable) -> dict:
-        """``{id: (origin, made_by)}`` for the ids that have a stamp."""
+    def _lookup(self, ids: Iterable, columns: str) -> dict:
+        """``{id: row of columns}`` for the ids that have a stamp."""
         keys = {_key(i): i for i in ids}
         out = {}
         items = list(keys)
         for lo in range(0, len(items), 500):
             chunk = items[lo:lo + 500]
-            rows = self._db.execute(f"SELECT id, origin, made_by FROM records WHERE id IN "
+            rows = self._db.execute(f"SELECT id, {columns} FROM records WHERE id IN "
                                     f"({','.join('?' * len(chunk))})", chunk).fetchall()
-            out.update({keys[k]: (o, m) for k, o, m in rows})
+            out.update({keys[r[0]]: tuple(r[1:]) for r in rows})
         return out
 
+    def stamps(self, ids: Iterable) -> dict:
+        """``{id: (origin, made_by)}`` for the ids that have a stamp."""
+        return self._lookup(ids, "origin, made_by")
+
+    def digests(self, ids: Iterable) -> dict:
+        """``{id: digest or None}`` for the ids that have a stamp."""
+        return {i: d for i, (d,) in self._lookup(ids, "digest").items()}
+
     def to_reembed(self, limit: int, priority: str = "random") -> list:
-        """Up to ``limit`` ids still waiting for their native vector: records the source gained first (they have
-        no new vector at all), then mapped ones in ``priority`` order: ``random`` (a fixed shuffle, the same in
-        every run, so an interrupted run continues where it was) or ``residual`` (the mapped vectors expected to be
-        worst first: those whose nearest fit anchors the map fits worst; ties and unscored records in shuffle order)."""
+        """Up to ``limit`` ids still waiting for their native vector: records the source gained or changed first,
+        then mapped ones in ``priority`` order: ``random`` (a fixed shuffle, the same in every run, so an
+        interrupted run continues where it was), ``residual`` (the mapped vectors expected to be worst first: those
+        whose nearest fit anchors the map fits worst), ``hubs`` (mapped vectors that attract the most queries
+        first) or ``queries`` (the records a query log retrieves most often first); ties and unscored records in
+        shuffle order."""
         if priority not in PRIORITIES:
             raise InputError(f"priority must be one of {', '.join(PRIORITIES)}, got {priority!r}")
-        order = "shuffle" if priority == "random" else "coalesce(residual, -1) DESC, shuffle"
+        col = PRIORITIES[priority]
+        order = "shuffle" if col is None else f"coalesce({col}, -1e300) DESC, shuffle"
         rows = self._db.execute("SELECT id FROM records WHERE origin IN ('pending', 'mapped') "
                                 f"ORDER BY origin = 'mapped', {order} LIMIT ?", (int(limit),)).fetchall()
         return [json.loads(k) for (k,) in rows]
