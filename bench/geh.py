@@ -31,6 +31,7 @@ import argparse
 import json
 import os
 import platform
+import sys
 import time
 import warnings
 from pathlib import Path
@@ -223,6 +224,123 @@ def part_timing(data, out, sizes, time_cap):
             break
 
 
+
+# ----------------------------------------------------------------------------------------------------------------
+CUTS = [0.5, 0.6, 0.7, 0.75, 0.8, 0.9]
+BINS = [0.0, 0.5, 0.6, 0.7, 0.8, 0.9, 0.95, 1.0001]
+
+
+def _labels(pairs: np.ndarray, truth: np.ndarray, n2: int) -> np.ndarray:
+    true = set((truth[:, 0] * n2 + truth[:, 1]).tolist())
+    return np.array([k in true for k in (pairs[:, 0] * n2 + pairs[:, 1]).tolist()], dtype=bool)
+
+
+def part_calibration(root: Path, corpora, alphas, split_seeds, out: dict):
+    """Both corpora side by side: the calibrated default against the previous default (``calibrate=False``: the
+    refinement's two-Gaussian cut), P / R / F1 per alpha over split seeds; the calibrated confidence's reliability
+    (predicted vs measured precision per confidence bin, and per cut); a sweep of cuts to choose the default on both
+    corpora. Labels are used only to measure: the fit sees the vectors and the 15 seeds."""
+    default_cut = GEH().votes.min_confidence
+    runs = []
+    for corpus in corpora:
+        A, B = load(root / corpus, "minilm6"), load(root / corpus, "mpnet")
+        for alpha in alphas:
+            for sd in split_seeds:
+                rows1, rows2, truth, seeds = make_split(len(A), alpha, 15, sd)
+                E1, E2 = A[rows1], B[rows2]
+                n2 = len(E2)
+                t0 = time.perf_counter()
+                base = GEH(random_state=sd).set_params(calibrate=False).fit(E1, E2, seeds)
+                t_base = time.perf_counter() - t0
+                t0 = time.perf_counter()
+                g = GEH(random_state=sd).fit(E1, E2, seeds)
+                t_new = time.perf_counter() - t0
+                c = g.calibration_
+                lab = _labels(c["candidates"], truth, n2)
+                seed_keys = set((seeds[:, 0] * n2 + seeds[:, 1]).tolist())
+                n_true = len(set((truth[:, 0] * n2 + truth[:, 1]).tolist()) - seed_keys)
+                run = dict(corpus=corpus, alpha=alpha, split_seed=sd, n1=len(E1), n2=n2,
+                           baseline=score(base.links_, truth, seeds, n2), baseline_seconds=round(t_base, 2),
+                           calibrated=score(g.links_, truth, seeds, n2), seconds=round(t_new, 2),
+                           estimated_precision=g.estimated_precision_, load=loadavg(),
+                           n_partnerless=round(c["n_partnerless"], 1), decoy_rate=round(c["decoy_rate"], 4),
+                           cuts={}, bins=[])
+                conf = c["candidate_confidence"]
+                for cut in CUTS:
+                    k = conf >= cut
+                    tp = int(lab[k].sum())
+                    p_ = tp / max(int(k.sum()), 1)
+                    r_ = tp / max(n_true, 1)
+                    run["cuts"][str(cut)] = dict(predicted=float(conf[k].mean()) if k.any() else None, precision=p_,
+                                                 recall=r_, f1=2 * p_ * r_ / (p_ + r_) if p_ + r_ else 0.0,
+                                                 n_links=int(k.sum()))
+                for lo, hi in zip(BINS[:-1], BINS[1:]):
+                    k = (conf >= lo) & (conf < hi)
+                    run["bins"].append(dict(lo=lo, hi=min(hi, 1.0), n=int(k.sum()), conf_sum=float(conf[k].sum()),
+                                            correct=int(lab[k].sum())))
+                runs.append(run)
+                print(f"  {corpus} alpha {alpha} split {sd}: baseline {fmt(run['baseline'])} ({t_base:.1f} s), "
+                      f"calibrated {fmt(run['calibrated'])} ({t_new:.1f} s), predicted P "
+                      f"{run['estimated_precision']:.3f}", flush=True)
+    out["runs"] = runs
+    out["default_cut"] = default_cut
+    med = lambda xs: float(np.median(xs))   # noqa: E731
+    print(f"\n### GEH at 15 seeds, minilm6 -> mpnet: previous default vs calibrated cut {default_cut} (medians over "
+          f"split seeds {list(split_seeds)}; P / R / F1, seeds excluded)\n")
+    print("| alpha | method | " + " | ".join(corpora) + " |")
+    print("|---|---|" + "---|" * len(corpora))
+    summary = []
+    for alpha in alphas:
+        for key, label in (("baseline", "previous default (two-Gaussian cut)"), ("calibrated", "calibrated cut")):
+            cells = []
+            for corpus in corpora:
+                rs = [r for r in runs if r["corpus"] == corpus and r["alpha"] == alpha]
+                m = {k: med([r[key][k] for r in rs]) for k in ("precision", "recall", "f1")}
+                sec = med([r["seconds" if key == "calibrated" else "baseline_seconds"] for r in rs])
+                summary.append(dict(alpha=alpha, method=key, corpus=corpus, **m, seconds=sec))
+                cells.append(f"{fmt(m)} ({sec:.1f} s)")
+            print(f"| {alpha} | {label} | " + " | ".join(cells) + " |")
+    out["summary"] = summary
+    print("\n### Reliability of the calibrated confidence: predicted / measured precision per confidence bin "
+          "(links pooled over split seeds; n)\n")
+    print("| corpus | alpha | " + " | ".join(f"[{lo}, {min(hi, 1.0)})" for lo, hi in zip(BINS[:-1], BINS[1:])) + " |")
+    print("|---|---|" + "---|" * (len(BINS) - 1))
+    table = []
+    for corpus in corpora:
+        for alpha in alphas:
+            rs = [r for r in runs if r["corpus"] == corpus and r["alpha"] == alpha]
+            cells = []
+            for j in range(len(BINS) - 1):
+                n = sum(r["bins"][j]["n"] for r in rs)
+                pred = sum(r["bins"][j]["conf_sum"] for r in rs) / n if n else None
+                meas = sum(r["bins"][j]["correct"] for r in rs) / n if n else None
+                table.append(dict(corpus=corpus, alpha=alpha, lo=BINS[j], hi=min(BINS[j + 1], 1.0), n=n,
+                                  predicted=pred, measured=meas))
+                cells.append(f"{pred:.2f} / {meas:.2f} ({n})" if n else "-")
+            print(f"| {corpus} | {alpha} | " + " | ".join(cells) + " |")
+    out["reliability"] = table
+    print("\n### Cuts: predicted / measured precision, recall (medians over split seeds)\n")
+    print("| cut | " + " | ".join(f"{c} a{a}" for c in corpora for a in alphas) + " |")
+    print("|---|" + "---|" * (len(corpora) * len(alphas)))
+    sweep = []
+    for cut in CUTS:
+        cells = []
+        for corpus in corpora:
+            for alpha in alphas:
+                rs = [r["cuts"][str(cut)] for r in runs if r["corpus"] == corpus and r["alpha"] == alpha]
+                m = {k: med([x[k] for x in rs if x[k] is not None]) for k in ("predicted", "precision", "recall")}
+                sweep.append(dict(cut=cut, corpus=corpus, alpha=alpha, **m))
+                cells.append(f"{m['predicted']:.3f} / {m['precision']:.3f}, R {m['recall']:.3f}")
+        print(f"| {cut} | " + " | ".join(cells) + " |")
+    out["cuts"] = sweep
+    errs = [abs(t["predicted"] - t["measured"]) for t in table if t["n"] >= 50 and t["lo"] >= 0.5]
+    errs_cut = [abs(x["predicted"] - x["precision"]) for x in sweep]
+    out["max_abs_error_bins_n50"] = max(errs) if errs else None
+    out["max_abs_error_cuts"] = max(errs_cut)
+    print(f"\nlargest |predicted - measured|: {out['max_abs_error_bins_n50']:.3f} over bins >= 0.5 with >= 50 links, "
+          f"{out['max_abs_error_cuts']:.3f} over cuts")
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--data", default=str(ROOT.parent / "shared" / "data" / "wordnet"))
@@ -230,6 +348,9 @@ def main():
     ap.add_argument("--quick", action="store_true", help="one pair, alpha 0.3, 15 seeds; timing up to 20k items")
     ap.add_argument("--time-cap", type=float, default=300.0)
     ap.add_argument("--out", default=str(ROOT / "bench" / "results" / "geh.json"))
+    ap.add_argument("--calibration-out", default=str(ROOT / "bench" / "results" / "geh_calibration.json"))
+    ap.add_argument("--corpora", default="wordnet,foldoc", help="calibration part: corpora under ../shared/data")
+    ap.add_argument("--split-seeds", default="0,1,2", help="calibration part: split seeds")
     args = ap.parse_args()
     data = Path(args.data)
     parts = args.parts.split(",")
@@ -250,6 +371,17 @@ def main():
         results["timing"] = []
         sizes = [10_000, 15_385] if args.quick else [10_000, 15_385, 20_000, 30_000, 50_000, 100_000]
         part_timing(data, results["timing"], sizes, args.time_cap)
+    if "calibration" in parts:
+        cal = {"machine": {**results["machine"], "platform": platform.platform(), "load_at_start": loadavg()},
+               "command": "python bench/geh.py " + " ".join(sys.argv[1:])}
+        part_calibration(data.parent, args.corpora.split(","), ALPHAS,
+                         tuple(int(x) for x in args.split_seeds.split(",")), cal)
+        cpath = Path(args.calibration_out)
+        cpath.parent.mkdir(parents=True, exist_ok=True)
+        cpath.write_text(json.dumps(cal, indent=1))
+        print(f"\nwrote {cpath}")
+        if parts == ["calibration"]:
+            return
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(results, indent=1))
     print(f"\nwrote {path}")

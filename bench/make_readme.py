@@ -99,6 +99,27 @@ def geh(d: dict) -> dict:
     return {"grid": grid, "ablations": ablations}
 
 
+def geh_calibration(d: dict) -> dict:
+    """Previous cut vs the calibrated cut (both corpora side by side), the reliability bins and the cut sweep."""
+    corpora = unique(r["corpus"] for r in d["summary"])
+    by = {(r["alpha"], r["method"], r["corpus"]): r for r in d["summary"]}
+    names = {"baseline": "previous cut (two Gaussians)", "calibrated": f"calibrated cut {d['default_cut']}"}
+    rows = [[a, names.get(m, m)] + [f"{prf(by[a, m, c])} ({by[a, m, c]['seconds']:.0f} s)" for c in corpora]
+            for a in unique(r["alpha"] for r in d["summary"]) for m in unique(r["method"] for r in d["summary"])]
+    summary = table(["alpha", "links"] + [f"{c}: P / R / F1" for c in corpora], rows)
+    bins = unique((r["lo"], r["hi"]) for r in d["reliability"])
+    rel = {(r["corpus"], r["alpha"], r["lo"]): r for r in d["reliability"]}
+    groups = unique((r["corpus"], r["alpha"]) for r in d["reliability"])
+    rows = [[c, a] + [(f"{rel[c, a, lo]['predicted']:.2f} / {rel[c, a, lo]['measured']:.2f} ({rel[c, a, lo]['n']:,})"
+                       if (c, a, lo) in rel else "-") for lo, _ in bins] for c, a in groups]
+    reliability = table(["corpus", "alpha"] + [f"[{lo}, {hi})" for lo, hi in bins], rows)
+    cut = {(r["cut"], r["corpus"], r["alpha"]): r for r in d["cuts"]}
+    rows = [[k] + [f"{cut[k, c, a]['predicted']:.3f} / {cut[k, c, a]['precision']:.3f}, R {cut[k, c, a]['recall']:.3f}"
+                   for c, a in groups] for k in unique(r["cut"] for r in d["cuts"])]
+    cuts = table(["cut"] + [f"{c} alpha {a}" for c, a in groups], rows)
+    return {"summary": summary, "reliability": reliability, "cuts": cuts}
+
+
 def geh_timing(d: dict) -> dict:
     def fit_s(r):  # the 10,000 x 10,000 row is the one the template's target refers to
         return f"**{r['seconds']:.1f}**" if r["n1"] == 10_000 else f"{r['seconds']:.1f}"
@@ -277,7 +298,8 @@ def connectors(d: list) -> dict:
          for r in d])}
 
 
-UPGRADE_PRIORITIES = ("random", "residual", "hubs")
+UPGRADE_PRIORITIES = ("random", "residual", "hubs", "queries")
+UPGRADE_LOGGED = ("hubs", "queries")
 
 
 def upgrade_curve(d: dict) -> dict:
@@ -285,8 +307,8 @@ def upgrade_curve(d: dict) -> dict:
     corpora = list(d["corpora"])
     pairs = list(d["corpora"][corpora[0]])
 
-    def where(prio):  # hubs uses half A of the queries as its log: its figures are on half B only
-        return "half_b" if prio == "hubs" else "all"
+    def where(prio):  # hubs and queries use half A of the queries as their log: their figures are on half B only
+        return "half_b" if prio in UPGRADE_LOGGED else "all"
 
     def cell(m):
         return f"{m['mapped']:.3f} / {m['beta1']:.3f} / {m['tuned']:.3f}"
@@ -296,7 +318,7 @@ def upgrade_curve(d: dict) -> dict:
 
     out = {}
     for pair in pairs:
-        header = ["fraction re-embedded"] + [f"{c}: {p}" + (" (half B)" if p == "hubs" else "")
+        header = ["fraction re-embedded"] + [f"{c}: {p}" + (" (half B)" if p in UPGRADE_LOGGED else "")
                                              for c in corpora for p in UPGRADE_PRIORITIES]
         res = {c: d["corpora"][c][pair] for c in corpora}
         first = res[corpora[0]]["curves"]["random"]
@@ -342,9 +364,29 @@ def upgrade_curve(d: dict) -> dict:
                          at_100(r), union_gap(r)])
     out["checks"] = table(["corpus", "pair", "staying", "full re-embed", "0%: mapped / beta 1 / tuned beta",
                            "fusion >= staying at every point, beta 1", "... tuned beta",
-                           "first fraction mapped-only >= staying (random / residual / hubs)",
+                           "first fraction mapped-only >= staying (random / residual / hubs / queries)",
                            "100%: mapped == full re-embed; fused - full (beta 1 / tuned)",
                            "beta 1: top-100 union vs whole collection (max diff)"], rows)
+
+    def opt(o):
+        extra = [f"beta {o['beta']}" if o["beta"] not in (0, 0.0) else "", f"w {o['hub_weight']}" if o["hub_weight"]
+                 else ""]
+        extra = ", ".join(e for e in extra if e)
+        return f"{o['recall']:.3f}" + (f" ({extra})" if extra else "")
+
+    if all("serving" in d["corpora"][c][p] for c in corpora for p in pairs):
+        rows = []
+        for c in corpora:
+            for pair in pairs:
+                sv = d["corpora"][c][pair]["serving"]
+                rows.append([c, arrow(pair), f"{sv['staying']:.3f}"]
+                            + [opt(sv[m][o]) for m in ("global", "clustered") for o in ("mapped", "hub", "fused",
+                                                                                       "fused_hub")]
+                            + [f"{sv['full_reembed']:.3f}"])
+        out["serving"] = table(["corpus", "pair", "staying"]
+                               + [f"{m}: {o}" for m in ("global", "clustered")
+                                  for o in ("mapped", "+ hub penalty", "fused", "fused + hub penalty")]
+                               + ["full re-embed"], rows)
 
     def hours(h):
         return f"{h * 60:.0f} min" if h < 1 else f"{h:.1f} h"
@@ -368,7 +410,7 @@ def upgrade_curve(d: dict) -> dict:
     return out
 
 
-RENDERERS = {"align_real": align_real, "geh": geh, "geh_timing": geh_timing, "minivec2vec": minivec2vec,
+RENDERERS = {"align_real": align_real, "geh": geh, "geh_calibration": geh_calibration, "geh_timing": geh_timing, "minivec2vec": minivec2vec,
              "linking_retention": linking_retention, "quality_options": quality_options, "migrate": migrate,
              "report_calibration": report_calibration, "connectors": connectors,
              "upgrade_curve": upgrade_curve, "map_validation": map_validation}

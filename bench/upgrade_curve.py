@@ -24,9 +24,17 @@ Priorities: ``random`` (the tool's default order: ``upgrade_state._shuffle`` of 
 residual: the similarity-weighted ``1 - cos(T(x_a), y_a)`` of the item's 10 nearest fit-sample anchors in the old
 space, ``vecbridge.jobs.options.reliability_scores``, the score ``upgrade reembed --priority residual`` orders by; it
 needs nothing of the item beyond its old vector); ``hubs`` (the
-mapped vector's mean cosine to its 10 nearest new-model queries of a query log). ``hubs`` needs a log: the queries are
-split in two fixed halves; half A is the log, and every ``hubs`` figure is measured on half B only (the other
-priorities are reported on all 10,000 queries and, for comparison, on half B as well). ``oracle`` (the true
+mapped vector's mean cosine to its 10 nearest new-model queries of a query log); ``queries`` (how often the log's
+queries retrieve the item in their top 10 over the everything-mapped collection: ``upgrade query-log``).
+``hubs`` and ``queries`` need a log: the queries are split in two fixed halves; half A is the log, and every ``hubs``
+and ``queries`` figure is measured on half B only (the other priorities are reported on all 10,000 queries and, for
+comparison, on half B as well).
+
+Serving options at the start (``serving`` in the JSON; everything mapped, the situation of a large collection): the
+global and the clustered map (``ClusteredProcrustes`` on the same 2,000 pairs: ``upgrade start --method
+clustered``), each served alone, with the hub penalty (``- w r(d)``, r from half A: ``upgrade query-log``), fused,
+and fused with the penalty; beta and w chosen on half A from the grids ``upgrade tune`` uses (the old model alone
+included), Recall@10 on half B. ``oracle`` (the true
 ``1 - cos(T(x), y)``, not knowable without re-embedding) is recorded as a bound, not a candidate.
 
 beta: 1 (the tool's default), and the best of ``BETAS`` chosen on held-out queries: for all 10,000 queries by 2-fold
@@ -61,8 +69,9 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from vecbridge import metrics  # noqa: E402
-from vecbridge.align import OrthogonalProcrustes  # noqa: E402
+from vecbridge.align import ClusteredProcrustes, OrthogonalProcrustes  # noqa: E402
 from vecbridge.jobs.options import anchor_residuals, reliability_scores  # noqa: E402
+from vecbridge.jobs.upgrade import FUSION_BETAS, HUB_WEIGHTS  # noqa: E402
 from vecbridge.jobs.upgrade_state import _key, _shuffle  # noqa: E402
 from vecbridge.numeric.neighbors import knn  # noqa: E402
 from vecbridge.numeric.ranking import best_first, ranks_of  # noqa: E402
@@ -73,7 +82,8 @@ CORPORA = ("wordnet", "foldoc")
 PAIRS = [("minilm6", "mpnet"), ("mpnet", "minilm6"), ("minilm6", "minilm3"), ("minilm3", "minilm6")]
 N_FIT, K, K_CAND = 2000, 10, 100
 FRACTIONS = (0.0, 0.01, 0.05, 0.10, 0.25, 0.50, 1.0)
-PRIORITIES = ("random", "residual", "hubs", "oracle")
+PRIORITIES = ("random", "residual", "hubs", "queries", "oracle")
+LOGGED = ("hubs", "queries")   # priorities that read a query log (half A): measured on half B
 BETAS = (0.0, 0.25, 0.5, 0.75, 1.0, 1.5, 2.0, 3.0, 5.0, 10.0)
 HUB_K = 10
 BLOCK = 500  # query rows per block of the score matrices
@@ -130,6 +140,8 @@ class Pair:
             k=10)["anchor_residual"]
         _, sim = knn(M[rest], self.Qn_raw[self.A], HUB_K)
         scores["hubs"] = sim.mean(axis=1)
+        top = np.argpartition(-self.S_map[self.A], K - 1, axis=1)[:, :K]
+        scores["queries"] = np.bincount(top.ravel(), minlength=n)[rest].astype(np.float64)
         scores["oracle"] = 1.0 - np.einsum("ij,ij->i", Mu[rest], Yu[rest])
         self.order = {p: rest[best_first(s)] for p, s in scores.items()}
 
@@ -228,9 +240,10 @@ def run_pair(corpus: str, old: str, new: str, halves) -> dict:
             key = f if f in (0.0, 1.0) else (prio, f)   # 0% and 100% are the same collection for every priority
             if key not in cache:
                 cache[key] = p.ranks(p.mask(prio, f), top100=prio == "random")
-            pt = point(p, cache[key], all_queries=prio != "hubs")
+            pt = point(p, cache[key], all_queries=prio not in LOGGED)
             pts.append({"fraction": f, "n_native": int(p.mask(prio, f).sum()), **pt})
         res["curves"][prio] = pts
+    res["serving"] = serving_options(p)
     # cross-checks of the fast path against vecbridge.metrics on explicit served collections
     served0 = np.where(p.mask("random", 0.0)[:, None], p.Y_raw, p.M_raw)
     served100 = np.where(p.mask("random", 1.0)[:, None], p.Y_raw, p.M_raw)
@@ -250,6 +263,41 @@ def run_pair(corpus: str, old: str, new: str, halves) -> dict:
     return res
 
 
+def serving_options(p: Pair) -> dict:
+    """Everything mapped (a large collection at the start): Recall@10 on half B of each serving option of
+    ``upgrade search``, its weights chosen on half A from ``upgrade tune``'s grids (``inf``: the old model alone)."""
+    maps = {"global": p.M_raw,
+            "clustered": ClusteredProcrustes(random_state=0).fit(p.X_raw[p.fit], p.Y_raw[p.fit]).transform(p.X_raw)}
+    Qn = l2_normalize(p.Qn_raw)
+    out = {"staying": recall((ranks_of_old(p) <= K) & p.Qo_raw.any(axis=1), p.B),
+           "full_reembed": recall((metrics.partner_ranks(p.Qn_raw, p.Y_raw) <= K) & p.valid, p.B)}
+    for name, M in maps.items():
+        S = p.S_map if name == "global" else Qn @ l2_normalize(M).T
+        pen = knn(M, p.Qn_raw[p.A], HUB_K)[1].mean(axis=1).astype(np.float32)   # = jobs.rerank.hub_penalty
+        memo = {}
+
+        def hits(beta, w):
+            if (beta, w) not in memo:
+                h = np.empty(p.n, dtype=bool)
+                for lo in range(0, p.n, BLOCK):
+                    sl = slice(lo, min(lo + BLOCK, p.n))
+                    # (cos_new + beta cos_old) / (1 + beta) - w r  orders as  cos_new + beta cos_old - (1 + beta) w r
+                    sc = p.S_old[sl] if np.isinf(beta) else S[sl] + np.float32(beta) * p.S_old[sl] - \
+                        np.float32((1 + beta) * w) * pen[None, :]
+                    h[sl] = ranks_of(sc, np.arange(sl.start, sl.stop)) <= K
+                memo[beta, w] = h & (p.Qo_raw.any(axis=1) if np.isinf(beta) else p.valid)
+            return memo[beta, w]
+
+        def choose(betas, weights):
+            grid = [(b, w) for b in betas for w in (weights if np.isfinite(b) else (0.0,))]
+            b, w = max(grid, key=lambda bw: (recall(hits(*bw), p.A), -bw[1], -bw[0] if np.isfinite(bw[0]) else -1e9))
+            return {"recall": recall(hits(b, w), p.B), "beta": "old model alone" if np.isinf(b) else b, "hub_weight": w}
+
+        out[name] = {"mapped": choose((0.0,), (0.0,)), "hub": choose((0.0,), HUB_WEIGHTS),
+                     "fused": choose(FUSION_BETAS, (0.0,)), "fused_hub": choose(FUSION_BETAS, HUB_WEIGHTS)}
+    return out
+
+
 def ranks_of_old(p: Pair) -> np.ndarray:
     """Staying through the fast path's own score matrix (checks S_old against metrics.recall_at_k)."""
     out = np.empty(p.n, dtype=np.int64)
@@ -266,7 +314,7 @@ def checks(res: dict) -> dict:
     for prio, pts in res["curves"].items():
         if prio == "oracle":
             continue
-        where = "half_b" if prio == "hubs" else "all"
+        where = "half_b" if prio in LOGGED else "all"
         for kind in ("beta1", "tuned"):
             margins = [pt[where][kind] - stay[where] for pt in pts]
             worst = int(np.argmin(margins))

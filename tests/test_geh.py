@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 
 from vecbridge.align import OrthogonalProcrustes
-from vecbridge.errors import InputError
-from vecbridge.linking.geh import GEH, GEHSearch, GEHVotes, _fps, _otsu, check_seed_pairs
+from vecbridge.errors import CheckFailed, InputError
+from vecbridge.linking.geh import GEH, GEHSearch, GEHVotes, _decoy_calibration, _fps, _otsu, check_seed_pairs
 from vecbridge.numeric.neighbors import KnnIndex, csls_best, csls_mutual_from_knn, knn
 from vecbridge.vectors import l2_normalize
 
@@ -54,14 +54,16 @@ def fitted(halves):
 def test_recovers_the_shared_items_from_15_seeds(halves, fitted):
     X1, X2, truth, seeds = halves
     p, r, f1 = prf(fitted.links_, truth, seeds)
-    assert p >= 0.8 and r >= 0.85, (p, r)
+    # the calibrated cut (confidence >= 0.7) trades recall for precision: on this 1,000-row sample 0.96 / 0.72
+    # (the two-Gaussian cut it replaces: 0.94 / 0.84 on the same sample)
+    assert p >= 0.9 and r >= 0.65, (p, r)
     # the paper's baseline (a map fitted on the seeds, then CSLS mutual NN) is far below
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         base = OrthogonalProcrustes().fit(X1[seeds[:, 0]], X2[seeds[:, 1]])
     Y, Z = l2_normalize(base.transform(X1)), l2_normalize(X2)
     pairs = csls_mutual_from_knn(*knn(Y, Z, 10, normalize=False), *knn(Z, Y, 10, normalize=False), 10)[0]
-    assert prf(pairs, truth, seeds)[2] < 0.3 < f1 - 0.4
+    assert prf(pairs, truth, seeds)[2] < 0.3 < f1 - 0.45
     # the bootstrap stage alone (the paper's output) already carries most of it
     gp, gr, _ = prf(fitted.geh_links_, truth, seeds)
     assert gp >= 0.75 and gr >= 0.85, (gp, gr)
@@ -90,8 +92,58 @@ def test_fitted_state_is_a_partial_one_to_one_matching(halves, fitted):
 
 def test_no_bootstrapping_finds_almost_nothing(halves):
     X1, X2, truth, seeds = halves
-    g = GEH(random_state=0, votes=GEHVotes(bootstrap=False), refine=None).fit(X1, X2, seeds)
+    g = GEH(random_state=0, votes=GEHVotes(bootstrap=False, min_grown=0), refine=None).fit(X1, X2, seeds)
     assert g.n_iter_ == 1 and len(g.links_) <= 2 * len(seeds)
+    with pytest.raises(CheckFailed, match="bootstrapping never took off: 15 links grew beyond the 15 seed pairs"):
+        GEH(random_state=0, votes=GEHVotes(bootstrap=False), refine=None).fit(X1, X2, seeds)
+
+
+def test_calibrated_confidence_ranks_the_links_and_predicts_their_precision(halves, fitted):
+    """The label-free confidence: links ranked by it (seeds first), all above the cut, and the precision it predicts
+    for the returned links within 0.05 of the measured one."""
+    X1, X2, truth, seeds = halves
+    conf, seed = fitted.confidence_, fitted.is_seed_
+    assert seed[:len(seeds)].all() and not seed[len(seeds):].any()
+    found = conf[~seed]
+    assert np.all(np.diff(found) <= 1e-12) and found.min() >= fitted.votes.min_confidence
+    p = prf(fitted.links_, truth, seeds)[0]
+    assert abs(fitted.estimated_precision_ - p) <= 0.05, (fitted.estimated_precision_, p)
+    assert fitted.seed_agreement_ >= 0.9 and fitted.precision_at_.shape == conf.shape
+    assert fitted.vote_confidence_.shape == conf.shape
+    cal = fitted.calibration_
+    assert len(cal["candidates"]) == len(cal["candidate_confidence"]) >= len(found)
+
+
+def _wrong(seeds):
+    wrong = seeds.copy()
+    wrong[:, 1] = np.roll(wrong[:, 1], 1)          # every partner shuffled: no seed pair is true
+    return wrong
+
+
+def test_the_take_off_check_can_be_switched_off(halves):
+    """``min_grown=0`` (what ``--force`` needs) returns the links of a failed run instead of raising."""
+    X1, X2, truth, seeds = halves
+    g = GEH(random_state=0).set_params(min_grown=0).fit(X1, X2, _wrong(seeds))
+    assert prf(g.links_, truth, seeds)[0] < 0.3
+
+
+def test_decoy_calibration_on_a_known_null():
+    """Wrong links scored like the decoys: the predicted precision of every cut is the true one within 0.05."""
+    rng = np.random.default_rng(0)
+    n, n_right, n_wrong = 5000, 2000, 900        # rows per side, right links, wrong links (from partnerless rows)
+    right = rng.normal(0.45, 0.1, n_right)
+    r = n_wrong / (n - n_right)                   # chance that a partnerless row forms a wrong link
+    wrong = rng.normal(0.12, 0.08, n_wrong)
+    n_rows = 4000
+    decoys = rng.normal(0.12, 0.08, rng.binomial(n_rows, r))
+    scores = np.concatenate([right, wrong])
+    lab = np.arange(len(scores)) < n_right
+    post, prec, (N, rate) = _decoy_calibration(scores, decoys, n_rows, n - len(scores))
+    assert abs(N - (n - n_right)) < 0.1 * n and abs(rate - r) < 0.05
+    for cut in (0.5, 0.7, 0.9):
+        k = post >= cut
+        assert abs(post[k].mean() - lab[k].mean()) < 0.05, cut
+    assert np.all(np.diff(post[np.argsort(-scores)]) <= 1e-12)       # ranked by score
 
 
 def test_same_random_state_same_links_unequal_dimensions_either_way(sample):

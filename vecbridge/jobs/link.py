@@ -29,16 +29,18 @@ def _estimator(cls, params: dict, seed: int):
 
 
 def geh_fit(source: Collection, target: Collection, seeds: str | None, *, sample: int, seed: int,
-            params: dict | None = None, on_step: Callable[[str], None] = lambda s: None):
+            params: dict | None = None, force: bool = False, on_step: Callable[[str], None] = lambda s: None):
     """GEH (the Vector Linking paper (2026)) grown from the id pairs in the file ``seeds`` over the seed records plus a
-    uniform sample of
-    each collection. Returns ``(source_batch, target_batch, fitted GEH)``; ``links_`` index the two batches. Shared
-    by ``link --mode geh`` and the report."""
+    uniform sample of each collection. Returns ``(source_batch, target_batch, fitted GEH)``; ``links_`` index the two
+    batches. GEH refuses a bootstrap that never took off (:class:`CheckFailed`) unless ``force``. Shared by
+    ``link --mode geh`` and the report."""
     from ..linking.geh import GEH
 
     if not seeds:
         raise InputError("GEH needs a file of 15-30 known id pairs (the pairing geh:FILE)")
     est = _estimator(GEH, params or {}, seed)
+    if force:   # keep what grew, however little: the caller marks it
+        est.set_params(min_grown=0)
     pairs = read_pairs_file(seeds)
     a = _with_seeds(source, sample, seed, [p[0] for p in pairs])
     b = _with_seeds(target, sample, seed, [p[1] for p in pairs])
@@ -206,7 +208,8 @@ def link(source, target, pairs: "str | PairSpec", *, seeds: str | None = None, m
     if spec.kind == "file":
         return _id_links(list(pairs_from_list(source, target, read_pairs_file(spec.value))), "pairs")
     if spec.kind == "geh":
-        a, b, geh = geh_fit(source, target, spec.value, sample=sample, seed=seed, params=params, on_step=on_step)
+        a, b, geh = geh_fit(source, target, spec.value, sample=sample, seed=seed, params=params, force=force,
+                            on_step=on_step)
         on_step("validating the map of the links (label-free)")
         validation = check_geh(source, target, a, b, geh, seed=seed, force=force)
         return Links([a.ids[i] for i in geh.links_[:, 0]], [b.ids[j] for j in geh.links_[:, 1]],

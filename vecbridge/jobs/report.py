@@ -190,14 +190,17 @@ def _unsupervised_correspondences(old, new, sample, seed, params) -> Corresponde
 def _geh_correspondences(old, new, seeds, sample, seed) -> Correspondences:
     from .link import ADVICE_GEH, check_map, geh_fit, geh_map
 
-    a, b, geh = geh_fit(old, new, seeds, sample=sample, seed=seed)
+    a, b, geh = geh_fit(old, new, seeds, sample=sample, seed=seed, force=True)   # judged below: NO-GO, not a crash
     links, n_seeds = geh.links_, int(geh.is_seed_.sum())
     if len(links) < MIN_PAIRS:
         raise InputError(f"GEH grew only {len(links)} links from {n_seeds} seeds: too few to fit a map")
     validation = check_map(geh_map(a, b, geh), old, new, a, b, seed=seed, force=True,
                            what="the map of the GEH links", advice=ADVICE_GEH)
+    precision = getattr(geh, "estimated_precision_", None)
+    how = (f"estimated precision {precision:.2f}" if precision is not None
+           else f"mean confidence {float(np.mean(geh.confidence_)):.2f}")
     return Correspondences("geh", f"no shared ids; GEH grew {len(links):,} links from {n_seeds} seed pairs "
-                           f"(mean confidence {float(np.mean(geh.confidence_)):.2f})", a.vectors[links[:, 0]],
+                           f"({how})", a.vectors[links[:, 0]],
                            b.vectors[links[:, 1]], [a.ids[i] for i in links[:, 0]],
                            new_ids=[b.ids[i] for i in links[:, 1]], diagnostics={"validation": validation})
 

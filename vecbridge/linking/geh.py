@@ -29,7 +29,7 @@ from typing import Callable
 import numpy as np
 
 from .._blas import one_blas_thread, thread_limit
-from ..errors import InputError
+from ..errors import CheckFailed, InputError
 from ..numeric.estimator import Boolean, Estimator, InstanceOf, Integer, OneOf, RandomState, Real, optional
 from ..numeric.linalg import procrustes_rotation
 from ..numeric.neighbors import KnnIndex, csls_mutual_from_knn, knn
@@ -42,6 +42,9 @@ _SIGMA_SAMPLE = 128
 _PROJ_SAMPLE = 512
 _REFINE_MIN_LINKS = 100   # below this many GEH links a fitted map is not trusted: no refinement
 _EXACT_MAX = 20_000        # above this many rows, neighbour searches use an inverted file (approximate)
+_CROSS_FOLDS = 5           # cross-fitting folds of the calibrated refinement
+_DECOY_FRACTION = 0.25     # links whose partner is removed, per side, to make decoys
+_MIN_SEED_AGREEMENT = 0.5  # held-out seed agreement below which the links are refused
 
 
 # ------------------------------------------------------------------------------------------------------------------
@@ -191,6 +194,55 @@ def _gmm_high_posterior(x: np.ndarray, iters: int = 200) -> np.ndarray:
     return r[:, int(np.argmax(mu))]
 
 
+def _increasing_fit(y: np.ndarray) -> np.ndarray:
+    """Least-squares nondecreasing fit of ``y`` (pool-adjacent-violators, equal weights)."""
+    vals, sizes = [], []
+    for v in np.asarray(y, dtype=np.float64):
+        vals.append(v)
+        sizes.append(1)
+        while len(vals) > 1 and vals[-2] > vals[-1]:
+            n = sizes[-2] + sizes[-1]
+            vals[-2] = (vals[-2] * sizes[-2] + vals[-1] * sizes[-1]) / n
+            sizes[-2] = n
+            vals.pop()
+            sizes.pop()
+    return np.repeat(vals, sizes)
+
+
+def _decoy_calibration(scores: np.ndarray, decoys: np.ndarray, n_decoy_rows: int, n_unlinked: int):
+    """Label-free error rates of CSLS mutual-nearest-neighbour links from partner-removal decoys.
+
+    ``decoys`` are the scores of the new mutual pairs formed by ``n_decoy_rows`` linked rows once their linked
+    partner is removed: each such row has no partner left, so ``r = len(decoys) / n_decoy_rows`` is the chance that a
+    partnerless row forms a (wrong) link, and ``r(t)`` the chance that it does so with a score >= t. The number of
+    partnerless rows is ``N = n_unlinked / (1 - r)`` (every partnered row assumed linked), so ``N r(t)`` wrong links
+    are expected above ``t``. This is the target-decoy estimate of the false discovery rate (Elias & Gygi, "Target-
+    decoy search strategy for increased confidence in large-scale protein identifications by mass spectrometry",
+    2007) with decoys made by deleting partners instead of reversing sequences.
+
+    Returns, in the order of ``scores``: the local probability that each link is right (1 - the slope of the
+    expected-wrong count along the ranking, made monotone), the predicted precision of all links scoring at least as
+    high (1 - q-value), and ``(N, r)``."""
+    L = len(scores)
+    if L == 0:
+        return np.empty(0), np.empty(0), (0.0, 0.0)
+    dec = np.sort(np.asarray(decoys, dtype=np.float64))
+    r = len(dec) / max(n_decoy_rows, 1)
+    N = max(n_unlinked, 0) / max(1.0 - r, 0.05)
+    o = np.argsort(-scores, kind="stable")
+    W = N * (len(dec) - np.searchsorted(dec, scores[o], side="left")) / max(n_decoy_rows, 1)
+    W = np.minimum(W, np.arange(1, L + 1))                  # at most every link is wrong
+    h = max(10, L // 50)
+    hi = np.minimum(np.arange(L) + h, L - 1)
+    lo = np.maximum(np.arange(L) - h, 0)
+    slope = np.clip((W[hi] - W[lo]) / np.maximum(hi - lo, 1), 0.0, 1.0)
+    lfdr = np.clip(_increasing_fit(slope), 0.0, 1.0)      # later ranks are never more likely right
+    q = np.minimum.accumulate((W / np.arange(1, L + 1))[::-1])[::-1]
+    post, prec = np.empty(L), np.empty(L)
+    post[o], prec[o] = 1.0 - lfdr, 1.0 - q
+    return post, prec, (float(N), float(r))
+
+
 def check_seed_pairs(seed_pairs, n1: int, n2: int, min_seeds: int = MIN_SEEDS) -> np.ndarray:
     """Validate seed pairs: an (s, 2) integer array of row indices, in range, one-to-one, at least ``min_seeds``."""
     S = np.asarray(seed_pairs)
@@ -243,12 +295,20 @@ class GEHViews:
 class GEHVotes:
     """From proposals to links (component 5): ``bootstrap`` (iterate; False = one iteration on the seeds), a link
     needs ``min_votes`` as well as Otsu's threshold, the pool grows at most ``max_growth`` x per iteration (None: no
-    cap), votes decay by ``vote_decay`` per iteration (1: cumulative, as the paper)."""
+    cap), votes decay by ``vote_decay`` per iteration (1: cumulative, as the paper).
+
+    Output (ours): with ``calibrate`` the refinement is cross-fitted and every link gets a calibrated, label-free
+    confidence (see :class:`GEH`); links below ``min_confidence`` are dropped. ``min_grown``: fewer links than this
+    beyond the seeds (after the cut) means bootstrapping never took off, and ``fit`` raises ``CheckFailed``
+    (0 disables the check)."""
 
     bootstrap: bool = True
     min_votes: float = 3.0
     max_growth: float | None = 2.0
     vote_decay: float = 0.5
+    calibrate: bool = True
+    min_confidence: float = 0.7
+    min_grown: int = 20
 
 
 @dataclass(frozen=True)
@@ -348,7 +408,7 @@ class GEH(Estimator):
         "exclude_view_anchors": Boolean(), "kernel": Boolean(),
         # GEHVotes
         "bootstrap": Boolean(), "min_votes": Real(0), "max_growth": optional(Real(0, low_open=True)),
-        "vote_decay": Real(0, 1),
+        "vote_decay": Real(0, 1), "calibrate": Boolean(), "min_confidence": Real(0, 1), "min_grown": Integer(0),
         # GEHStopping
         "t_min": Integer(1), "tol": Real(0), "churn_tol": optional(Real(0)), "patience": Integer(1),
         "min_iter": Integer(0),
@@ -541,25 +601,59 @@ class GEH(Estimator):
         pairs = csls_mutual_from_knn(*lists, int(self.k_csls))[0]
         return np.stack([c1[pairs[:, 0]], c2[pairs[:, 1]]], axis=1)
 
-    def _refine(self, X1, X2, link1, link2, S):
+    def _mnn(self, A: np.ndarray, B: np.ndarray):
+        """CSLS mutual nearest neighbours between two L2-normalised clouds of one dimension: (pairs, scores)."""
+        k = int(self.k_csls)
+        i12, s12 = KnnIndex(B, normalize=False, exact_max=_EXACT_MAX).search(A, k)
+        i21, s21 = KnnIndex(A, normalize=False, exact_max=_EXACT_MAX).search(B, k)
+        return csls_mutual_from_knn(i12, s12, i21, s21, k)[:2]
+
+    def _mapped(self, X1, X2, L1, L2, folds):
+        """``X1`` mapped into ``X2``'s space by orthogonal Procrustes on the links; with ``folds``, each row by the map
+        fitted on the links whose E1 row lies in another fold (cross-fitting: no row is scored by a map fitted on its
+        own link, so a wrong link cannot raise its own score)."""
+        if folds is None:
+            return l2_normalize(X1 @ procrustes_rotation(X1[L1], X2[L2]))
+        Y = np.empty((X1.shape[0], X2.shape[1]), dtype=np.float32)
+        for f in range(int(folds.max()) + 1):
+            train = folds[L1] != f
+            rows = folds == f
+            Y[rows] = X1[rows] @ procrustes_rotation(X1[L1[train]], X2[L2[train]])
+        return l2_normalize(Y)
+
+    def _refine(self, X1, X2, link1, link2, S, rng=None):
         """Optional last stage (ours, not in the paper): fit an orthogonal Procrustes map on the GEH links, take CSLS
-        mutual nearest neighbours under it, keep those whose CSLS score belongs to the upper mode of a two-Gaussian
-        mixture (posterior >= 0.5); ``refine_iter`` rounds, seeds always kept."""
+        mutual nearest neighbours under it; ``refine_iter`` rounds, seeds always kept. Intermediate rounds keep the
+        pairs whose score lies in the upper mode of a two-Gaussian mixture (posterior >= 0.5).
+
+        ``calibrate=False``: the last round keeps the same mixture's upper mode (the previous default); its posterior
+        is returned. ``calibrate=True``: every map is cross-fitted (``_CROSS_FOLDS`` folds of E1 rows), and the last
+        round's pairs get a label-free calibrated confidence from partner-removal decoys (:func:`_decoy_calibration`);
+        no cut is applied here. Returns ``(L1, L2, scores, posterior, precision_at, info)``."""
         n1, n2 = X1.shape[0], X2.shape[0]
+        # a held-out map needs links spanning its dimension; below that, the previous (uncalibrated) refinement
+        calibrate = bool(self.votes.calibrate) and len(link1) >= min(X1.shape[1], X2.shape[1])
+        folds = rng.integers(0, _CROSS_FOLDS, n1) if calibrate else None
         L1, L2 = link1, link2
-        for _ in range(max(1, int(self.refine_iter))):
-            R = procrustes_rotation(X1[L1], X2[L2])     # only the map is needed, not the estimator's diagnostics
-            if R.shape[0] <= R.shape[1]:    # X1 R is an isometric embedding: cos = x1 . (x2 R^T), search in d1
-                A, B = X1, np.ascontiguousarray(X2 @ R.T)
-            else:                           # R projects: cos = (x1 R) . x2 / |x1 R|, search in d2
-                A, B = l2_normalize(X1 @ R), X2
-            k = int(self.k_csls)
-            i12, s12 = KnnIndex(B, normalize=False, exact_max=_EXACT_MAX).search(A, k)
-            i21, s21 = KnnIndex(A, normalize=False, exact_max=_EXACT_MAX).search(B, k)
-            pairs, sc = csls_mutual_from_knn(i12, s12, i21, s21, k)[:2]
-            post = _gmm_high_posterior(sc)
-            keep = post >= 0.5
-            pairs, sc, post = pairs[keep], sc[keep], post[keep]
+        rounds = max(1, int(self.refine_iter))
+        info = {}
+        for it in range(rounds):
+            Y = self._mapped(X1, X2, L1, L2, folds)
+            pairs, sc = self._mnn(Y, X2)
+            last = it == rounds - 1
+            if last and calibrate:
+                post, prec, info = self._calibrate(Y, X2, pairs, sc, rng)
+                # held-out seed agreement: each seed's E1 row is mapped by a map fitted without it (cross-fitting);
+                # a seed agrees when its partner is among that row's k_csls nearest E2 rows
+                sims = Y[S[:, 0]] @ X2.T
+                own = sims[np.arange(len(S)), S[:, 1]]
+                info["seed_agreement"] = float(np.mean((sims > own[:, None]).sum(axis=1) < int(self.k_csls)))
+                keep = np.ones(len(pairs), bool)
+            else:
+                post = _gmm_high_posterior(sc)
+                prec = post
+                keep = post >= 0.5
+            pairs, sc, post, prec = pairs[keep], sc[keep], post[keep], prec[keep]
             order = np.argsort(-sc, kind="stable")
             used1 = np.zeros(n1, bool)
             used2 = np.zeros(n2, bool)
@@ -570,7 +664,37 @@ class GEH(Estimator):
             L2 = np.concatenate([S[:, 1], pairs[acc, 1]])
             scores = np.concatenate([np.full(len(S), np.inf), sc[acc]])
             posts = np.concatenate([np.ones(len(S)), post[acc]])
-        return L1, L2, scores, posts
+            precs = np.concatenate([np.ones(len(S)), prec[acc]])
+        return L1, L2, scores, posts, precs, info
+
+    def _calibrate(self, Y, X2, pairs, sc, rng):
+        """Partner-removal decoys (ours): for a random quarter of the links, delete the E2 partner and see which of
+        those E1 rows form a new mutual pair (and with which score); then the same with E1 partners deleted. Feeds
+        :func:`_decoy_calibration`; about two extra neighbour searches."""
+        n1, n2 = Y.shape[0], X2.shape[0]
+        decoys, n_rows = [], 0
+        if len(pairs) >= 8:
+            for side in (0, 1):
+                H = rng.choice(len(pairs), max(1, int(_DECOY_FRACTION * len(pairs))), replace=False)
+                n_rows += len(H)
+                if side == 0:
+                    keep = np.ones(n2, bool)
+                    keep[pairs[H, 1]] = False
+                    p2, s2 = self._mnn(Y, X2[keep])
+                    hit = np.isin(p2[:, 0], pairs[H, 0])
+                else:
+                    keep = np.ones(n1, bool)
+                    keep[pairs[H, 0]] = False
+                    p2, s2 = self._mnn(Y[keep], X2)
+                    hit = np.isin(p2[:, 1], pairs[H, 1])
+                decoys.append(s2[hit])
+        dec = np.concatenate(decoys) if decoys else np.empty(0)
+        n_unlinked = (n1 + n2) / 2.0 - len(pairs)
+        post, prec, (N, r) = _decoy_calibration(sc.astype(np.float64), dec, n_rows, int(round(n_unlinked)))
+        if not decoys:
+            post, prec = np.zeros(len(pairs)), np.zeros(len(pairs))
+        return post, prec, {"n_partnerless": N, "decoy_rate": r, "n_decoys": int(len(dec)),
+                            "n_candidates": int(len(pairs))}
 
     def _trace(self, record: dict, link1: np.ndarray, link2: np.ndarray):
         """Hook called after every iteration (no-op; subclasses may record the pool for diagnostics)."""
@@ -701,17 +825,64 @@ class GEH(Estimator):
         nu, theta = vote_posterior(link1, link2, is_seed)
         self.geh_links_ = np.stack([link1, link2], axis=1)
         self.geh_confidence_ = theta
+        min_grown = int(self.votes.min_grown)
+        if min_grown and len(link1) - len(S) < min_grown:
+            raise CheckFailed(
+                f"GEH: bootstrapping never took off: {len(link1) - len(S)} links grew beyond the {len(S)} seed pairs "
+                f"(at least {min_grown} needed, after {len(history)} iterations); give more or better seed pairs "
+                f"(check that they are true pairs) or re-embed a sample of texts with the new model")
         self.refined_ = False
+        self.estimated_precision_ = None
+        self.calibration_ = None
+        self.seed_agreement_ = None
+        prec = None
         if self.refine == "procrustes" and len(link1) >= _REFINE_MIN_LINKS:
             t0 = time.perf_counter()
-            link1, link2, self.scores_, post = self._refine(X1, X2, link1, link2, S)
+            link1, link2, self.scores_, post, prec, info = self._refine(X1, X2, link1, link2, S, rng)
             self.refine_seconds_ = time.perf_counter() - t0
             is_seed = np.zeros(len(link1), bool)
             is_seed[:len(S)] = True
-            nu, theta = vote_posterior(link1, link2, is_seed)
             self.refined_ = True
+            if info:
+                # the calibrated confidence: links ranked by it, cut at min_confidence (seeds always kept)
+                self.calibration_ = {**info, "candidates": np.stack([link1, link2], axis=1)[~is_seed],
+                                     "candidate_confidence": post[~is_seed], "candidate_scores": self.scores_[~is_seed]}
+                keep = is_seed | (post >= float(self.votes.min_confidence))
+                order = np.flatnonzero(keep)
+                order = order[np.lexsort((-self.scores_[order], -post[order], ~is_seed[order]))]
+                link1, link2, post, prec = link1[order], link2[order], post[order], prec[order]
+                self.scores_ = self.scores_[order]
+                is_seed = is_seed[order]
+                found = post[~is_seed]
+                self.estimated_precision_ = float(found.mean()) if len(found) else None
+                self.seed_agreement_ = info["seed_agreement"]
+                n_avg = (n1 + n2) / 2.0
+                if min_grown and n_avg - info["n_partnerless"] < min_grown:
+                    raise CheckFailed(
+                        f"GEH: bootstrapping never took off: its mutual pairs are no more frequent than the chance "
+                        f"pairings of rows without a partner (estimated {min(info['n_partnerless'], n_avg):,.0f} of "
+                        f"{n_avg:,.0f} rows have none); give more or better seed pairs (check that they are true "
+                        f"pairs) or re-embed a sample of texts with the new model")
+                if min_grown and info["seed_agreement"] < _MIN_SEED_AGREEMENT:
+                    raise CheckFailed(
+                        f"GEH: bootstrapping never took off: the map of the {len(found)} grown links puts only "
+                        f"{info['seed_agreement']:.0%} of the {len(S)} seed pairs among each other's "
+                        f"{int(self.k_csls)} nearest neighbours (at least {_MIN_SEED_AGREEMENT:.0%} needed); give more "
+                        f"or better seed pairs (check that they are true pairs) or re-embed a sample of texts with the "
+                        f"new model")
+                if min_grown and len(found) < min_grown:
+                    n_cand = len(self.calibration_["candidates"])
+                    raise CheckFailed(
+                        f"GEH: bootstrapping never took off: only {len(found)} of {n_cand} links "
+                        f"beyond the {len(S)} seed pairs reach confidence {float(self.votes.min_confidence):.2f} "
+                        f"(at least {min_grown} needed); give more or better seed pairs (check that they are true "
+                        f"pairs) or re-embed a sample of texts with the new model")
+            nu, theta = vote_posterior(link1, link2, is_seed)
         self.links_ = np.stack([link1, link2], axis=1)
-        self.confidence_ = theta
+        self.vote_confidence_ = theta
+        calibrated = self.calibration_ is not None
+        self.confidence_ = post if calibrated else theta
+        self.precision_at_ = prec if calibrated else None
         if self.refined_:
             self.refine_posterior_ = post
         self.votes_ = nu
