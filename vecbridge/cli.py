@@ -479,13 +479,17 @@ def verify(source_url, target_url, alignment_path, field, sample, tolerance, as_
               help="Re-score the wrapped collections' top candidates with this new model's vectors of their stored "
                    "texts (name, path or module:function).")
 @click.option("--text-field", default="text", show_default=True, help="Payload field with the text (--rerank-model).")
+@click.option("--hub-log", "hub_log_path", default=None, type=click.Path(exists=True, dir_okay=False),
+              help="New-model vectors of logged queries (.npy): candidates pay the hub penalty.")
+@click.option("--hub-weight", type=click.FloatRange(min=0), default=0.5, show_default=True,
+              help="Weight of the hub penalty (with --hub-log).")
 @click.option("--candidates", "k_candidates", type=POSITIVE_INT, default=50, show_default=True,
-              help="Candidates per query that fusion or re-ranking re-scores.")
+              help="Candidates per query that fusion, the hub penalty or re-ranking re-scores.")
 @click.option("-k", "k", type=POSITIVE_INT, default=10, show_default=True)
 @click.option("--json", "as_json", is_flag=True)
 @handle_errors
-def search(wrapped, native, vectors_path, old_vectors_path, beta, rerank_model, text_field, k_candidates, k,
-           as_json):
+def search(wrapped, native, vectors_path, old_vectors_path, beta, rerank_model, text_field, hub_log_path,
+           hub_weight, k_candidates, k, as_json):
     """Federated search with new-model query vectors over wrapped old and native new collections."""
     import numpy as np
 
@@ -508,7 +512,8 @@ def search(wrapped, native, vectors_path, old_vectors_path, beta, rerank_model, 
         raise click.UsageError("--old-vectors and --rerank-model apply to --wrap collections")
     results = search_collections(pairs, native, load(vectors_path), k,
                                  old_queries=load(old_vectors_path) if old_vectors_path else None, beta=beta,
-                                 rerank_model=rerank_model, text_field=text_field, k_candidates=k_candidates)
+                                 rerank_model=rerank_model, text_field=text_field, k_candidates=k_candidates,
+                                 hub_log=load(hub_log_path) if hub_log_path else None, hub_weight=hub_weight)
     if as_json:
         _print_json(results)
         return

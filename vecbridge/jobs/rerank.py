@@ -130,6 +130,60 @@ class FusedSearch:
         return ids, np.asarray(scores) / (1.0 + self.beta)
 
 
+# --- the hub penalty at query time ------------------------------------------------------------------------------------
+class HubPenalizedSearch:
+    """A search over new-space vectors whose candidates pay the hub penalty: ``score - weight * r(d)``, where
+    ``r(d)`` is the mean cosine of the candidate's new-space vector to its ``hub_k`` nearest queries of ``log``
+    (new-model vectors of a query-log sample; :func:`hub_penalty`). Mapped vectors that sit near many queries
+    (hubs) crowd others out of the top k; the penalty (CSLS, "Word Translation Without Parallel Data", Conneau et
+    al., 2018, on the document side) pushes them back. ``r`` is computed for the candidates only, at query time.
+
+    ``inner`` is what is searched (a wrapped or fused old collection, a migrated or native one); ``records`` the
+    collection holding the candidates' stored vectors, mapped by ``alignment`` when they are old-model vectors."""
+
+    def __init__(self, inner, log, *, records, alignment=None, weight: float = 0.5, hub_k: int = 10,
+                 k_candidates: int = 50):
+        if weight < 0:
+            raise InputError("the hub penalty's weight must be at least 0")
+        if k_candidates < 1 or hub_k < 1:
+            raise InputError("k_candidates and hub_k must be at least 1")
+        L = np.asarray(log, dtype=np.float32)
+        if L.ndim != 2 or not len(L):
+            raise InputError("the query log must be a non-empty 2-D array of new-model query vectors")
+        self.inner, self.collection, self.alignment = inner, records, alignment
+        self.log, self.weight, self.hub_k, self.k_candidates = l2_normalize(L), weight, hub_k, k_candidates
+
+    @property
+    def display_url(self) -> str:
+        return self.inner.display_url
+
+    def info(self):
+        return self.inner.info()
+
+    def penalties(self, ids: Sequence) -> dict:
+        """``{id: r(d)}`` for the records among ``ids`` that exist."""
+        got = self.collection.get(list(ids))
+        if not len(got):
+            return {}
+        V = got.vectors if self.alignment is None else self.alignment.transform(got.vectors)
+        if V.shape[1] != self.log.shape[1]:
+            raise InputError(f"the query log is {self.log.shape[1]}-d but the searched vectors are {V.shape[1]}-d: "
+                             f"give new-model query vectors")
+        return dict(zip(got.ids, hub_penalty(V, self.log, self.hub_k)))
+
+    def search(self, queries, k: int = 10) -> tuple[list[list], np.ndarray]:
+        cand, scores = self.inner.search(queries, max(self.k_candidates, k))
+        pen = self.penalties(list(dict.fromkeys(i for row in cand for i in row)))
+        out_ids, out_scores = [], np.full((len(cand), k), -np.inf, dtype=np.float32)
+        for qi, row in enumerate(cand):
+            s = np.asarray(scores[qi][:len(row)], dtype=np.float32) - self.weight * np.array(
+                [pen.get(i, 0.0) for i in row], dtype=np.float32)
+            order = np.argsort(-s, kind="stable")[:k]
+            out_ids.append([row[j] for j in order])
+            out_scores[qi, :len(order)] = s[order]
+        return out_ids, out_scores
+
+
 # --- re-ranking with the new model ------------------------------------------------------------------------------------
 def rerank_candidates(queries, candidates, vectors_of: Callable[[np.ndarray], np.ndarray], k: int = 10, *,
                       metric: str = "cosine") -> tuple[np.ndarray, np.ndarray]:

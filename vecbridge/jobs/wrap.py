@@ -161,15 +161,23 @@ class MappedEmbeddings:
 
 def search_collections(wrapped: Sequence[tuple[str, object]], native: Sequence[str], queries, k: int = 10, *,
                        old_queries=None, beta: float = 1.0, rerank_model: str | None = None,
-                       text_field: str = "text", k_candidates: int = 50):
+                       text_field: str = "text", k_candidates: int = 50, hub_log=None, hub_weight: float = 0.5):
     """Federated search with new-model ``queries`` over old collections wrapped by their alignments (``(url,
     alignment)`` pairs) and collections already in the new model's space (URLs); see :func:`federated_search`.
 
     Serving options for the wrapped collections (the report measures both): ``old_queries``, the old model's
     vectors of the same queries, turns on dual-query fusion (:class:`~vecbridge.jobs.rerank.FusedSearch`, weight
     ``beta``); ``rerank_model`` re-scores the top ``k_candidates`` with the new model's vectors of their stored
-    texts (``payload[text_field]``; :class:`~vecbridge.jobs.rerank.RerankedSearch`)."""
-    from .rerank import FusedSearch, RerankedSearch
+    texts (``payload[text_field]``; :class:`~vecbridge.jobs.rerank.RerankedSearch`); ``hub_log``, new-model vectors
+    of logged queries, makes every collection's candidates pay the hub penalty (weight ``hub_weight``;
+    :class:`~vecbridge.jobs.rerank.HubPenalizedSearch`) before any re-ranking."""
+    from .rerank import FusedSearch, HubPenalizedSearch, RerankedSearch
+
+    def penalized(member, records, alignment=None):
+        if hub_log is None:
+            return member
+        return HubPenalizedSearch(member, hub_log, records=records, alignment=alignment, weight=hub_weight,
+                                  k_candidates=k_candidates)
 
     embed = None
     if rerank_model:
@@ -184,13 +192,16 @@ def search_collections(wrapped: Sequence[tuple[str, object]], native: Sequence[s
     members = []
     for url, alignment in wrapped:
         coll = open_collection(url)
+        aligned = load_alignment(alignment)[0]
         if old_queries is not None:
-            member = FusedSearch(coll, load_alignment(alignment)[0], old_queries, beta=beta,
-                                 k_candidates=max(2 * k_candidates, k))
+            member = FusedSearch(coll, aligned, old_queries, beta=beta, k_candidates=max(2 * k_candidates, k))
         else:
-            member = wrap(coll, alignment)
+            member = wrap(coll, aligned)
+        member = penalized(member, coll, aligned)
         if embed is not None:
             member = RerankedSearch(member, embed, text_field=text_field, k_candidates=k_candidates)
         members.append(member)
-    members += [open_collection(url) for url in native]
+    for url in native:
+        coll = open_collection(url)
+        members.append(penalized(coll, coll))
     return federated_search(members, queries, k)
