@@ -125,6 +125,15 @@ def test_tuned_fusion_serves_at_least_as_well_as_staying(tmp_path, sample):
     assert t["recall"] == max(t["recall_by_beta"].values())
     r = run("upgrade", "status", "--state", state, "--json")
     assert json.loads(r.output)["events"][-1]["stage"] == "tuned"
+    r = run("upgrade", "status", "--state", state, "--queries", qn.url, "--old-queries", qo.url, "--json")
+    assert r.exit_code == 0, r.output
+    probe = json.loads(r.output)["probe"]
+    assert (probe["served"], probe["staying"], probe["new_model_only"]) == (t["recall"], t["staying"],
+                                                                           t["new_model_only"])
+    r = run("upgrade", "status", "--state", state)
+    assert "probe queries at 33% native: served" in r.output, r.output
+    r = run("upgrade", "status", "--state", state, "--queries", qn.url)
+    assert r.exit_code == 2
 
 
 def _started(tmp_path, sample, name="u", fit_sample=500):
@@ -166,8 +175,9 @@ def test_changed_and_removed_source_records_are_picked_up(tmp_path, sample):
         assert up.state.stamps([changed])[changed][0] == "native"          # re-embedded first, from its new text
         assert removed not in up.state.stamps([removed])
         np.testing.assert_allclose(up.target.get([changed]).vectors[0], sample.docs_new[7], atol=1e-6)
+        assert len(up.target.get([removed])) == 0                          # deleted from the new collection too
         ids, _ = up.search([sample.items[d]["doc"]], k=5)
-        assert removed not in ids[0]                                       # still in the new collection, not served
+        assert removed not in ids[0]
         ids, _ = up.search([sample.items[d]["doc"]], k=5, hub_weight=0.5)
         assert removed not in ids[0]
     r = run("upgrade", "reembed", "--state", state, "--limit", 1, "--json")
@@ -243,3 +253,19 @@ def test_finalize_drops_the_old_vectors_only_when_asked(tmp_path, sample):
     assert r.exit_code == 0, r.output
     assert "old collection" in json.loads(r.output)["dropped"] and not connect(old.url).exists()
     assert connect(f"file://{tmp_path}/new").info().count == 1500
+
+
+def test_spend_cap_stops_re_embedding_across_runs(tmp_path, sample):
+    """An API model priced per 1,000 texts: the upgrade's spend is kept across runs and a run stops before a batch
+    would take it over the cap."""
+    old, state = _started(tmp_path, sample)
+    args = ("upgrade", "reembed", "--state", state, "--batch-size", 50, "--price-per-1k", 2.0, "--json")
+    r = run(*args, "--spend-cap", 0.25)          # 125 texts' worth: two batches of 50
+    out = json.loads(r.output)
+    assert r.exit_code == 0 and out["reembedded"] == 100 and out["stopped_by"] == "spend cap", r.output
+    assert out["spent"] == pytest.approx(0.2)
+    r = run(*args, "--spend-cap", 0.45)          # the spend so far counts: two more batches
+    out = json.loads(r.output)
+    assert out["reembedded"] == 100 and out["spent"] == pytest.approx(0.4) and out["counts"]["native"] == 700
+    r = run("upgrade", "reembed", "--state", state, "--spend-cap", 1)
+    assert r.exit_code == 3 and "price" in r.output

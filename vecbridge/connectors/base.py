@@ -193,6 +193,16 @@ class Collection(abc.ABC):
     def upsert(self, batch: VectorBatch) -> int:
         """Insert or replace records by id (idempotent: writing the same batch twice changes nothing)."""
 
+    def delete(self, ids: Sequence) -> int:
+        """Remove the records with these ids, each whole (its payload and every vector field, also through a
+        :meth:`with_vector_field` view); ids that do not exist are ignored, and so is an id given twice.
+
+        Returns the number of distinct ids asked to be deleted, not how many of them existed (most stores do not
+        tell, and asking first would cost a read per call). A read-only handle refuses, as :meth:`upsert` does; a
+        missing collection raises :class:`NotFound`. Long lists are sent in chunks, each its own request, so a
+        failure part way through leaves the earlier chunks deleted: deleting the same ids again finishes the job."""
+        raise StoreError(f"{self.scheme}: deleting records is not supported by this store")
+
     def drop(self) -> None:
         """Delete the whole collection (used by tests and by ``--overwrite``)."""
         raise StoreError(f"{self.scheme}: dropping a collection is not supported by this store")
@@ -224,6 +234,16 @@ class Collection(abc.ABC):
     def _writable(self):
         if self.read_only:
             raise StoreError(f"{self.display_url} is opened read-only")
+
+    def _ids_to_delete(self, ids: Sequence) -> list:
+        """The preamble of :meth:`delete`: a writable handle, and the ids each once, in the order first given."""
+        self._writable()
+        if isinstance(ids, (str, bytes)):
+            raise InputError("delete takes a sequence of ids, not a single string")
+        try:
+            return list(dict.fromkeys(ids))
+        except TypeError:
+            raise InputError("ids must be strings or integers") from None
 
     def _check_create_args(self, dim, metric: str) -> tuple[int, str]:
         """The shared preamble of ``create`` and ``add_vector_field``: writable handle, known metric, positive

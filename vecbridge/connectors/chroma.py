@@ -370,6 +370,18 @@ class ChromaCollection(Collection):
         self._call("write records", coll.upsert, ids=keys, embeddings=vectors, metadatas=metadatas,
                    documents=documents if any(d is not None for d in documents) else None)
 
+    def delete(self, ids: Sequence) -> int:
+        """``collection.delete(ids=...)`` with the ids as Chroma stores them (decimal strings for ints, so int 5 and
+        "5" name the same record), in chunks of the client's ``get_max_batch_size()``."""
+        wanted = self._ids_to_delete(ids)
+        coll = self._collection()
+        keys = list(dict.fromkeys(str(i) for i in wanted))
+        if keys:
+            step = self._max_batch()
+            for lo in range(0, len(keys), step):
+                self._call("delete records", coll.delete, ids=keys[lo:lo + step])
+        return len(wanted)
+
     def drop(self) -> None:
         self._writable()
         self._collection()  # a clear "not found" first

@@ -363,6 +363,38 @@ class FileCollection(Collection):
                       lambda fh: np.savez(fh, payloads_json=payload_json, **id_arrays))
         return len(batch)
 
+    def delete(self, ids: Sequence) -> int:
+        """Rewrite every segment holding one of the ids (a live row or an older version) without them.
+
+        Segments are append-only, so each such segment's other live rows are first written again as a new segment
+        (through :meth:`upsert`: temporary file + rename), and only then are the old segments removed, oldest first
+        (the ``.meta.npz`` that commits one before its vectors). A crash at any point leaves every record either as
+        it was or deleted, never an older version brought back: while a deleted id's newest segment remains, it is
+        what reads see. Costs a copy of the live rows of the segments involved."""
+        wanted = self._ids_to_delete(ids)
+        self._manifest()
+        if not wanted:
+            return 0
+        doomed = set(wanted)
+        segs = self._segments()
+        names, where = self._cache_key, self._where
+        affected = [s for s, seg in enumerate(segs) if not doomed.isdisjoint(seg.ids)]
+        for s in affected:
+            seg = segs[s]
+            keep = np.asarray([r for r, i in enumerate(seg.ids) if i not in doomed and where[i] == (s, r)],
+                              dtype=np.int64)
+            if len(keep):
+                self.upsert(VectorBatch([seg.ids[r] for r in keep.tolist()], seg.vectors[keep], seg.payloads(keep)))
+        seg_dir = self.path / "segments"
+        for s in affected:
+            for suffix in (".meta.npz", ".npy"):
+                try:
+                    os.unlink(seg_dir / f"{names[s]}{suffix}")
+                except FileNotFoundError:
+                    pass
+        self._cache_key = None
+        return len(wanted)
+
     def drop(self) -> None:
         self._writable()
         if not self._manifest_path.is_file():

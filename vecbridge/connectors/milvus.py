@@ -592,6 +592,20 @@ class MilvusCollection(Collection):
             self._request("writing records", "upsert", self.name, rows[lo:lo + step])
         return len(batch)
 
+    def delete(self, ids: Sequence) -> int:
+        """``delete(filter="pk in [...]")`` with the keys quoted as literals (as reads quote them), 1,000 keys per
+        request; ids that cannot be keys of this collection (a string for an INT64 key) cannot exist and are
+        skipped, as :meth:`get` skips them. Reads after it see the delete (their first request is Strong)."""
+        wanted = self._ids_to_delete(ids)
+        schema = self._describe()
+        keys = [self._store_key(i, schema) for i in wanted]
+        keys = list(dict.fromkeys(k for k in keys if k is not None and (
+            schema["pk_str"] or _INT64_RANGE[0] <= k <= _INT64_RANGE[1])))
+        for lo in range(0, len(keys), _IDS_PER_GET):
+            expr = f"{schema['pk']} in [{', '.join(_literal(k) for k in keys[lo:lo + _IDS_PER_GET])}]"
+            self._request("deleting records", "delete", self.name, filter=expr)
+        return len(wanted)
+
     def point_alias(self, alias: str) -> None:
         """``alter_alias`` moves an existing alias in one step; a new one is created."""
         try:

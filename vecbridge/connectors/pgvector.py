@@ -615,6 +615,21 @@ class PgVectorCollection(Collection):
         self._with_conn("write vectors", work)
         return len(batch)
 
+    def delete(self, ids: Sequence) -> int:
+        """``DELETE FROM table WHERE id = ANY(%s::<id type>[])``, 10,000 ids per statement (each its own
+        transaction, retried after a lost connection: deleting twice is harmless). Whole rows go, whichever vector
+        column this handle reads. Ids are converted as :meth:`get` converts them (a non-integer id for an integer
+        key is refused)."""
+        wanted = self._ids_to_delete(ids)
+        schema = self._schema()
+        keys = list(dict.fromkeys(self._keys(wanted, schema)))
+        statement = sql.SQL("DELETE FROM {} WHERE {} = ANY(%s::{}[])").format(
+            self.table_ident, sql.Identifier(self.id_column), sql.SQL(schema.id_type))
+        for lo in range(0, len(keys), 10_000):
+            chunk = keys[lo:lo + 10_000]
+            self._with_conn("delete rows", lambda conn, chunk=chunk: conn.execute(statement, [chunk]))
+        return len(wanted)
+
     def drop(self) -> None:
         self._writable()
         if not self.exists():

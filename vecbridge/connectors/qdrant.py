@@ -376,6 +376,10 @@ class QdrantCollection(QdrantPointsCollection):
             self._call("writing vectors", self._client().update_vectors, self.name, points=updates, wait=True)
         return {pid for pid in pids if pid not in existing}
 
+    def _delete_points(self, pids: list) -> None:
+        self._call("deleting points", self._client().delete, self.name,
+                   points_selector=models.PointIdsList(points=pids), wait=True)
+
     def drop(self) -> None:
         self._writable()
         if not self.exists():

@@ -254,6 +254,9 @@ class QdrantEdgeCollection(QdrantPointsCollection):
             self._call("writing vectors", shard.update, qe.UpdateOperation.update_vectors(updates))
         return {pid for pid in pids if pid not in existing}
 
+    def _delete_points(self, pids: list) -> None:
+        self._call("deleting points", self._shard().update, qe.UpdateOperation.delete_points(pids))
+
     def drop(self) -> None:
         self._writable()
         if not self.exists():

@@ -15,7 +15,7 @@ from urllib.parse import quote
 
 import numpy as np
 
-from ..errors import InputError
+from ..errors import InputError, NotFound
 from .base import Collection, VectorBatch
 
 #: payload key holding an original id that Qdrant cannot take as a point id
@@ -26,6 +26,8 @@ ID_NAMESPACE = uuid.UUID("6f1d3f0e-5c3a-4f38-9a53-7c1b8d0e2a41")
 ID_PAGE = 10_000
 #: queries per batch query request
 QUERY_CHUNK = 64
+#: point ids per delete request
+DELETE_CHUNK = 1000
 #: Qdrant distance names -> vecbridge metric vocabulary
 TO_METRIC = {"Cosine": "cosine", "Dot": "dot", "Euclid": "l2"}
 
@@ -154,6 +156,21 @@ class QdrantPointsCollection(Collection):
     def _query(self, queries: np.ndarray, name: str, k: int) -> list[list]:
         """Scored points of the ``k`` nearest neighbours of each query row on vector ``name``."""
         raise NotImplementedError
+
+    def _delete_points(self, pids: list) -> None:
+        """Delete whole points (payload and every vector) by point id; missing ones are ignored."""
+        raise NotImplementedError
+
+    def delete(self, ids: Sequence) -> int:
+        """Delete points by the point ids :func:`point_id` gives (the ids upserts wrote them under), in requests of
+        :data:`DELETE_CHUNK`; a view of one vector field deletes whole points too."""
+        wanted = self._ids_to_delete(ids)
+        if not self.exists():
+            raise NotFound(f"collection not found: {self.display_url}")
+        pids = list(dict.fromkeys(point_id(i)[0] for i in wanted))
+        for lo in range(0, len(pids), DELETE_CHUNK):
+            self._delete_points(pids[lo:lo + DELETE_CHUNK])
+        return len(wanted)
 
     def scan(self, batch_size: int = 1000, after: Any = None) -> Iterator[VectorBatch]:
         name, dim, _ = self._field()

@@ -1,4 +1,5 @@
-"""Everything that opens a store: fit from collections, link, report, evaluate, drift, migrate, merge, verify, wrap.
+"""Everything that opens a store: fit from collections, link, report, evaluate, drift, migrate, merge, verify, wrap,
+upgrade.
 
 The layers below never see a store (``align``, ``linking``) or a job (``connectors``); the CLI only parses and
 prints what these return.
@@ -8,10 +9,16 @@ from .checkpoint import Checkpoint
 from .evaluate import collect_pairs, evaluate_alignment
 from .merge import merge
 from .report import compatibility_report
+from .rerank import FusedSearch, HubPenalizedSearch, RerankedSearch
 from .rewrite import migrate, plan_migration
+from .upgrade import Upgrade, open_upgrade
+from .upgrade import plan as plan_upgrade
+from .upgrade import start as start_upgrade
 from .verify import verify
 from .wrap import MappedEmbeddings, WrappedCollection, federated_search, translate_queries, wrap
 
 __all__ = ["migrate", "merge", "plan_migration", "verify", "wrap", "WrappedCollection", "federated_search",
            "MappedEmbeddings", "translate_queries", "Checkpoint", "evaluate_alignment", "collect_pairs",
-           "compatibility_report", "Report", "Evaluation", "MigrationResult", "MergeResult", "VerifyResult"]
+           "compatibility_report", "Report", "Evaluation", "MigrationResult", "MergeResult", "VerifyResult",
+           "FusedSearch", "HubPenalizedSearch", "RerankedSearch", "Upgrade", "open_upgrade", "plan_upgrade",
+           "start_upgrade"]

@@ -121,6 +121,7 @@ class Upgrade:
                 "fusion_beta": "old model alone" if self.meta.get("fusion_stays") else self.meta.get("fusion_beta"),
                 "hub_weight": self.meta.get("hub_weight", 0.0),
                 "hub_reference": self.meta.get("hub_reference"), "dropped": self.meta.get("dropped"),
+                "probe": self.meta.get("probe"),
                 "events": self.state.events()}
 
     def _move(self, to_stage: str, allowed_from: tuple[str, ...], serving: str) -> dict:
@@ -185,8 +186,9 @@ class Upgrade:
     def sync(self) -> dict:
         """Bring the state up to the source. Records added or changed since their new vector was made (a changed
         old vector or text) get the map of their current old vector, written now so that nothing served is stale,
-        and are stamped ``pending`` (re-embedded first); records gone from the source are forgotten and no longer
-        served. Returns ``{"added", "changed", "removed"}``."""
+        and are stamped ``pending`` (re-embedded first); records gone from the source are deleted from the upgrade's
+        own collection (a new vector field goes with its record) and forgotten.
+        Returns ``{"added", "changed", "removed"}``."""
         added = changed = 0
         text_field = self.meta["text_field"]
         with self.state.seen() as seen:
@@ -206,23 +208,36 @@ class Upgrade:
                 self.state.stamp(part.ids, "pending", self.alignment.fingerprint, digests=[digests[j] for j in stale],
                                  hubness=self.hubness(mapped))
             gone = seen.missing()
-        if gone:
-            self.state.forget(gone)
+        self._drop(gone)
         if added or changed or gone:
             self.state.event("sync", f"{added:,} added, {changed:,} changed, {len(gone):,} removed in the source")
         return {"added": added, "changed": changed, "removed": len(gone)}
 
+    def _drop(self, gone) -> None:
+        """Records gone from the source: deleted from the upgrade's own collection (a new vector field goes with its
+        record), then forgotten, in that order (a run killed in between deletes them again)."""
+        if gone:
+            if not self.meta.get("field"):
+                self.target.delete(list(gone))
+            self.state.forget(gone)
+
     def reembed(self, *, limit: int | None = None, until: float | None = None, budget_seconds: float | None = None,
                 priority: str = "random", batch_size: int = 64, max_per_second: float | None = None,
+                price_per_1k: float | None = None, spend_cap: float | None = None,
                 on_progress: Callable[[int], None] | None = None,
                 on_start: Callable[[int], None] | None = None) -> dict:
         """Replace mapped vectors by the new model's own, ``batch_size`` records at a time, until ``limit``
-        records, a native ``until`` fraction or ``budget_seconds`` is reached (or nothing is left); each batch is
-        written, then stamped, so a killed run loses at most the batch in flight (re-done by the next run)."""
+        records, a native ``until`` fraction, ``budget_seconds`` or the ``spend_cap`` (the upgrade's total spend at
+        ``price_per_1k`` texts, kept across runs) is reached, or nothing is left; each batch is written, then
+        stamped, so a killed run loses at most the batch in flight (re-done by the next run)."""
         if self.meta["stage"] == "finalized":
             raise InputError("the upgrade is finalized")
         if until is not None and not 0 < until <= 1:
             raise InputError("until is a fraction of the collection in (0, 1]")
+        if spend_cap is not None and price_per_1k is None:
+            raise InputError("a spend cap needs the model's price per 1,000 texts")
+        if (spend_cap is not None and spend_cap < 0) or (price_per_1k is not None and price_per_1k < 0):
+            raise InputError("prices and spend caps are at least 0")
         synced = self.sync()
         counts = self.state.counts()
         total = sum(counts.values())
@@ -233,9 +248,11 @@ class Upgrade:
             todo = min(todo, limit)
         if on_start:
             on_start(todo)
-        t0, done, no_text = time.perf_counter(), 0, 0
+        t0, done, no_text, stopped = time.perf_counter(), 0, 0, "done"
+        spent = float(self.meta.get("spent") or 0.0)
         while done < todo:
             if budget_seconds is not None and time.perf_counter() - t0 >= budget_seconds:
+                stopped = "time budget"
                 break
             ids = self.state.to_reembed(min(batch_size, todo - done), priority)
             if not ids:
@@ -244,6 +261,10 @@ class Upgrade:
             records = self.source.get(ids)
             texts = [p.get(self.meta["text_field"]) for p in records.payloads]
             has = [j for j, t in enumerate(texts) if isinstance(t, str) and t]
+            cost = len(has) * (price_per_1k or 0.0) / 1000
+            if spend_cap is not None and spent + cost > spend_cap + 1e-9:
+                stopped = "spend cap"
+                break
             if len(has) < len(records):
                 no_text += len(records) - len(has)
                 missing = {records.ids[j] for j in range(len(records)) if j not in set(has)}
@@ -254,16 +275,18 @@ class Upgrade:
                 self.target.upsert(batch)
                 self.state.stamp(batch.ids, "native", self.meta["model"], hubness=self.hubness(vectors),
                                  digests=[record_digest(records.vectors[j], texts[j]) for j in has])
-            gone = set(ids) - set(records.ids)   # deleted from the source since: nothing left to re-embed
-            if gone:
-                self.state.forget(gone)
+                if price_per_1k:
+                    spent += cost
+                    self.meta = self.state.update(spent=spent)
+            self._drop(set(ids) - set(records.ids))   # deleted from the source since the sync
             done += len(ids)
             if on_progress:
                 on_progress(len(ids))
             if max_per_second:
                 time.sleep(max(0.0, len(has) / max_per_second - (time.perf_counter() - tb)))
         self.state.event("reembed", f"{done:,} records")
-        return {**self.status(), "reembedded": done, "new_in_source": synced["added"],
+        return {**self.status(), "reembedded": done, "stopped_by": stopped, "spent": spent,
+                "new_in_source": synced["added"],
                 "changed_in_source": synced["changed"], "removed_from_source": synced["removed"],
                 "without_text": no_text, "seconds": time.perf_counter() - t0}
 
@@ -329,27 +352,38 @@ class Upgrade:
         s = cos_new if cos_old is None or beta == 0 else (cos_new + beta * cos_old) / (1.0 + beta)
         return s - weight * hub if weight else s
 
+    def _recalls(self, queries_new, queries_old, relevant: list, settings, *, k: int, k_candidates: int) -> dict:
+        """Recall@k of each ``(beta, hub weight)`` setting on queries with known answers (``relevant[i]`` is the id of
+        query i's relevant record), all from one candidate pool per query."""
+        q_new = l2_normalize(np.asarray(queries_new, dtype=np.float32))
+        q_old = l2_normalize(np.asarray(queries_old, dtype=np.float32))
+        if not (len(q_new) == len(q_old) == len(relevant)) or not len(relevant):
+            raise InputError("measuring needs the same queries in both models and the id of each one's relevant "
+                             "record")
+        cands = self._candidates(q_new, q_old, k_candidates)
+        has_hub = any(h.any() for _, _, _, h in cands)
+        out = {}
+        for beta, w in settings(has_hub):
+            hits = 0
+            for (ids, cn, co, hub), rel in zip(cands, relevant):
+                order = np.argsort(-self._score(cn, co, hub, beta, w), kind="stable")[:k]
+                hits += rel in {ids[j] for j in order}
+            out[beta, w] = hits / len(relevant)
+        return out
+
     def tune_fusion(self, queries_new, queries_old, relevant: list, *, k: int = 10, k_candidates: int = 100) -> dict:
         """Choose the old query's weight ``beta`` and the hub penalty's weight on queries with known answers
         (``relevant[i]`` is the id of query i's relevant record): the grid includes the old model alone (``inf``),
         so the choice serves at least as well as staying on the old model on these queries. Saved in the state;
         ``search`` uses them by default. The penalty is tried once records have hub scores (from the start's
         re-embedded sample, or a query log: :meth:`learn_queries`)."""
-        q_new = l2_normalize(np.asarray(queries_new, dtype=np.float32))
-        q_old = l2_normalize(np.asarray(queries_old, dtype=np.float32))
-        if not (len(q_new) == len(q_old) == len(relevant)) or not len(relevant):
-            raise InputError("tuning needs the same queries in both models and the id of each one's relevant record")
-        cands = self._candidates(q_new, q_old, k_candidates)
-        has_hub = any(h.any() for _, _, _, h in cands)
-        weights = HUB_WEIGHTS if has_hub else (0.0,)
-        recall = {}
-        for beta in FUSION_BETAS:
-            for w in (weights if np.isfinite(beta) else (0.0,)):
-                hits = 0
-                for (ids, cn, co, hub), rel in zip(cands, relevant):
-                    order = np.argsort(-self._score(cn, co, hub, beta, w), kind="stable")[:k]
-                    hits += rel in {ids[j] for j in order}
-                recall[beta, w] = hits / len(relevant)
+        weights = []
+
+        def grid(has_hub):
+            weights.extend(HUB_WEIGHTS if has_hub else (0.0,))
+            return [(b, w) for b in FUSION_BETAS for w in (weights if np.isfinite(b) else (0.0,))]
+
+        recall = self._recalls(queries_new, queries_old, relevant, grid, k=k, k_candidates=k_candidates)
         # ties: the lightest penalty, then the smallest old-model weight (the old model alone last)
         best_beta, best_w = max(recall, key=lambda bw: (recall[bw], -bw[1], -bw[0] if np.isfinite(bw[0]) else -1e9))
         stays = bool(np.isinf(best_beta))
@@ -362,6 +396,22 @@ class Upgrade:
                 "recall": recall[best_beta, best_w], "staying": recall[np.inf, 0.0],
                 "new_model_only": recall[0.0, 0.0], "n_queries": len(relevant), "recall_by_beta": by_beta,
                 "hub_weights_tried": list(weights)}
+
+    def measure(self, queries_new, queries_old, relevant: list, *, k: int = 10, k_candidates: int = 100) -> dict:
+        """Recall@k on queries with known answers as served now (the tuned weights, or fusion with beta 1 and no
+        penalty before any tuning), against the new model alone and staying on the old model. Kept in the state as
+        the latest probe (``status`` shows it)."""
+        beta = np.inf if self.meta.get("fusion_stays") else float(self.meta.get("fusion_beta") or 1.0)
+        w = float(self.meta.get("hub_weight") or 0.0)
+        r = self._recalls(queries_new, queries_old, relevant, lambda _: [(beta, w), (0.0, 0.0), (np.inf, 0.0)],
+                          k=k, k_candidates=k_candidates)
+        counts = self.state.counts()
+        probe = {"k": k, "served": r[beta, w], "new_model_only": r[0.0, 0.0], "staying": r[np.inf, 0.0],
+                 "n_queries": len(relevant), "native_fraction": counts["native"] / max(1, sum(counts.values())),
+                 "at": time.time()}
+        self.meta = self.state.update(probe=probe)
+        self.state.event("probe", f"Recall@{k} served {probe['served']:.3f}, staying {probe['staying']:.3f}")
+        return self.status()
 
     def search(self, texts: list[str], k: int = 10, *, old_model: str | None = None, beta: float | None = None,
                hub_weight: float | None = None, k_candidates: int = 100) -> tuple[list[list], np.ndarray]:
@@ -597,6 +647,13 @@ def tune(path, queries, old_queries, *, k: int = 10) -> dict:
     new_q, old_q = _query_pairs(queries, old_queries)
     with open_upgrade(path) as up:
         return up.tune_fusion(new_q.vectors, old_q.vectors, list(new_q.ids), k=k)
+
+
+def measure(path, queries, old_queries, *, k: int = 10) -> dict:
+    """:meth:`Upgrade.measure` on two query collections (as :func:`tune` takes them)."""
+    new_q, old_q = _query_pairs(queries, old_queries)
+    with open_upgrade(path) as up:
+        return up.measure(new_q.vectors, old_q.vectors, list(new_q.ids), k=k)
 
 
 def learn_queries(path, queries, *, k: int = HUB_K) -> dict:
