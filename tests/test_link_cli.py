@@ -124,7 +124,8 @@ def test_link_unsupervised_recovers_a_hidden_rotation_without_any_pairs(stores, 
                               (sample.docs_old[perm] @ Q).astype(np.float32))
     path = stores["root"] / "unsup.csv"
     fast = ["--param", "n_runs=5", "--param", "qap_restarts=10", "--param", "refine1_iter=10",
-            "--param", "refine2_clusters=100"]          # the test's budget; the defaults are the paper's
+            "--param", "refine2_clusters=100", "--param", "n_restarts=1", "--param", "init=centroids",
+            "--param", "polish_iter=0"]          # the test's budget: one start, as the paper runs it
     r = run("link", stores["old"], hidden.url, "--mode", "unsupervised", *fast, "-o", path, "--json")
     assert r.exit_code == 0, r.output
     src, tgt, _ = _read_links_csv(path)
@@ -143,7 +144,8 @@ def test_fit_unsupervised_saves_mini_vec2vec_s_map(stores, sample):
                               (sample.docs_old @ Q).astype(np.float32))
     out = stores["root"] / "unsup.vb"
     fast = [a for kv in ("n_runs=5", "qap_restarts=10", "n_neighbors=10", "refine1_iter=2", "refine1_tol=0",
-                         "refine1_neighbors=1", "refine2_clusters=50") for a in ("--param", kv)]  # test_minivec2vec's
+                         "refine1_neighbors=1", "refine2_clusters=50", "n_restarts=1", "init=centroids",
+                         "polish_iter=0") for a in ("--param", kv)]  # test_minivec2vec's FAST
     r = run("fit", "--source", stores["old"], "--target", hidden.url, "--pairs", "unsupervised", *fast,
             "-o", out, "--json")
     assert r.exit_code == 0, r.output

@@ -6,16 +6,25 @@ import pytest
 
 from vecbridge import metrics
 from vecbridge.align import Alignment
-from vecbridge.align.minivec2vec import MiniVec2Vec, _centroid_similarity, _qap_scipy, qap_2opt, qap_objective
+from vecbridge.align.minivec2vec import (
+    MiniVec2Vec,
+    _centroid_similarity,
+    _qap_scipy,
+    _restart_key,
+    qap_2opt,
+    qap_objective,
+)
 from vecbridge.errors import InputError
 from vecbridge.numeric.kmeans import kmeans
 
 from .conftest import SHARED_WORDNET
 
 # A fast configuration for the bundled sample (1,000 rows per side): fewer ensemble runs, QAP restarts and Refine-1
-# iterations, neighbourhoods and Refine-2 scaled to the data size.
+# iterations, neighbourhoods and Refine-2 scaled to the data size; the paper's single run (no restarts, no VecMap
+# start, no polish), which the tests of the paper's steps are about.
+PAPER = dict(n_restarts=1, init="centroids", polish_iter=0)
 FAST = dict(n_runs=5, qap_restarts=10, n_neighbors=10, refine1_iter=4, refine1_tol=0, refine1_neighbors=1,
-            refine2_clusters=50)
+            refine2_clusters=50, **PAPER)
 
 
 # --- the parts ---------------------------------------------------------------------------------------------------
@@ -202,10 +211,64 @@ def test_bad_parameters_and_paired_fitting_are_refused(small):
         MiniVec2Vec(alpha=0).fit(A, B)
     with pytest.raises(InputError, match="qap_solver"):
         MiniVec2Vec(qap_solver="faq").fit(A, B)
+    with pytest.raises(InputError, match="init"):
+        MiniVec2Vec(init="random").fit(A, B)
+    with pytest.raises(InputError, match="n_restarts"):
+        MiniVec2Vec(n_restarts=0).fit(A, B)
     # no pairs, so none of the paired estimators' fitting methods (not even ones that would only raise)
     assert not any(hasattr(MiniVec2Vec(), m) for m in ("partial_fit", "fit_stream", "fit_moments"))
     with pytest.raises(InputError, match="not fitted"):
         MiniVec2Vec().transform(A)
+
+
+# --- restarts chosen by the label-free criterion, VecMap starts, the polish (ours) ---------------------------------
+def test_defaults_are_the_robust_path_and_the_paper_s_run_is_one_parameter_set_away():
+    p = MiniVec2Vec().get_params()
+    assert (p["init"], p["n_restarts"], p["polish_iter"]) == ("auto", 4, 10)
+    est = MiniVec2Vec(**PAPER)
+    assert est._schedule() == [("centroids", 20)]
+    assert MiniVec2Vec()._schedule() == [("centroids", 20), ("vecmap", None), ("vecmap", None), ("centroids", 30)]
+    assert MiniVec2Vec(init="vecmap", n_restarts=2)._schedule() == [("vecmap", None), ("vecmap", None)]
+    assert MiniVec2Vec(init="centroids", n_restarts=3)._schedule() == [("centroids", 20), ("centroids", 30),
+                                                                        ("centroids", 20)]
+
+
+def test_restart_key_prefers_passing_then_gain():
+    passing = {"passed": True, "gain": 0.06, "score": 1.05}
+    stronger = {"passed": True, "gain": 0.08, "score": 1.05}
+    failing = {"passed": False, "gain": 0.04, "score": 0.9}
+    assert _restart_key(stronger) > _restart_key(passing) > _restart_key(failing) > _restart_key({})
+
+
+def test_restarts_are_validated_and_the_best_is_kept(small):
+    """Two starts (a centroid matching and a VecMap start), no early stop: both validated on the fit's rows, the
+    winner is the one the criterion ranks first, and its map is what the estimator holds."""
+    A, B, Xe, Ye = small
+    kw = dict(FAST, n_restarts=2, init="auto", restart_margin=100.0, vecmap_sample=500, vecmap_iter=10,
+              polish_iter=3)
+    est = MiniVec2Vec(random_state=0, **kw).fit(A, B)
+    assert [r["init"] for r in est.restarts_] == ["centroids", "vecmap"]
+    assert all({"score", "gain", "agreement", "passed", "seconds"} <= set(r) for r in est.restarts_)
+    best = max(est.restarts_, key=_restart_key)
+    assert est.restart_ == best["restart"] and est.init_ == best["init"] and est.validation_["passed"]
+    assert {"validation", "refine1", "refine2", "polish"} <= set(est.timings_)
+    assert "polish" in est.stage_matrices_ and est.history_[-1]["stage"] == "polish"
+    assert metrics.pair_quality(est.transform(Xe), Ye).top1 > 0.97
+    assert metrics.pair_quality(est.procrustes_.transform(Xe), Ye).top1 > 0.97
+
+
+def test_a_clear_pass_stops_the_restarts_early(small):
+    A, B, _, _ = small
+    est = MiniVec2Vec(random_state=0, **dict(FAST, n_restarts=4, init="auto", restart_margin=0.0)).fit(A, B)
+    assert len(est.restarts_) == 1 and est.restart_ == 0 and est.restarts_[0]["passed"]
+
+
+def test_vecmap_start_alone(small):
+    A, B, Xe, Ye = small
+    est = MiniVec2Vec(random_state=0, **dict(FAST, init="vecmap", vecmap_sample=600, vecmap_iter=10)).fit(A, B)
+    assert est.init_ == "vecmap" and est.validation_ is None and est.anchors_src_ is None
+    assert est.vecmap_n_iter_ <= 10 and "vecmap" in est.timings_
+    assert metrics.pair_quality(est.transform(Xe), Ye).top1 > 0.97
 
 
 # --- the paper's protocol on the full shared data (skipped on a fresh clone) ---------------------------------------

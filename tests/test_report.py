@@ -109,7 +109,7 @@ def test_report_grows_seed_pairs_with_geh(tmp_path, sample):
 
 
 FAST_UNSUPERVISED = dict(n_runs=5, qap_restarts=10, n_neighbors=10, refine1_iter=2, refine1_tol=0, refine1_neighbors=1,
-                         refine2_clusters=50)   # test_minivec2vec.FAST
+                         refine2_clusters=50, n_restarts=1, init="centroids", polish_iter=0)   # test_minivec2vec.FAST
 
 
 def test_report_falls_back_to_unsupervised_and_never_says_go(tmp_path, sample):

@@ -1,0 +1,92 @@
+"""VecMap's unsupervised start ("A robust self-learning method for fully unsupervised cross-lingual mappings of word
+embeddings", Artetxe et al., ACL 2018) adapted to sentence embeddings: profiles, CSLS induction, the estimator."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from vecbridge import metrics
+from vecbridge.align.vecmap import VecMap, csls_dictionary, profile_dictionary, similarity_profiles
+from vecbridge.errors import InputError
+from vecbridge.vectors import l2_normalize
+
+
+def _semi_orthogonal(d_in, d_out, rng):
+    return np.linalg.qr(rng.normal(size=(d_out, d_in)))[0].T.astype(np.float32)       # rows orthonormal
+
+
+@pytest.fixture(scope="module")
+def planted(sample):
+    """The bundled sample's real MiniLM docs reduced to 48 principal directions, planted into 80 dimensions by a
+    random semi-orthogonal map; the target's rows are shuffled (no pairing given); evaluation on rows neither side
+    holds."""
+    X = sample.docs_old
+    P = np.linalg.svd(X[:1000] - X[:1000].mean(axis=0), full_matrices=False)[2][:48].T.astype(np.float32)
+    X = X @ P
+    rng = np.random.default_rng(0)
+    Q = _semi_orthogonal(48, 80, rng)
+    return X[:1000], (X[:1000] @ Q)[rng.permutation(1000)], X[1000:], X[1000:] @ Q
+
+
+def test_profiles_are_dimension_free_and_invariant_to_isometries():
+    rng = np.random.default_rng(0)
+    X = l2_normalize(rng.normal(size=(200, 16)).astype(np.float32))
+    P1 = similarity_profiles(X)
+    P2 = similarity_profiles(X @ _semi_orthogonal(16, 40, rng))       # same geometry, 40 dimensions
+    assert P1.shape == P2.shape == (200, 200)
+    np.testing.assert_allclose(P1, P2, atol=1e-4)
+    np.testing.assert_allclose(np.linalg.norm(P1, axis=1), 1, atol=1e-5)
+
+
+def test_profile_dictionary_recovers_a_planted_permutation():
+    """Same rows in another basis and order: the profiles match row for row."""
+    rng = np.random.default_rng(1)
+    X = l2_normalize(rng.normal(size=(300, 24)).astype(np.float32))
+    perm = rng.permutation(300)
+    Y = (X @ _semi_orthogonal(24, 32, rng))[perm]
+    src, tgt = profile_dictionary(X, Y)
+    assert len(src) == len(tgt) == 600
+    assert np.mean(perm[tgt] == src) > 0.95        # Y[j] is X[perm[j]]
+
+
+def test_csls_dictionary_on_identical_sets_and_with_dropout():
+    rng = np.random.default_rng(2)
+    X = l2_normalize(rng.normal(size=(100, 20)).astype(np.float32))
+    src, tgt, obj = csls_dictionary(X, X, k=5)
+    np.testing.assert_array_equal(src, tgt)
+    assert obj > 0.5
+    src2, tgt2, obj2 = csls_dictionary(X, X, k=5, keep=0.3, rng=rng)
+    assert obj2 == pytest.approx(obj)             # the objective ignores the dropout
+    assert np.mean(src2 == tgt2) < 0.9            # the dropout changes the choices
+    with pytest.raises(InputError, match="random generator"):
+        csls_dictionary(X, X, keep=0.5)
+
+
+def test_vecmap_recovers_a_planted_isometry_across_dimensions(planted):
+    A, B, Xe, Ye = planted
+    est = VecMap(n_init=1000, n_sample=1000, max_iter=20, random_state=0).fit(A, B)
+    assert est.fit(A, B) is est
+    assert est.matrix_.shape == (48, 80) and est.inverse_matrix_.shape == (80, 48)
+    np.testing.assert_allclose(est.matrix_ @ est.matrix_.T, np.eye(48), atol=1e-5)
+    assert metrics.pair_quality(est.transform(Xe), Ye).top1 > 0.97
+    assert est.n_iter_ == len(est.objective_) <= 20 and set(est.timings_) == {"init", "self_learning"}
+    # the other direction: a projection
+    back = VecMap(n_init=1000, n_sample=1000, max_iter=20, random_state=0).fit(B, A)
+    assert metrics.pair_quality(back.transform(Ye), Xe).top1 > 0.97
+
+
+def test_determinism_parameters_and_refusals(planted):
+    A, B, _, _ = planted
+    kw = dict(n_init=300, n_sample=300, max_iter=3)
+    a = VecMap(random_state=3, **kw).fit(A, B)
+    b = VecMap(random_state=3, **kw).fit(A, B)
+    np.testing.assert_array_equal(a.matrix_, b.matrix_)
+    assert VecMap(**kw).get_params()["n_sample"] == 300 and "n_sample=300" in repr(VecMap(**kw))
+    with pytest.raises(InputError, match="stochastic_initial"):
+        VecMap(stochastic_initial=0).fit(A, B)
+    with pytest.raises(InputError, match="n_sample"):
+        VecMap(n_sample=2.5).fit(A, B)
+    with pytest.raises(InputError, match="at least 20 vectors"):
+        VecMap().fit(A[:10], B[:10])
+    with pytest.raises(InputError, match="not fitted"):
+        VecMap().transform(A)
