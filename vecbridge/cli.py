@@ -349,12 +349,30 @@ def _print_evaluation(result):
               help="Checkpoint file (default: beside the alignment, named after the target).")
 @click.option("--index/--no-index", "build_index", default=True, show_default=True,
               help="Build the target's vector index after the load (stores that defer it: pgvector).")
+@click.option("--engine", type=click.Choice(["local", "ray"]), default="local", show_default=True,
+              help="local: one process; ray: key ranges of the source copied by Ray tasks (pip install "
+                   "'vecbridge[ray]'; file, pgvector and Milvus server sources).")
+@click.option("--ray-address", default=None, envvar="RAY_ADDRESS",
+              help="Ray cluster to run on with --engine ray (default: $RAY_ADDRESS, else a local Ray).")
+@click.option("--workers", type=POSITIVE_INT, default=2, show_default=True,
+              help="Ray tasks at a time with --engine ray.")
 @click.option("--json", "as_json", is_flag=True)
 @handle_errors
 def migrate(source_url, alignment_path, target_url, field, batch_size, resume, overwrite, dry_run, checkpoint_path,
-            build_index, as_json):
+            build_index, engine, ray_address, workers, as_json):
     """Rewrite SOURCE_URL (old model) into the new model's space through an alignment."""
     from .jobs import migrate as run_migration
+
+    if engine == "ray":
+        from .errors import InputError
+
+        if field is not None or dry_run:
+            raise InputError("--engine ray writes a new collection: --field and --dry-run are not supported with it "
+                             "yet")
+        from .jobs.distributed import migrate_on_ray
+
+        def run_migration(source, alignment, target, *, field, dry_run, **options):
+            return migrate_on_ray(source, alignment, target, workers=workers, ray_address=ray_address, **options)
 
     progress, task = _progress(not as_json and not dry_run, "migrating", None)
 

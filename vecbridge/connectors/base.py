@@ -6,6 +6,10 @@ shaped alike. A collection is what a URL names (store + collection/table); it ma
 Resumable scans: ``scan(batch_size, after=cursor)`` yields :class:`VectorBatch` objects whose ``cursor`` is an opaque
 JSON-serialisable value; passing the cursor of the last batch that was fully processed to a new ``scan`` continues
 with the next record, nothing skipped and nothing repeated (as long as the collection is not modified in between).
+
+Partitioned scans: connectors that scan with a keyset cursor (file, pgvector, Milvus) also split a collection into
+disjoint :class:`KeyRange` slices (:meth:`Collection.key_ranges`), and ``scan(after=r.after, until=r.until)`` reads
+exactly one slice: the slices together hold every record once. A distributed job gives each worker one slice.
 """
 from __future__ import annotations
 
@@ -72,6 +76,47 @@ class VectorBatch:
             return cls([], np.zeros((0, 0), dtype=np.float32), [])
         return cls([i for b in batches for i in b.ids], np.concatenate([b.vectors for b in batches]),
                    [p for b in batches for p in b.payloads], batches[-1].cursor)
+
+
+@dataclass(frozen=True)
+class KeyRange:
+    """One slice of a keyset scan: the records after ``after`` (exclusive; None: from the start) up to and including
+    ``until`` (None: to the end), both cursors in the order of the connector's own scan. JSON-serialisable through
+    :meth:`as_dict` / :meth:`from_dict` (a checkpoint keeps the plan of a distributed job)."""
+
+    after: Any = None
+    until: Any = None
+
+    def as_dict(self) -> dict:
+        return {"after": self.after, "until": self.until}
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "KeyRange":
+        return cls(d.get("after"), d.get("until"))
+
+
+def quantile_positions(count: int, n: int) -> list[int]:
+    """Positions (0-based, ascending, distinct) of the last record of each of the first ``n - 1`` of ``n`` even
+    slices of ``count`` sorted keys."""
+    if int(n) <= 0:
+        raise InputError(f"number of ranges must be positive, got {n}")
+    return sorted({(int(count) * i) // int(n) - 1 for i in range(1, int(n))} - {-1})
+
+
+def ranges_from_bounds(bounds: Sequence) -> list[KeyRange]:
+    """Consecutive ranges cut after each of ``bounds`` (distinct cursors in scan order): the first open at the start
+    and the last open at the end, so together they cover every record, whatever a sample of keys missed."""
+    edges = [None, *bounds, None]
+    return [KeyRange(a, b) for a, b in zip(edges[:-1], edges[1:])]
+
+
+def ranges_from_keys(keys: Sequence, n: int) -> list[KeyRange]:
+    """At most ``n`` ranges cut at evenly spaced quantiles of ``keys`` (sampled keys, sorted in scan order)."""
+    bounds: list = []
+    for pos in quantile_positions(len(keys), n):
+        if not bounds or keys[pos] != bounds[-1]:
+            bounds.append(keys[pos])
+    return ranges_from_bounds(bounds)
 
 
 @dataclass
@@ -150,7 +195,16 @@ class Collection(abc.ABC):
 
     @abc.abstractmethod
     def scan(self, batch_size: int = 1000, after: Any = None) -> Iterator[VectorBatch]:
-        """Every record exactly once, in batches, each carrying the cursor to resume after it."""
+        """Every record exactly once, in batches, each carrying the cursor to resume after it.
+
+        Connectors that implement :meth:`key_ranges` also take ``until`` (a cursor in the same order): the scan
+        then stops after that record, inclusive."""
+
+    def key_ranges(self, n: int, seed: int = 0) -> list[KeyRange]:
+        """At most ``n`` disjoint :class:`KeyRange` slices that together cover every record, in scan order, cut at
+        quantiles of sampled primary keys (deterministic for a seed); each is read with ``scan(after=r.after,
+        until=r.until)``. Connectors without a keyset scan refuse."""
+        raise StoreError(f"{self.scheme or 'store'}: ranges not supported yet")
 
     @abc.abstractmethod
     def get(self, ids: Sequence) -> VectorBatch:

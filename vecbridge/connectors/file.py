@@ -32,7 +32,15 @@ import numpy as np
 
 from ..errors import InputError, NotFound, StoreError
 from ..fs import require_writable
-from .base import Collection, CollectionIdentity, CollectionInfo, VectorBatch
+from .base import (
+    Collection,
+    CollectionIdentity,
+    CollectionInfo,
+    KeyRange,
+    VectorBatch,
+    quantile_positions,
+    ranges_from_bounds,
+)
 from .url import query_params, resolved_path
 
 FORMAT = "vecbridge.file"
@@ -265,24 +273,34 @@ class FileCollection(Collection):
         pick = np.sort(np.random.default_rng(seed).choice(count, size=min(n, count), replace=False))
         return self._gather(seg_idx[pick], rows[pick])
 
-    def scan(self, batch_size: int = 1000, after: Any = None) -> Iterator[VectorBatch]:
+    def _cursor_key(self, cursor: Any) -> int:
+        try:
+            s, r = int(cursor[0]), int(cursor[1])
+        except (TypeError, ValueError, IndexError):
+            raise InputError(f"invalid scan cursor {cursor!r} for a file collection") from None
+        return s * (1 << 40) + r
+
+    def scan(self, batch_size: int = 1000, after: Any = None, until: Any = None) -> Iterator[VectorBatch]:
+        """Live records in (segment, row) order; a cursor is the ``[segment, row]`` of a batch's last record."""
         self._manifest()
         if batch_size <= 0:
             raise InputError("batch_size must be positive")
         seg_idx, rows = self._live()
         key = seg_idx * (1 << 40) + rows
-        start = 0
-        if after is not None:
-            try:
-                s, r = int(after[0]), int(after[1])
-            except (TypeError, ValueError, IndexError):
-                raise InputError(f"invalid scan cursor {after!r} for a file collection") from None
-            start = int(np.searchsorted(key, s * (1 << 40) + r, side="right"))
-        for lo in range(start, len(rows), batch_size):
-            hi = min(lo + batch_size, len(rows))
+        start = 0 if after is None else int(np.searchsorted(key, self._cursor_key(after), side="right"))
+        stop = len(rows) if until is None else int(np.searchsorted(key, self._cursor_key(until), side="right"))
+        for lo in range(start, stop, batch_size):
+            hi = min(lo + batch_size, stop)
             batch = self._gather(seg_idx[lo:hi], rows[lo:hi])
             batch.cursor = [int(seg_idx[hi - 1]), int(rows[hi - 1])]
             yield batch
+
+    def key_ranges(self, n: int, seed: int = 0) -> list[KeyRange]:
+        """Cut at exact quantiles of the live (segment, row) positions: the index holds them all already, so no
+        sample is needed (``seed`` is accepted for the protocol and unused)."""
+        self._manifest()
+        seg_idx, rows = self._live()
+        return ranges_from_bounds([[int(seg_idx[p]), int(rows[p])] for p in quantile_positions(len(rows), n)])
 
     def get(self, ids: Sequence) -> VectorBatch:
         self._manifest()

@@ -61,7 +61,7 @@ from pymilvus.exceptions import DataNotMatchException, ErrorCode, MilvusExceptio
 
 from ..errors import InputError, NotFound, StoreError
 from ..fs import require_writable
-from .base import Collection, CollectionIdentity, CollectionInfo, VectorBatch, check_metric
+from .base import Collection, CollectionIdentity, CollectionInfo, KeyRange, VectorBatch, check_metric, ranges_from_keys
 from .url import canonical_host, query_params, resolved_path
 
 #: payload key marking a record whose original id is an int stored in a VARCHAR primary key
@@ -413,7 +413,8 @@ class MilvusCollection(Collection):
                              f"(expected the {'string' if schema['pk_str'] else 'integer'} key of a record)")
         return after
 
-    def _keyset(self, schema: dict, fields: list[str], page: int, after: Any) -> Iterator[list[dict]]:
+    def _keyset(self, schema: dict, fields: list[str], page: int, after: Any,
+                until: Any = None) -> Iterator[list[dict]]:
         """Pages of rows in primary-key order, starting after the key ``after`` (None: from the start).
 
         The same requests as pymilvus' ``query_iterator`` (``iterator``/``reduce_stop_for_best`` make the server
@@ -422,26 +423,41 @@ class MilvusCollection(Collection):
         end (the server may stop early to keep the order exact); an empty page does.
         """
         pk, levels = schema["pk"], _levels()
+        upto = f"{pk} <= {_literal(until)}" if until is not None else ""
         while True:
-            rows = self._request("scanning", "query", self.name,
-                              filter=f"{pk} > {_literal(after)}" if after is not None else "", output_fields=fields,
+            expr = " and ".join(e for e in (f"{pk} > {_literal(after)}" if after is not None else "", upto) if e)
+            rows = self._request("scanning", "query", self.name, filter=expr, output_fields=fields,
                               limit=page, consistency_level=next(levels), iterator="True", reduce_stop_for_best="True")
             if not rows:
                 return
             yield rows
             after = rows[-1][pk]
 
-    def scan(self, batch_size: int = 1000, after: Any = None) -> Iterator[VectorBatch]:
+    def scan(self, batch_size: int = 1000, after: Any = None, until: Any = None) -> Iterator[VectorBatch]:
+        """Pages in primary-key order (the server's: numbers, or strings byte by byte); a cursor is the key of a
+        batch's last record; ``until`` stops after that key."""
         if batch_size <= 0:
             raise InputError("batch_size must be positive")
         schema = self._ensure_loaded()
-        if after is not None:
-            self._check_cursor(after, schema)
+        for cursor in (after, until):
+            if cursor is not None:
+                self._check_cursor(cursor, schema)
         page = self._page_rows(schema, batch_size)
-        for rows in self._keyset(schema, self._output_fields(schema), page, after):
+        for rows in self._keyset(schema, self._output_fields(schema), page, after, until):
             batch = self._to_batch(rows, schema)
             batch.cursor = rows[-1][schema["pk"]]
             yield batch
+
+    def key_ranges(self, n: int, seed: int = 0) -> list[KeyRange]:
+        """Cut at quantiles of the primary keys. Milvus has no server-side sample, so this reads the keys alone (as
+        :meth:`sample` does) and cuts at exact quantiles (``seed`` is accepted for the protocol and unused).
+        Python orders ints as Milvus does, and str (code points) as Milvus orders VARCHAR (UTF-8 bytes)."""
+        if int(n) <= 0:
+            raise InputError(f"number of ranges must be positive, got {n}")
+        schema = self._ensure_loaded()
+        keys = [row[schema["pk"]] for rows in self._keyset(schema, [schema["pk"]], _MAX_PAGE, None) for row in rows]
+        keys.sort()
+        return ranges_from_keys(keys, n)
 
     def _fetch(self, keys: Sequence, schema: dict, levels: Iterator[str]) -> dict:
         """Rows by store key (one ``pk in [...]`` query per chunk), as a dict key -> row."""

@@ -48,7 +48,7 @@ from pgvector.psycopg import register_vector
 from psycopg import sql
 
 from ..errors import InputError, NotFound, StoreError
-from .base import Collection, CollectionIdentity, CollectionInfo, VectorBatch, first_line
+from .base import Collection, CollectionIdentity, CollectionInfo, KeyRange, VectorBatch, first_line, ranges_from_keys
 from .url import canonical_host, query_params, resolved_path
 
 T = TypeVar("T")
@@ -354,27 +354,46 @@ class PgVectorCollection(Collection):
             query, [int(seed), int(n)]).fetchall()])
         return self.get(picked)
 
-    def scan(self, batch_size: int = 1000, after: Any = None) -> Iterator[VectorBatch]:
-        """Keyset pages in id order; each batch's cursor is its last id."""
+    def scan(self, batch_size: int = 1000, after: Any = None, until: Any = None) -> Iterator[VectorBatch]:
+        """Keyset pages in id order (the column's own order: its type's, and its collation for text); each batch's
+        cursor is its last id; ``until`` stops after that id."""
         if batch_size <= 0:
             raise InputError("batch_size must be positive")
         schema = self._schema()
         ident = sql.Identifier(self.id_column)
-        first = sql.SQL("{} ORDER BY {} LIMIT %s").format(self._select(schema), ident)
-        following = sql.SQL("{} AND {} > %s ORDER BY {} LIMIT %s").format(self._select(schema), ident, ident)
-        if after is not None and schema.int_ids and not isinstance(after, int):
-            raise InputError(f"invalid scan cursor {after!r} for a table with integer ids")
+        for cursor in (after, until):
+            if cursor is not None and schema.int_ids and not isinstance(cursor, int):
+                raise InputError(f"invalid scan cursor {cursor!r} for a table with integer ids")
+        upto = sql.SQL(" AND {} <= %s").format(ident) if until is not None else sql.SQL("")
+        extra = [until] if until is not None else []
+        first = sql.SQL("{}{} ORDER BY {} LIMIT %s").format(self._select(schema), upto, ident)
+        following = sql.SQL("{} AND {} > %s{} ORDER BY {} LIMIT %s").format(self._select(schema), ident, upto, ident)
         while True:
             if after is None:
-                batch = self._copy_out(first, [batch_size], schema)
+                batch = self._copy_out(first, [*extra, batch_size], schema)
             else:
-                batch = self._copy_out(following, [after, batch_size], schema)
+                batch = self._copy_out(following, [after, *extra, batch_size], schema)
             if not len(batch):
                 return
             after = batch.cursor = batch.ids[-1]
             yield batch
             if len(batch) < batch_size:
                 return
+
+    def key_ranges(self, n: int, seed: int = 0) -> list[KeyRange]:
+        """Cut at quantiles of a seeded sample of ids (the hash order of :meth:`sample`, about 64 per range), sorted
+        by the server in the order :meth:`scan` uses, so that a text id's collation is the scan's."""
+        if int(n) <= 0:
+            raise InputError(f"number of ranges must be positive, got {n}")
+        schema = self._schema()
+        ident = sql.Identifier(self.id_column)
+        id_expr = sql.SQL("{}::int8" if schema.int_ids else "{}::text").format(ident)
+        query = sql.SQL("SELECT {} FROM (SELECT {} FROM {} WHERE {} IS NOT NULL ORDER BY hashtextextended({}::text, "
+                        "%s), {} LIMIT %s) s ORDER BY {}").format(
+            id_expr, ident, self.table_ident, sql.Identifier(self.vector_column), ident, ident, ident)
+        keys = self._with_conn("sample ids", lambda conn: [r[0] for r in conn.execute(
+            query, [int(seed), max(64 * int(n), 1000)]).fetchall()])
+        return ranges_from_keys(keys, n)
 
     def get(self, ids: Sequence) -> VectorBatch:
         schema = self._schema()

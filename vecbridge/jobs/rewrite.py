@@ -57,6 +57,11 @@ def mapper(alignment: Alignment) -> Callable[[VectorBatch], VectorBatch]:
         if not np.isfinite(vectors).all():
             row = int(np.flatnonzero(~np.isfinite(vectors).all(axis=1))[0])
             raise InputError(f"source record {batch.ids[row]!r} has a NaN or inf vector")
+        if len(batch) == 1:
+            # one row would go through BLAS's matrix-vector path, whose rounding differs from the matrix-matrix
+            # path's: a second copy of the row keeps every record's result independent of how batches fall (a
+            # partitioned or resumed run is then bit-identical to a single pass)
+            return batch.with_vectors(alignment.transform(np.concatenate([vectors, vectors]))[:1])
         return batch.with_vectors(alignment.transform(vectors))
     return transform
 
@@ -140,31 +145,14 @@ def migrate(source, alignment, target=None, *, field: str | None = None, batch_s
     identity = {"kind": "migrate", "source": str(src.identity), "target": str(tgt.identity),
                 "alignment": alignment.fingerprint, "source_dim": info.dim, "field": field}
     with exclusive_writer(tgt):
-        ckpt = Checkpoint(ckpt_path, identity)
-        created = False
-        if ckpt.exists():
-            if not resume and not overwrite:
-                raise InputError(f"an interrupted migration into {tgt.display_url} exists (checkpoint {ckpt.path}): "
-                                 f"rerun with --resume to continue it, or --overwrite to start over")
-            if resume:
-                ckpt.load()
-                if not tgt.exists():
-                    raise StoreError(f"cannot resume: the target {tgt.display_url} no longer exists")
-                bs = ckpt.batch_size or bs
-        if not resume or not ckpt.exists():
+        def create():
             if field is not None:
                 base.add_vector_field(field, alignment.target_dim, metric or info.metric)
             else:
-                if tgt.exists():
-                    if not overwrite:
-                        raise StoreError(f"target already exists: {tgt.display_url} (choose a new collection, "
-                                         f"--resume an interrupted run, or --overwrite)")
-                    tgt.drop()
-                deferred = {"index": False} if tgt.supports_deferred_index else {}
-                tgt.create(dim=alignment.target_dim, metric=metric or info.metric, **deferred)
-            created = True
-            ckpt = Checkpoint(ckpt_path, identity)
-            ckpt.batch_size = bs
+                create_target(tgt, alignment.target_dim, metric or info.metric, overwrite=overwrite)
+
+        ckpt, created, bs = open_checkpoint(ckpt_path, identity, tgt, resume=resume, overwrite=overwrite,
+                                            batch_size=bs, create=create)
         ckpt.start()
         if on_start:
             on_start(info.count, ckpt.read)
@@ -176,18 +164,60 @@ def migrate(source, alignment, target=None, *, field: str | None = None, batch_s
             # bad data in the source, or a target that refused the first write: never leave a half-written new
             # collection behind (a collection that already holds committed batches is kept for --resume)
             if created and field is None and (ckpt.written == 0 or isinstance(exc, InputError)):
-                _discard(tgt, ckpt)
+                discard_target(tgt, ckpt)
             raise
-        if build_index and tgt.supports_deferred_index:
-            if on_phase:
-                on_phase("index")
-            tgt.build_index()
-        held = tgt.info().count if field is None else None
-        ckpt.finish()
+        held = finish_target(tgt, ckpt, build_index=build_index, on_phase=on_phase, count=field is None)
     seconds = time.perf_counter() - t0
     check_counts(tgt, read=ckpt.read, written=ckpt.written, held=held)
     return MigrationResult(src.display_url, tgt.display_url, info.count, ckpt.read, written,
                            ckpt.written - written, seconds, written / seconds if seconds > 0 else None, field, bs)
+
+
+def open_checkpoint(path: Path, identity: dict, tgt: Collection, *, resume: bool, overwrite: bool, batch_size: int,
+                    create: Callable[[], None]) -> tuple[Checkpoint, bool, int]:
+    """``(checkpoint, created, batch size)`` of a write job, called holding the target's writer lock: an existing
+    checkpoint is resumed (``resume``: refused if its identity differs or the target is gone; its batch size is
+    kept), started over (``overwrite``) or refused; otherwise ``create()`` makes the target and a new checkpoint
+    begins."""
+    ckpt = Checkpoint(path, identity)
+    if ckpt.exists():
+        if not resume and not overwrite:
+            raise InputError(f"an interrupted migration into {tgt.display_url} exists (checkpoint {ckpt.path}): "
+                             f"rerun with --resume to continue it, or --overwrite to start over")
+        if resume:
+            ckpt.load()
+            if not tgt.exists():
+                raise StoreError(f"cannot resume: the target {tgt.display_url} no longer exists")
+            return ckpt, False, ckpt.batch_size or batch_size
+    create()
+    ckpt = Checkpoint(path, identity)
+    ckpt.batch_size = batch_size
+    return ckpt, True, batch_size
+
+
+def create_target(tgt: Collection, dim: int, metric: str, *, overwrite: bool) -> None:
+    """Create a migration's new collection (its vector index deferred where the store prefers that); one that exists
+    is refused, or dropped first with ``overwrite``."""
+    if tgt.exists():
+        if not overwrite:
+            raise StoreError(f"target already exists: {tgt.display_url} (choose a new collection, "
+                             f"--resume an interrupted run, or --overwrite)")
+        tgt.drop()
+    deferred = {"index": False} if tgt.supports_deferred_index else {}
+    tgt.create(dim=dim, metric=metric, **deferred)
+
+
+def finish_target(tgt: Collection, ckpt: Checkpoint, *, build_index: bool, on_phase: Callable[[str], None] | None,
+                  count: bool = True) -> int | None:
+    """After the last write: build a deferred index, count the target (``count``), close the checkpoint; returns
+    the count for :func:`check_counts`."""
+    if build_index and tgt.supports_deferred_index:
+        if on_phase:
+            on_phase("index")
+        tgt.build_index()
+    held = tgt.info().count if count else None
+    ckpt.finish()
+    return held
 
 
 def check_counts(target: Collection, *, read: int, written: int, held: int | None, expected: int | None = None):
@@ -200,8 +230,12 @@ def check_counts(target: Collection, *, read: int, written: int, held: int | Non
                           f"verify`, or --overwrite to redo it")
 
 
-def _discard(tgt: Collection, ckpt: Checkpoint):
+def discard_target(tgt: Collection, ckpt: Checkpoint):
+    """Drop a new target that holds nothing worth keeping, and its checkpoint."""
     try:
         tgt.drop()
     finally:
         ckpt.remove()
+
+
+_discard = discard_target   # the name merge.py imports

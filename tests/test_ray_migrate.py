@@ -1,0 +1,297 @@
+"""``migrate --engine ray`` on a real two-node Ray cluster (``ray.cluster_utils.Cluster``, every address local):
+the result equals a single-process migrate bit for bit, a worker node dying mid-run changes nothing, and an
+interrupted driver resumes to the same result."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+
+from vecbridge.align import Alignment, OrthogonalProcrustes
+from vecbridge.connectors import VectorBatch, connect
+from vecbridge.errors import InputError
+from vecbridge.jobs import migrate
+
+# Ray turns 127.0.0.1 in an address into this machine's network address unless it is told that the cluster is a
+# local one: keep every address on the loopback
+os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
+
+N, DIM_OLD, DIM_NEW, BATCH = 5_000, 32, 48, 100
+
+
+def test_ray_is_not_imported_without_the_engine_flag(tmp_path):
+    """The CLI and a normal migrate never import ray (checked in a fresh interpreter)."""
+    code = f"""
+import sys
+import numpy as np
+import vecbridge.cli
+from vecbridge.align import Alignment, OrthogonalProcrustes
+from vecbridge.connectors import VectorBatch, connect
+from vecbridge.errors import InputError
+from vecbridge.jobs import migrate
+rng = np.random.default_rng(0)
+X, Y = rng.normal(size=(50, 4)).astype(np.float32), rng.normal(size=(50, 4)).astype(np.float32)
+connect("file://{tmp_path}/src").create(dim=4).upsert(VectorBatch([str(i) for i in range(50)], X))
+Alignment.from_estimator(OrthogonalProcrustes().fit(X, Y)).save("{tmp_path}/a.vb")
+vecbridge.cli.main(["migrate", "file://{tmp_path}/src", "--alignment", "{tmp_path}/a.vb", "--to",
+                    "file://{tmp_path}/cli", "--json"], standalone_mode=False)
+migrate("file://{tmp_path}/src", "{tmp_path}/a.vb", "file://{tmp_path}/api")
+print("RAY", "ray" in sys.modules)
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.strip().splitlines()[-1] == "RAY False"
+    assert connect(f"file://{tmp_path}/cli").info().count == 50
+
+
+def test_missing_ray_is_one_line_naming_the_extra(tmp_path):
+    code = """
+import sys
+sys.modules["ray"] = None   # what an environment without the extra looks like
+from vecbridge.cli import main
+main(["migrate", "file:///nowhere/src", "--alignment", "/nowhere/a.vb", "--to", "file:///nowhere/t",
+      "--engine", "ray"])
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode != 0
+    lines = out.stderr.strip().splitlines()
+    assert len(lines) == 1 and "vecbridge[ray]" in lines[0], out.stderr
+
+
+def test_mapping_does_not_depend_on_how_batches_fall():
+    """A one-row batch is mapped as the rows of a larger batch are (BLAS's matrix-vector path rounds otherwise), so
+    ranges that cut batches elsewhere still give bit-identical vectors."""
+    from vecbridge.jobs.rewrite import mapper
+
+    rng = np.random.default_rng(3)
+    X, Y = rng.normal(size=(300, 64)).astype(np.float32), rng.normal(size=(300, 64)).astype(np.float32)
+    transform = mapper(Alignment.from_estimator(OrthogonalProcrustes().fit(X, Y)))
+    whole = transform(VectorBatch(list(range(300)), X)).vectors
+    for size in (1, 2, 7, 128):
+        parts = np.concatenate([transform(VectorBatch(list(range(lo, min(lo + size, 300))), X[lo:lo + size])).vectors
+                                for lo in range(0, 300, size)])
+        assert parts.tobytes() == whole.tobytes(), size
+
+
+# --- a real two-node cluster ------------------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def cluster():
+    pytest.importorskip("ray")
+    import ray
+    from ray.cluster_utils import Cluster
+
+    c = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "include_dashboard": False})
+    state = {"cluster": c, "worker": c.add_node(num_cpus=1)}
+    ray.init(address=c.address, logging_level="WARNING", log_to_driver=False)
+    try:
+        yield state
+    finally:
+        ray.shutdown()
+        c.shutdown()
+
+
+@pytest.fixture(scope="module")
+def pg_engine(tmp_path_factory):
+    from tests.connectors.engines import pgvector as module
+
+    reason = module.unavailable()
+    if reason:
+        pytest.skip(f"pgvector unavailable: {reason}")
+    eng = module.start(tmp_path_factory.mktemp("pg"))
+    yield eng
+    eng.stop()
+
+
+@pytest.fixture(params=["file", "pgvector"])
+def store(request, tmp_path):
+    """``url(name)`` of new collections on one engine."""
+    if request.param == "file":
+        return lambda name: f"file://{tmp_path / name}"
+    eng = request.getfixturevalue("pg_engine")
+    tag = tmp_path.name[-12:].replace("-", "_").lower()
+    return lambda name: eng.url(f"{name}_{tag}")
+
+
+def _setup(store, tmp_path):
+    rng = np.random.default_rng(7)
+    X = rng.normal(size=(N, DIM_OLD)).astype(np.float32)
+    Y = rng.normal(size=(N, DIM_NEW)).astype(np.float32)
+    ids = [f"doc-{(i * 7919) % N:05d}" for i in range(N)]   # not in key order
+    payloads = [{"n": i, "text": f"document {i}", "tags": ["a", "b"][: i % 3]} for i in range(N)]
+    src = connect(store("src"))
+    src.create(dim=DIM_OLD)
+    for lo in range(0, N, 1000):
+        src.upsert(VectorBatch(ids[lo:lo + 1000], X[lo:lo + 1000], payloads[lo:lo + 1000]))
+    align = Alignment.from_estimator(OrthogonalProcrustes().fit(X[:1000], Y[:1000])).save(tmp_path / "a.vb")
+    reference = store("ref")
+    migrate(src.url, align, reference, batch_size=BATCH)
+    return src.url, align, _records(reference)
+
+
+def _records(url):
+    got = VectorBatch.concat(list(connect(url).scan(batch_size=1000)))
+    order = sorted(range(len(got)), key=lambda r: got.ids[r])
+    return [got.ids[r] for r in order], got.vectors[order], [got.payloads[r] for r in order]
+
+
+def _assert_same(url, reference):
+    ids, vectors, payloads = _records(url)
+    assert len(ids) == len(set(ids)) == N, "every record once"
+    assert ids == reference[0]
+    assert vectors.tobytes() == reference[1].tobytes(), "vectors bit for bit"
+    assert payloads == reference[2]
+    assert connect(url).info().count == N
+
+
+def test_ray_migrate_equals_single_process(cluster, store, tmp_path):
+    from vecbridge.jobs.distributed import migrate_on_ray
+
+    src, align, reference = _setup(store, tmp_path)
+    seen = []
+    result = migrate_on_ray(src, align, store("ray"), workers=2, batch_size=BATCH, on_progress=seen.append)
+    assert (result.count, result.read, result.written, result.resumed_from) == (N, N, N, 0)
+    assert sum(seen) == N
+    _assert_same(store("ray"), reference)
+    assert not list(tmp_path.glob("a.vb.*.migrate.json")), "the checkpoint goes when the job is done"
+
+
+def test_a_worker_node_removed_mid_run_ends_exact(cluster, store, tmp_path, monkeypatch):
+    from vecbridge.jobs import distributed
+    from vecbridge.jobs.distributed import migrate_on_ray
+
+    src, align, reference = _setup(store, tmp_path)
+    attempts = tmp_path / "attempts"
+    attempts.mkdir()
+    original = distributed.copy_range
+
+    def logged(*args):   # a local function: Ray ships it by value; it notes every attempt of every task
+        import ray
+
+        (attempts / f"{args[3]}-{ray.get_runtime_context().get_node_id()}-{time.time_ns()}").touch()
+        yield from original(*args)
+
+    monkeypatch.setattr(distributed, "copy_range", logged)
+    c = cluster["cluster"]
+    done = {"read": 0, "removed": False}
+
+    def on_worker() -> bool:
+        return any(worker.node_id in p.name for p in attempts.iterdir())
+
+    def progress(n):
+        done["read"] += n
+        if done["read"] >= 500 and not done["removed"] and on_worker():   # a task runs there: kill it
+            done["removed"] = True
+            c.remove_node(worker)        # kills that node's workers: their tasks re-run elsewhere
+            cluster["worker"] = c.add_node(num_cpus=1)
+
+    worker = cluster["worker"]
+    result = migrate_on_ray(src, align, store("ray"), workers=2, batch_size=BATCH // 4, on_progress=progress)
+    assert done["removed"]
+    assert len(list(attempts.iterdir())) > 2 * 4, "the task of the removed node ran again"
+    assert result.read == result.written == N and done["read"] == N
+    _assert_same(store("ray"), reference)
+
+
+class Interrupt(Exception):
+    pass
+
+
+def test_an_interrupted_driver_resumes_exact(cluster, store, tmp_path):
+    """The driver dies part-way (some ranges done, others half written); a resume with another worker count skips
+    the finished ranges, continues the others from their last key, and ends exact."""
+    from vecbridge.jobs.distributed import migrate_on_ray
+
+    src, align, reference = _setup(store, tmp_path)
+    ckpt = tmp_path / "ray.ckpt.json"
+    done = {"read": 0}
+
+    def progress(n):
+        done["read"] += n
+        if done["read"] >= N // 2:
+            raise Interrupt
+
+    with pytest.raises(Interrupt):
+        migrate_on_ray(src, align, store("ray"), workers=2, batch_size=BATCH, checkpoint_path=ckpt,
+                       ranges_per_worker=3, on_progress=progress)
+    state = json.loads(ckpt.read_text())
+    assert len(state["ranges"]) == 6
+    phases = state["phases"].values()
+    assert any(p["done"] for p in phases) and 0 < sum(p["written"] for p in phases) < N
+    with pytest.raises(InputError, match="different kind"):   # not a checkpoint the single-process job can use
+        migrate(src, align, store("ray"), batch_size=BATCH, checkpoint_path=ckpt, resume=True)
+    result = migrate_on_ray(src, align, store("ray"), workers=1, batch_size=BATCH, checkpoint_path=ckpt,
+                            resume=True)
+    assert result.resumed_from > 0 and result.resumed_from + result.written == N
+    _assert_same(store("ray"), reference)
+    assert not ckpt.exists()
+
+
+def test_cli_driver_killed_then_resumed(cluster, tmp_path):
+    """``vecbridge migrate --engine ray`` killed with SIGKILL after its first committed batches, then ``--resume``."""
+    store = lambda name: f"file://{tmp_path / name}"
+    src, align, reference = _setup(store, tmp_path)
+    ckpt = tmp_path / "cli.ckpt.json"
+    env = {**os.environ, "RAY_ADDRESS": cluster["cluster"].address, "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0"}
+    cmd = [sys.executable, "-m", "vecbridge.cli", "migrate", src, "--alignment", str(align), "--to", store("ray"),
+           "--engine", "ray", "--workers", "2", "--batch-size", "20", "--checkpoint", str(ckpt), "--json"]
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 90
+    written = 0
+    while time.monotonic() < deadline and proc.poll() is None:
+        try:
+            written = sum(p["written"] for p in json.loads(ckpt.read_text())["phases"].values())
+        except (OSError, ValueError, KeyError):
+            written = 0
+        if written >= 500:
+            break
+        time.sleep(0.05)
+    assert proc.poll() is None, f"the run ended before it could be killed: {proc.communicate()}"
+    proc.send_signal(signal.SIGKILL)
+    proc.wait(30)
+    assert 0 < written < N
+    out = subprocess.run([*cmd, "--resume"], env=env, capture_output=True, text=True, timeout=180)
+    assert out.returncode == 0, out.stderr[-2000:]
+    result = json.loads(out.stdout)
+    assert result["resumed_from"] >= written and result["read"] == N
+    _assert_same(store("ray"), reference)
+
+
+def test_milvus_lite_is_refused_in_one_line(cluster, tmp_path):
+    from vecbridge.jobs.distributed import migrate_on_ray
+
+    pytest.importorskip("milvus_lite")
+    src = f"milvus://{tmp_path}/m.db/src"
+    connect(src).create(dim=4).upsert(VectorBatch(["a", "b"], np.eye(2, 4, dtype=np.float32)))
+    align = Alignment.from_estimator(OrthogonalProcrustes().fit(np.eye(4), np.eye(4))).save(tmp_path / "a.vb")
+    with pytest.raises(InputError, match="Milvus Lite"):
+        migrate_on_ray(src, align, f"file://{tmp_path}/t", workers=2)
+
+
+@pytest.fixture(scope="module")
+def milvus_engine(tmp_path_factory):
+    from tests.connectors.engines import milvus_server as module
+
+    reason = module.unavailable()
+    if reason:
+        pytest.skip(f"Milvus server unavailable: {reason}")
+    eng = module.start(tmp_path_factory.mktemp("milvus"))
+    yield eng
+    eng.stop()
+
+
+@pytest.mark.slow
+def test_ray_migrate_on_a_milvus_server(cluster, milvus_engine, tmp_path):
+    """A Milvus server (Lite is refused: one process at a time): same result as a single-process migrate."""
+    from vecbridge.jobs.distributed import migrate_on_ray
+
+    store = lambda name: milvus_engine.url(f"{name}_{tmp_path.name[-12:].replace('-', '_').lower()}")
+    src, align, reference = _setup(store, tmp_path)
+    result = migrate_on_ray(src, align, store("ray"), workers=2, batch_size=BATCH * 5)
+    assert (result.read, result.written) == (N, N)
+    _assert_same(store("ray"), reference)
