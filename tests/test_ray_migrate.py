@@ -13,6 +13,7 @@ import time
 import numpy as np
 import pytest
 
+from tests.connectors.conftest import started_engine
 from vecbridge.align import Alignment, OrthogonalProcrustes
 from vecbridge.connectors import VectorBatch, connect
 from vecbridge.errors import InputError
@@ -98,14 +99,7 @@ def cluster():
 
 @pytest.fixture(scope="module")
 def pg_engine(tmp_path_factory):
-    from tests.connectors.engines import pgvector as module
-
-    reason = module.unavailable()
-    if reason:
-        pytest.skip(f"pgvector unavailable: {reason}")
-    eng = module.start(tmp_path_factory.mktemp("pg"))
-    yield eng
-    eng.stop()
+    yield from started_engine("pgvector", tmp_path_factory)
 
 
 @pytest.fixture(params=["file", "pgvector"])
@@ -275,14 +269,7 @@ def test_milvus_lite_is_refused_in_one_line(cluster, tmp_path):
 
 @pytest.fixture(scope="module")
 def milvus_engine(tmp_path_factory):
-    from tests.connectors.engines import milvus_server as module
-
-    reason = module.unavailable()
-    if reason:
-        pytest.skip(f"Milvus server unavailable: {reason}")
-    eng = module.start(tmp_path_factory.mktemp("milvus"))
-    yield eng
-    eng.stop()
+    yield from started_engine("milvus_server", tmp_path_factory)
 
 
 @pytest.mark.slow

@@ -35,6 +35,14 @@ def _console(stderr: bool = False):
     return Console(stderr=stderr, highlight=False)
 
 
+def _steps(quiet: bool):
+    """The ``on_step`` callback of a job: each step as a dim line on stderr, nothing with ``--json``."""
+    if quiet:
+        return lambda s: None
+    con_err = _console(stderr=True)
+    return lambda s: con_err.print(f"[dim]-[/] {s}")
+
+
 def _emit_error(message: str, code: int):
     from rich.markup import escape
 
@@ -252,8 +260,7 @@ def link(source_url, target_url, pairs, seeds, model, old_model, text_field, sam
             raise click.UsageError("say how records correspond with --pairs (e.g. --pairs ids)")
         pairs = "geh"
 
-    con_err = _console(stderr=True)
-    step = (lambda s: None) if as_json else (lambda s: con_err.print(f"[dim]-[/] {s}"))
+    step = _steps(as_json)
     links = run_link(source_url, target_url, pairs, seeds=seeds, model=model, old_model=old_model,
                      text_field=text_field, sample=sample, seed=seed, params=_parse_params(params), force=force,
                      on_step=step)
@@ -581,8 +588,7 @@ def report(old_url, new_url, pairs, method, key, model, text_field, seeds, queri
     from .jobs.report import compatibility_report
     from .render.html import render_html
 
-    con_err = _console(stderr=True)
-    step = (lambda s: None) if as_json else (lambda s: con_err.print(f"[dim]-[/] {s}"))
+    step = _steps(as_json)
     rep = compatibility_report(old_url, new_url, sample=sample, seed=seed, pairs=pairs, method=method, key=key,
                                model=model, text_field=text_field, seeds=seeds, queries_new=queries_url,
                                queries_old=old_queries_url, center=center, unsupervised=unsupervised,
@@ -904,8 +910,7 @@ def upgrade_plan(source_url, model, text_field, sample, queries_url, old_queries
     """Dry run: what re-embedding SOURCE_URL costs here and, given queries, what each stage serves. Writes nothing."""
     from .jobs.upgrade import plan
 
-    con_err = _console(stderr=True)
-    step = (lambda s: None) if as_json else (lambda s: con_err.print(f"[dim]-[/] {s}"))
+    step = _steps(as_json)
     p = plan(source_url, model=model, text_field=text_field, sample=sample, queries=queries_url,
              old_queries=old_queries_url, pool=pool, fit_sample=fit_sample, method=method, on_step=step)
     if as_json:
@@ -934,8 +939,7 @@ def upgrade_start(source_url, model, text_field, field, target_url, alignment_pa
     """Fit the map, write mapped vectors beside the old ones and stamp every record (the old vectors stay)."""
     from .jobs.upgrade import start
 
-    con_err = _console(stderr=True)
-    step = (lambda s: None) if as_json else (lambda s: con_err.print(f"[dim]-[/] {s}"))
+    step = _steps(as_json)
     status = start(source_url, model=model, text_field=text_field, field=field, to=target_url,
                    alignment=alignment_path, method=method, fit_sample=fit_sample, state_path=state_path,
                    on_step=step)

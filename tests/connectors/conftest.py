@@ -11,9 +11,10 @@ import pytest
 ENGINES = sorted(p.stem for p in (Path(__file__).parent / "engines").glob("*.py") if p.stem != "__init__")
 
 
-@pytest.fixture(scope="session", params=ENGINES)
-def engine(request, tmp_path_factory):
-    module = importlib.import_module(f"tests.connectors.engines.{request.param}")
+def started_engine(name: str, tmp_path_factory):
+    """Start the real engine ``engines/<name>.py`` (a generator for fixtures: yields it, stops it); an unavailable one
+    is skipped, or fails the test where ``VECBRIDGE_REQUIRE_ENGINES`` is set (CI)."""
+    module = importlib.import_module(f"tests.connectors.engines.{name}")
     reason = module.unavailable()
     if reason:
         if os.environ.get("VECBRIDGE_REQUIRE_ENGINES"):
@@ -23,6 +24,11 @@ def engine(request, tmp_path_factory):
     eng.name = module.NAME
     yield eng
     eng.stop()
+
+
+@pytest.fixture(scope="session", params=ENGINES)
+def engine(request, tmp_path_factory):
+    yield from started_engine(request.param, tmp_path_factory)
 
 
 @pytest.fixture

@@ -29,17 +29,16 @@ from ..connectors import connect
 from ..connectors.base import Collection, KeyRange
 from ..errors import InputError, VecbridgeError
 from ..results import MigrationResult
-from .guard import check_checkpoint_writable, exclusive_writer, refuse_inputs_as_target
+from .guard import exclusive_writer, refuse_inputs_as_target
 from .open import load_alignment
 from .rewrite import (
     check_counts,
-    check_source,
     create_target,
-    default_checkpoint_path,
     discard_target,
     finish_target,
     mapper,
     open_checkpoint,
+    preflight,
     store_batch_size,
     warn_failed_validation,
 )
@@ -149,12 +148,8 @@ def migrate_on_ray(source_url, alignment, target_url, *, workers: int = 2, ray_a
     for coll, role in ((src, "source"), (tgt, "target")):
         _refuse_single_process_store(coll, role)
     bs = store_batch_size(tgt, batch_size)
-    info = check_source(src, alignment)
-    ckpt_path = Path(checkpoint_path) if checkpoint_path else default_checkpoint_path(alignment_path, tgt)
-    check_checkpoint_writable(ckpt_path)
-    tgt.check_writable()
-    identity = {"kind": "migrate-ranges", "source": str(src.identity), "target": str(tgt.identity),
-                "alignment": alignment.fingerprint, "source_dim": info.dim, "field": None}
+    info, ckpt_path, identity = preflight(src, tgt, alignment, alignment_path, checkpoint_path,
+                                          kind="migrate-ranges")
     with exclusive_writer(tgt), _connected(ray_address, workers) as ray:
         planned: list[KeyRange] = []
 

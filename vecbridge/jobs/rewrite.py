@@ -138,12 +138,8 @@ def migrate(source, alignment, target=None, *, field: str | None = None, batch_s
     if dry_run:
         return DryRun(plan_migration(src, alignment, tgt, batch_size=bs, field=field))
 
-    info = check_source(src, alignment)
-    ckpt_path = Path(checkpoint_path) if checkpoint_path else default_checkpoint_path(alignment_path, tgt)
-    check_checkpoint_writable(ckpt_path)
-    tgt.check_writable()
-    identity = {"kind": "migrate", "source": str(src.identity), "target": str(tgt.identity),
-                "alignment": alignment.fingerprint, "source_dim": info.dim, "field": field}
+    info, ckpt_path, identity = preflight(src, tgt, alignment, alignment_path, checkpoint_path, kind="migrate",
+                                          field=field)
     with exclusive_writer(tgt):
         def create():
             if field is not None:
@@ -171,6 +167,19 @@ def migrate(source, alignment, target=None, *, field: str | None = None, batch_s
     check_counts(tgt, read=ckpt.read, written=ckpt.written, held=held)
     return MigrationResult(src.display_url, tgt.display_url, info.count, ckpt.read, written,
                            ckpt.written - written, seconds, written / seconds if seconds > 0 else None, field, bs)
+
+
+def preflight(src: Collection, tgt: Collection, alignment: Alignment, alignment_path, checkpoint_path, *, kind: str,
+              field: str | None = None) -> tuple:
+    """What a migration checks before it creates anything: the source matches the alignment, the checkpoint and the
+    target can be written. Returns ``(source info, checkpoint path, the checkpoint's job identity)``."""
+    info = check_source(src, alignment)
+    ckpt_path = Path(checkpoint_path) if checkpoint_path else default_checkpoint_path(alignment_path, tgt)
+    check_checkpoint_writable(ckpt_path)
+    tgt.check_writable()
+    identity = {"kind": kind, "source": str(src.identity), "target": str(tgt.identity),
+                "alignment": alignment.fingerprint, "source_dim": info.dim, "field": field}
+    return info, ckpt_path, identity
 
 
 def open_checkpoint(path: Path, identity: dict, tgt: Collection, *, resume: bool, overwrite: bool, batch_size: int,

@@ -26,7 +26,7 @@ from ..connectors.url import redact
 from ..errors import InputError, StoreError
 from ..vectors import l2_normalize
 from .open import load_alignment, open_collection
-from .reembed import load_model, reembed_pairs
+from .reembed import _texts, load_model, reembed_pairs
 from .rerank import hub_penalty
 from .rewrite import migrate
 from .upgrade_state import UpgradeState, record_digest
@@ -194,7 +194,7 @@ class Upgrade:
         with self.state.seen() as seen:
             for batch in self.source.scan(batch_size=2000):
                 seen(batch.ids)
-                digests = [record_digest(v, (p or {}).get(text_field)) for v, p in zip(batch.vectors, batch.payloads)]
+                digests = _digests(batch, text_field)
                 known = self.state.digests(batch.ids)
                 stale = [j for j, (i, d) in enumerate(zip(batch.ids, digests))
                          if i not in known or (known[i] is not None and known[i] != d)]
@@ -326,18 +326,18 @@ class Upgrade:
         longer holds (gone from the source) are left out; ``hub`` is 0 where a record has no hub score."""
         ids_n, _ = self.target.search(q_new, k_candidates)
         ids_o = self.source.search(q_old, k_candidates)[0] if q_old is not None else [[]] * len(q_new)
+        cands = [list(dict.fromkeys(list(n) + list(o))) for n, o in zip(ids_n, ids_o)]
+        held = self.state.scores_of({i for row in cands for i in row})   # one lookup and one get per store
+        flat = [i for i in dict.fromkeys(i for row in cands for i in row) if i in held]
+        new_v = self.target.get(flat)
+        vn = dict(zip(new_v.ids, l2_normalize(new_v.vectors)))
+        vo = {}
+        if q_old is not None:
+            old_v = self.source.get(flat)
+            vo = dict(zip(old_v.ids, l2_normalize(old_v.vectors)))
         out = []
-        for qi in range(len(q_new)):
-            cand = list(dict.fromkeys(list(ids_n[qi]) + list(ids_o[qi])))
-            held = self.state.scores_of(cand)
-            cand = [i for i in cand if i in held]
-            new_v = self.target.get(cand)
-            vn = dict(zip(new_v.ids, l2_normalize(new_v.vectors)))
-            vo = {}
-            if q_old is not None:
-                old_v = self.source.get(cand)
-                vo = dict(zip(old_v.ids, l2_normalize(old_v.vectors)))
-            both = [i for i in cand if i in vn and (q_old is None or i in vo)]
+        for qi, cand in enumerate(cands):
+            both = [i for i in cand if i in held and i in vn and (q_old is None or i in vo)]
             out.append((both, np.array([vn[i] @ q_new[qi] for i in both], dtype=np.float32),
                         np.array([vo[i] @ q_old[qi] for i in both], dtype=np.float32) if q_old is not None else None,
                         np.array([held[i] or 0.0 for i in both], dtype=np.float32)))
@@ -444,14 +444,15 @@ class Upgrade:
         return out_ids, out_scores
 
 
-def _residuals(X, mapped, alignment: Alignment, sample) -> np.ndarray:
+def _residual_scorer(alignment: Alignment, sample) -> Callable[[np.ndarray, np.ndarray], np.ndarray]:
     """Expected unreliability of each mapped vector: the fit anchors' residuals ``1 - cos(T(x_a), y_a)`` near it in
-    the old space, weighted by similarity (the ``anchor_residual`` strategy the report measures)."""
+    the old space, weighted by similarity (the ``anchor_residual`` strategy the report measures). The anchors'
+    residuals are computed once; the scorer takes a batch's old and mapped vectors."""
     from .options import anchor_residuals, reliability_scores
 
     olds, news = sample
     res = anchor_residuals(alignment.transform(olds.vectors), news)
-    return reliability_scores(X, mapped, olds.vectors, news, res)["anchor_residual"]
+    return lambda X, mapped: reliability_scores(X, mapped, olds.vectors, news, res)["anchor_residual"]
 
 
 def _digests(batch: VectorBatch, text_field: str) -> list[str]:
@@ -508,11 +509,11 @@ def start(source, *, model: str, text_field: str, state_path=None, field: str | 
                     batch_size=batch_size, checkpoint_path=checkpoint, resume=checkpoint.exists())
         if sample is not None:   # the re-embedded sample is the hub reference until a query log replaces it
             state.set_reference(sample[1])
+            residuals = _residual_scorer(aligned, sample)
         for batch in src.scan(batch_size=2000):   # the target holds the same ids; the old vectors score priority
             mapped = aligned.transform(batch.vectors)
             scored = {} if sample is None else {
-                "residuals": _residuals(batch.vectors, mapped, aligned, sample),
-                "hubness": hub_penalty(mapped, sample[1], HUB_K)}
+                "residuals": residuals(batch.vectors, mapped), "hubness": hub_penalty(mapped, sample[1], HUB_K)}
             state.stamp(batch.ids, "mapped", aligned.fingerprint, digests=_digests(batch, text_field), **scored)
         if sample is not None:   # the fit's re-embedded texts are native vectors already: keep them
             olds, news = sample
@@ -542,10 +543,9 @@ def _query_pairs(queries, old_queries) -> tuple[VectorBatch, VectorBatch]:
 
 
 def _with_text(batch: VectorBatch, text_field: str) -> tuple[VectorBatch, list[str]]:
-    keep = [j for j, p in enumerate(batch.payloads) if isinstance((p or {}).get(text_field), str)
-            and (p or {})[text_field].strip()]
-    part = batch.take(np.asarray(keep, dtype=np.int64))
-    return part, [p[text_field] for p in part.payloads]
+    """The records of ``batch`` that hold a text, and their texts (:func:`vecbridge.jobs.reembed._texts`)."""
+    keep, texts = _texts(batch, text_field)
+    return batch.take(keep), texts
 
 
 def predict_stages(src: Collection, embed, *, text_field: str, queries, old_queries, pool: int = 2000,
