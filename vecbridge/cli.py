@@ -130,6 +130,24 @@ def pairs_option(*kinds: str, default: str | None = "ids", aliases: tuple[str, .
                         help="How records correspond: " + " | ".join(words[k] for k in kinds) + ".")
 
 
+def engine_options(ray_does: str):
+    """``--engine local|ray``, ``--ray-address`` and ``--workers``: one spelling for every job that can run on a Ray
+    cluster; ``ray_does`` says what the Ray engine does for this command."""
+    def decorate(fn):
+        for option in reversed([
+            click.option("--engine", type=click.Choice(["local", "ray"]), default="local", show_default=True,
+                         help=f"local: one process; ray: {ray_does} (pip install 'vecbridge[ray]'; sources with key "
+                              f"ranges: file, pgvector, Milvus server, Qdrant, Chroma)."),
+            click.option("--ray-address", default=None, envvar="RAY_ADDRESS",
+                         help="Ray cluster to run on with --engine ray (default: $RAY_ADDRESS, else a local Ray)."),
+            click.option("--workers", type=POSITIVE_INT, default=2, show_default=True,
+                         help="Ray tasks at a time with --engine ray."),
+        ]):
+            fn = option(fn)
+        return fn
+    return decorate
+
+
 _STORED_PAIRS = ("ids", "field", "file")
 
 
@@ -356,13 +374,7 @@ def _print_evaluation(result):
               help="Checkpoint file (default: beside the alignment, named after the target).")
 @click.option("--index/--no-index", "build_index", default=True, show_default=True,
               help="Build the target's vector index after the load (stores that defer it: pgvector).")
-@click.option("--engine", type=click.Choice(["local", "ray"]), default="local", show_default=True,
-              help="local: one process; ray: key ranges of the source copied by Ray tasks (pip install "
-                   "'vecbridge[ray]'; file, pgvector and Milvus server sources).")
-@click.option("--ray-address", default=None, envvar="RAY_ADDRESS",
-              help="Ray cluster to run on with --engine ray (default: $RAY_ADDRESS, else a local Ray).")
-@click.option("--workers", type=POSITIVE_INT, default=2, show_default=True,
-              help="Ray tasks at a time with --engine ray.")
+@engine_options("key ranges of the source copied by Ray tasks")
 @click.option("--json", "as_json", is_flag=True)
 @handle_errors
 def migrate(source_url, alignment_path, target_url, field, batch_size, resume, overwrite, dry_run, checkpoint_path,

@@ -7,7 +7,8 @@ Layout of a vecbridge directory::
     DIR/segments/000001.meta.npz   ids of the same rows, and their payloads as one UTF-8 JSON array
                                    (loaded with allow_pickle=False)
 
-Each upsert writes one segment: vectors first, then the ``.meta.npz`` that commits it, both via temporary file +
+Each upsert writes one segment under a number it claims exclusively (several processes may append at once, e.g.
+the tasks of a distributed migration): vectors first, then the ``.meta.npz`` that commits it, both via temporary file +
 rename, so a crash leaves either a whole segment or none (a writer killed before its rename leaves a
 ``.NAME.tmp-PID`` file, which the next handle to write removes once that process no longer runs). Reading merges
 segments in order, later rows replacing earlier rows with the same id, which makes upserts idempotent. Vectors are
@@ -104,6 +105,20 @@ def _remove_stale_temporaries(*dirs: Path) -> None:
                     os.unlink(d / name)
                 except OSError:
                     pass  # gone already, or a read-only directory: the write itself will say so
+
+
+def _claim_segment(seg_dir: Path, first: int) -> str:
+    """The first free segment number from ``first``, claimed by creating its vectors file exclusively: writers in
+    other processes or on other nodes (a distributed migration) each get a name of their own, without a lock. A
+    claim whose writer died before its commit is a vectors file without metadata, which readers ignore."""
+    n = first
+    while True:
+        name = f"{n:06d}"
+        try:
+            os.close(os.open(seg_dir / f"{name}.npy", os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644))
+            return name
+        except FileExistsError:
+            n += 1
 
 
 class _Segment:
@@ -374,8 +389,8 @@ class FileCollection(Collection):
         else:
             raise InputError("ids must be all integers or all strings within a batch")
         names = self._segment_names()
-        name = f"{(int(names[-1]) + 1) if names else 1:06d}"
         seg_dir = self.path / "segments"
+        name = _claim_segment(seg_dir, (int(names[-1]) + 1) if names else 1)
         _atomic_write(seg_dir / f"{name}.npy", lambda fh: np.save(fh, np.ascontiguousarray(vectors, np.float32)))
         _atomic_write(seg_dir / f"{name}.meta.npz",
                       lambda fh: np.savez(fh, payloads_json=payload_json, **id_arrays))

@@ -18,15 +18,14 @@ Ray is imported only here, and only when a job runs.
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import os
 import time
-from pathlib import Path
 from typing import Any, Callable, Iterator
 
 from ..align.artifact import Alignment
 from ..connectors import connect
 from ..connectors.base import Collection, KeyRange
+from ..connectors.url import redact
 from ..errors import InputError, VecbridgeError
 from ..results import MigrationResult
 from .guard import exclusive_writer, refuse_inputs_as_target
@@ -47,8 +46,6 @@ from .rewrite import (
 MAX_RETRIES = 5
 #: slices per worker: a few more than workers, so that a slow or re-run slice does not hold up the end
 RANGES_PER_WORKER = 4
-#: the lock file that serialises writers of a file:// target (its segments are numbered by the writer)
-_FILE_LOCK = ".vecbridge-writer.lock"
 
 
 def _ray():
@@ -63,40 +60,43 @@ def _url(coll) -> str:
     return coll.url if isinstance(coll, Collection) else str(coll)
 
 
+class Sealed:
+    """A store URL on its way to a Ray task: written as ``repr``/``str`` (in a Ray error, a log, a dashboard) it shows
+    no password or token; the task opens the store with :attr:`url`. Credentials thus reach the workers inside the
+    task's arguments (Ray's object store), never in what Ray prints."""
+
+    __slots__ = ("url",)
+
+    def __init__(self, url: "str | Sealed"):
+        self.url = url.url if isinstance(url, Sealed) else str(url)
+
+    def __repr__(self) -> str:
+        return f"Sealed({redact(self.url)!r})"
+
+    __str__ = __repr__
+
+    def __reduce__(self):
+        return Sealed, (self.url,)
+
+
 def _refuse_single_process_store(coll: Collection, role: str) -> None:
     if getattr(coll, "lite_path", None) is not None:
         raise InputError(f"the {role} {coll.display_url} is a Milvus Lite database, which one process at a time can "
                          f"open: --engine ray needs a Milvus server (or use the default engine)")
 
 
-@contextlib.contextmanager
-def _write_lock(target: Collection) -> Iterator[None]:
-    """Writers of one file:// collection take turns (each upsert names the next segment); other stores take
-    concurrent upserts of distinct ids."""
-    if target.identity.store != "file":
-        yield
-        return
-    fd = os.open(Path(target.identity.location) / _FILE_LOCK, os.O_RDWR | os.O_CREAT, 0o644)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
-        yield
-    finally:
-        os.close(fd)
-
-
-def copy_range(source_url: str, target_url: str, alignment: Alignment, index: int, after: Any, until: Any,
-               batch_size: int) -> Iterator[tuple[int, Any, int, int]]:
+def copy_range(source_url: "Sealed | str", target_url: "Sealed | str", alignment: Alignment, index: int, after: Any,
+               until: Any, batch_size: int) -> Iterator[tuple[int, Any, int, int]]:
     """One slice (the body of a Ray task, runnable without Ray): scan it after ``after`` up to ``until``, map,
     upsert; after each batch yield ``(index, cursor, read, written)``, the totals of this attempt."""
-    src = connect(source_url, read_only=True)
-    tgt = connect(target_url)
+    src = connect(Sealed(source_url).url, read_only=True)
+    tgt = connect(Sealed(target_url).url)
     transform = mapper(alignment)
     read = written = 0
     for batch in src.scan(batch_size=batch_size, after=after, until=until):
         mapped = transform(batch)
         if len(mapped):
-            with _write_lock(tgt):
-                tgt.upsert(mapped)
+            tgt.upsert(mapped)
         read += len(batch)
         written += len(mapped)
         yield index, batch.cursor, read, written
@@ -189,6 +189,7 @@ def _run(ray, ckpt, ranges: list[KeyRange], source_url: str, target_url: str, al
     task = ray.remote(copy_range).options(num_cpus=1, num_returns="streaming", max_retries=MAX_RETRIES,
                                           retry_exceptions=False)
     alignment_ref = ray.put(alignment)
+    source_url, target_url = Sealed(source_url), Sealed(target_url)
     todo = [i for i in range(len(ranges)) if not ckpt.phase(_phase(i))["done"]]
     running: dict = {}   # generator -> [range index, read, written] seen from the current attempt
 
