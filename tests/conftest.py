@@ -1,4 +1,4 @@
-"""Shared fixtures: file:// collections built from the bundled real sample."""
+"""Shared fixtures: file:// collections built from the bundled real sample, and the session's Ray cluster."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -60,3 +60,26 @@ def sample_stores(tmp_path_factory, sample):
     queries = write_collection(f"file://{root / 'queries'}", sample.ids[1000:], sample.queries_new)
     queries_old = write_collection(f"file://{root / 'queries_old'}", sample.ids[1000:], sample.queries_old)
     return {"old": old.url, "new": new.url, "queries": queries.url, "queries_old": queries_old.url, "root": root}
+
+
+@pytest.fixture(scope="session")
+def ray_cluster():
+    """One real two-node Ray cluster (``ray.cluster_utils.Cluster``, one CPU per node, every address on the loopback)
+    for every Ray test of the session, with this process connected to it: ``{"cluster": c, "worker": node}``. A test
+    that removes the worker node must add a new one and store it under ``"worker"``. Starting a cluster costs about
+    20 s on 2 cores, so test files share this one instead of starting their own."""
+    pytest.importorskip("ray")
+    import os
+
+    os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")   # keep 127.0.0.1 addresses on the loopback
+    import ray
+    from ray.cluster_utils import Cluster
+
+    c = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "include_dashboard": False})
+    state = {"cluster": c, "worker": c.add_node(num_cpus=1)}
+    ray.init(address=c.address, logging_level="WARNING", log_to_driver=False)
+    try:
+        yield state
+    finally:
+        ray.shutdown()
+        c.shutdown()

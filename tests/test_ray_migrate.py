@@ -81,20 +81,10 @@ def test_mapping_does_not_depend_on_how_batches_fall():
 
 
 # --- a real two-node cluster ------------------------------------------------------------------------------------------
-@pytest.fixture(scope="module")
-def cluster():
-    pytest.importorskip("ray")
-    import ray
-    from ray.cluster_utils import Cluster
-
-    c = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "include_dashboard": False})
-    state = {"cluster": c, "worker": c.add_node(num_cpus=1)}
-    ray.init(address=c.address, logging_level="WARNING", log_to_driver=False)
-    try:
-        yield state
-    finally:
-        ray.shutdown()
-        c.shutdown()
+@pytest.fixture
+def cluster(ray_cluster):
+    """The session's two-node Ray cluster (tests/conftest.py)."""
+    return ray_cluster
 
 
 @pytest.fixture(scope="module")
