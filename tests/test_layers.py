@@ -19,7 +19,7 @@ LAYERS = {
     "pairs": ["linking"],
     "estimators": ["align"],
     "renderers": ["render"],
-    "jobs": ["jobs"],
+    "jobs": ["jobs", "ray"],
     "cli": ["cli", "__init__", "__main__"],
 }
 RANK = {part: rank for rank, parts in enumerate(LAYERS.values()) for part in parts}

@@ -192,6 +192,35 @@ class Alignment:
         return apply_linear(Q, self.tensor("inverse_matrix", dtype), self.tensor("target_mean", dtype),
                             self.tensor("source_mean", dtype), 1.0 / self.metadata["scale"], "target vectors")
 
+    def __call__(self, batch):
+        """Map the ``vector`` column of a batch of records, a dict of arrays such as Ray Data's ``map_batches``
+        hands over (``ds.map_batches(alignment)``): the batch with its vectors in the target space, every other
+        column as it was.
+
+        Vectors are mapped as float32 (what stores hold), and a one-row batch as two copies of its row: BLAS rounds
+        a matrix-vector product differently from a matrix-matrix one, so without that a record's mapped vector
+        would depend on how the rows fell into batches. The result is thus bit-identical to a migration's."""
+        if not isinstance(batch, dict) or "vector" not in batch:
+            raise InputError("an alignment maps a batch given as a dict of columns with a 'vector' column (Ray Data's "
+                             "batch_format='numpy')")
+        vectors = np.asarray(batch["vector"])
+        if vectors.dtype == object:   # one array per row
+            vectors = np.stack(list(vectors)) if len(vectors) else vectors.reshape(0, self.source_dim)
+        vectors = np.asarray(vectors, dtype=np.float32)
+        if vectors.ndim != 2 or vectors.shape[1] != self.source_dim:
+            raise InputError(f"source vectors: expected vectors of dimension {self.source_dim}, got shape "
+                             f"{vectors.shape}")
+        if len(vectors) == 0:
+            return {**batch, "vector": np.zeros((0, self.target_dim), dtype=np.float32)}
+        finite = np.isfinite(vectors).all(axis=1)
+        if not finite.all():
+            row = int(np.flatnonzero(~finite)[0])
+            name = f"source record {batch['id'][row]!r}" if "id" in batch else f"row {row} of the batch"
+            raise InputError(f"{name} has a NaN or inf vector")
+        if len(vectors) == 1:
+            return {**batch, "vector": self.transform(np.concatenate([vectors, vectors]))[:1]}
+        return {**batch, "vector": self.transform(vectors)}
+
     # --- persistence ------------------------------------------------------------------------------------------------
     def save(self, path) -> Path:
         """Write atomically (temporary file + rename): a crash never leaves a half-written artifact at ``path``."""
