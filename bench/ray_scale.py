@@ -106,7 +106,7 @@ def bench_store(name: str, n: int, workers: list[int], repeats: int, tmp: Path) 
         load_s = time.perf_counter() - t
         print(f"{name}: source of {n:,} loaded in {load_s:.0f} s", flush=True)
         t = time.perf_counter()
-        ray.init(num_cpus=max(workers), include_dashboard=False, _node_ip_address="127.0.0.1",
+        ray.init(address="local", num_cpus=max(workers), include_dashboard=False, _node_ip_address="127.0.0.1",
                  logging_level="WARNING", log_to_driver=False)
         ray_start_s = time.perf_counter() - t
         runs: dict[str, list[float]] = {"local": [], **{f"ray x{w}": [] for w in workers}}

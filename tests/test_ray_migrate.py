@@ -153,12 +153,20 @@ def test_a_worker_node_removed_mid_run_ends_exact(cluster, store, tmp_path, monk
     attempts = tmp_path / "attempts"
     attempts.mkdir()
     original = distributed.copy_range
+    doomed = cluster["worker"].node_id
 
     def logged(*args):   # a local function: Ray ships it by value; it notes every attempt of every task
         import ray
 
-        (attempts / f"{args[3]}-{ray.get_runtime_context().get_node_id()}-{time.time_ns()}").touch()
-        yield from original(*args)
+        node = ray.get_runtime_context().get_node_id()
+        (attempts / f"{args[3]}-{node}-{time.time_ns()}").touch()
+        for n, report in enumerate(original(*args)):
+            yield report
+            # a task on the node to be removed waits there after its first batch (a minute at most), so that it is
+            # still running when the node goes, however far ahead of the driver streamed tasks run
+            deadline = time.monotonic() + 60
+            while node == doomed and n == 0 and time.monotonic() < deadline:
+                time.sleep(0.05)
 
     monkeypatch.setattr(distributed, "copy_range", logged)
     c = cluster["cluster"]
@@ -246,28 +254,71 @@ def test_cli_driver_killed_then_resumed(cluster, tmp_path):
     _assert_same(store("ray"), reference)
 
 
-def test_milvus_lite_is_refused_in_one_line(cluster, tmp_path):
+#: stores that one process at a time may open, as URLs under a directory
+SINGLE_PROCESS = {
+    "milvus_lite": lambda d, name: f"milvus://{d}/{name}.db/{name}",
+    "qdrant_local": lambda d, name: f"qdrant://{d}/{name}/{name}",
+    "qdrant_memory": lambda d, name: f"qdrant://:memory:/{name}_{d.name[-10:]}",
+    "qdrant_edge": lambda d, name: f"qdrant-edge://{d}/{name}",
+    "chroma_persistent": lambda d, name: f"chroma://{d}/{name}/{name}",
+}
+SINGLE_PROCESS_CLIENTS = {"milvus_lite": "milvus_lite", "qdrant_local": "qdrant_client", "qdrant_memory": "qdrant_client",
+                          "qdrant_edge": "qdrant_edge", "chroma_persistent": "chromadb"}
+
+
+@pytest.mark.parametrize("kind", sorted(SINGLE_PROCESS))
+def test_single_process_stores_are_refused_in_one_line(kind, tmp_path):
+    """As source or as target, before anything is written: every Ray task would open the store itself."""
     from vecbridge.jobs.distributed import migrate_on_ray
 
-    pytest.importorskip("milvus_lite")
-    src = f"milvus://{tmp_path}/m.db/src"
+    pytest.importorskip("ray")
+    pytest.importorskip(SINGLE_PROCESS_CLIENTS[kind])
+    url = SINGLE_PROCESS[kind]
+    src = url(tmp_path, "src")
     connect(src).create(dim=4).upsert(VectorBatch(["a", "b"], np.eye(2, 4, dtype=np.float32)))
     align = Alignment.from_estimator(OrthogonalProcrustes().fit(np.eye(4), np.eye(4))).save(tmp_path / "a.vb")
-    with pytest.raises(InputError, match="Milvus Lite"):
+    with pytest.raises(InputError, match="one process at a time") as refused:
         migrate_on_ray(src, align, f"file://{tmp_path}/t", workers=2)
+    assert "\n" not in str(refused.value) and "the source " + connect(src).display_url in str(refused.value)
+    assert not (tmp_path / "t").exists()
+    connect(f"file://{tmp_path}/f").create(dim=4).upsert(VectorBatch(["a"], np.eye(1, 4, dtype=np.float32)))
+    target = url(tmp_path / "out", "tgt")
+    with pytest.raises(InputError, match="the target .* one process at a time"):
+        migrate_on_ray(f"file://{tmp_path}/f", align, target, workers=2)
+    assert not (tmp_path / "out").exists() and not connect(target).exists()
 
 
-@pytest.fixture(scope="module")
-def milvus_engine(tmp_path_factory):
-    yield from started_engine("milvus_server", tmp_path_factory)
+def test_cli_refuses_a_single_process_store_in_one_line(tmp_path):
+    from click.testing import CliRunner
+
+    from vecbridge.cli import main
+
+    pytest.importorskip("ray")
+    pytest.importorskip("qdrant_edge")
+    src = f"qdrant-edge://{tmp_path}/shard"
+    connect(src).create(dim=4).upsert(VectorBatch([1, 2], np.eye(2, 4, dtype=np.float32)))
+    Alignment.from_estimator(OrthogonalProcrustes().fit(np.eye(4), np.eye(4))).save(tmp_path / "a.vb")
+    result = CliRunner().invoke(main, ["migrate", src, "--alignment", str(tmp_path / "a.vb"), "--to",
+                                       f"file://{tmp_path}/t", "--engine", "ray"])
+    err = result.stderr if hasattr(result, "stderr") else result.output
+    lines = [ln for ln in err.strip().splitlines() if ln.strip()]
+    assert result.exit_code != 0 and "Traceback" not in result.output
+    assert len(lines) == 1 and "one process at a time" in lines[0] and "--engine ray" in lines[0], err
 
 
-@pytest.mark.slow
-def test_ray_migrate_on_a_milvus_server(cluster, milvus_engine, tmp_path):
-    """A Milvus server (Lite is refused: one process at a time): same result as a single-process migrate."""
+@pytest.fixture(scope="module", params=[pytest.param("milvus_server", marks=pytest.mark.slow), "chroma_server"])
+def server_engine(request, tmp_path_factory):
+    """Servers with key ranges that this machine can start (a Qdrant server cannot be installed here: Qdrant's ranges
+    are the same client code as its local mode's, tested in tests/connectors/test_key_ranges.py)."""
+    yield from started_engine(request.param, tmp_path_factory)
+
+
+def test_ray_migrate_on_a_server(cluster, server_engine, tmp_path):
+    """A store on a server (its embedded forms are refused: one process at a time): the same result as a
+    single-process migrate, bit for bit."""
     from vecbridge.jobs.distributed import migrate_on_ray
 
-    store = lambda name: milvus_engine.url(f"{name}_{tmp_path.name[-12:].replace('-', '_').lower()}")
+    store = lambda name: server_engine.url(f"{name}_{tmp_path.name[-12:].replace('-', '_').lower()}")
     src, align, reference = _setup(store, tmp_path)
     result = migrate_on_ray(src, align, store("ray"), workers=2, batch_size=BATCH * 5)
     assert (result.read, result.written) == (N, N)

@@ -7,9 +7,10 @@ Resumable scans: ``scan(batch_size, after=cursor)`` yields :class:`VectorBatch` 
 JSON-serialisable value; passing the cursor of the last batch that was fully processed to a new ``scan`` continues
 with the next record, nothing skipped and nothing repeated (as long as the collection is not modified in between).
 
-Partitioned scans: connectors that scan with a keyset cursor (file, pgvector, Milvus) also split a collection into
-disjoint :class:`KeyRange` slices (:meth:`Collection.key_ranges`), and ``scan(after=r.after, until=r.until)`` reads
-exactly one slice: the slices together hold every record once. A distributed job gives each worker one slice.
+Partitioned scans: connectors that scan with a keyset cursor (file, pgvector, Milvus, Qdrant, Qdrant Edge) or an
+offset cursor (Chroma) also split a collection into disjoint :class:`KeyRange` slices (:meth:`Collection.key_ranges`),
+and ``scan(after=r.after, until=r.until)`` reads exactly one slice: the slices together hold every record once. A
+distributed job gives each worker one slice, unless the store is :attr:`Collection.single_process`.
 """
 from __future__ import annotations
 
@@ -175,6 +176,10 @@ class Collection(abc.ABC):
     #: records per :meth:`upsert` that ``migrate`` sends when the user names no batch size; connectors whose store
     #: writes faster in other sizes (one COPY stream, a server's batch limit) override it
     preferred_batch_size: int = 1000
+    #: True where one process at a time may open the collection (an embedded store that locks its files or is not
+    #: process-safe, or one that lives in this process's memory): a job spread over processes (``--engine ray``)
+    #: refuses it. Key ranges still work there, for a partitioned, resumable scan in one process
+    single_process: bool = False
 
     def __init__(self, url: str, *, read_only: bool = False):
         self.url = url
@@ -202,8 +207,9 @@ class Collection(abc.ABC):
 
     def key_ranges(self, n: int, seed: int = 0) -> list[KeyRange]:
         """At most ``n`` disjoint :class:`KeyRange` slices that together cover every record, in scan order, cut at
-        quantiles of sampled primary keys (deterministic for a seed); each is read with ``scan(after=r.after,
-        until=r.until)``. Connectors without a keyset scan refuse."""
+        quantiles of sampled primary keys (deterministic for a seed), or of positions where the store has no key
+        order to range over (Chroma); each is read with ``scan(after=r.after, until=r.until)``. Connectors without a
+        ranged scan refuse."""
         raise StoreError(f"{self.scheme or 'store'}: ranges not supported yet")
 
     @abc.abstractmethod

@@ -30,6 +30,18 @@ How records map onto Chroma:
 Scans page with ``get(limit, offset)`` in Chroma's storage order and the cursor is the offset reached. That is
 fragile if the collection changes between a crash and the resume (a delete shifts later records back), which is
 acceptable for a source collection that is being migrated, not for one being written to meanwhile.
+
+Partitioned scans are offset slices of that same order. Chroma's ``get`` filters ids by equality only (``ids=``;
+``where`` compares metadata, and numbers only with ``$gt``/``$lt``) and orders by the internal sequence number each
+record got when it was first written (``ORDER BY`` it, then ``OFFSET``/``LIMIT``, in the SQLite metadata segment of
+the embedded and single-node engines), so no range of keys can be asked for. Offsets need nothing but the count to
+plan, and each slice reads just its own records (the skip walks an index, no vectors), whereas cutting at ids would
+have every slice list all ids to find its own. They hold under the same contract as a resumed scan: the collection
+is not modified while the job runs.
+
+A persistent directory is :attr:`~ChromaCollection.single_process`: Chroma takes no lock, but its client is not
+process-safe (each process keeps its own vector index in memory and writes it back), so a job spread over processes
+needs a server.
 """
 from __future__ import annotations
 
@@ -48,7 +60,16 @@ from chromadb.errors import NotFoundError
 
 from ..errors import InputError, NotFound
 from ..fs import require_writable
-from .base import Collection, CollectionIdentity, CollectionInfo, VectorBatch, first_line
+from .base import (
+    Collection,
+    CollectionIdentity,
+    CollectionInfo,
+    KeyRange,
+    VectorBatch,
+    first_line,
+    quantile_positions,
+    ranges_from_bounds,
+)
 from .url import canonical_host, query_params, resolved_path
 
 _SPACE_OF_METRIC = {"cosine": "cosine", "dot": "ip", "l2": "l2"}
@@ -135,6 +156,11 @@ class ChromaCollection(Collection):
         tenant = self.params.get("tenant", "default_tenant")
         database = self.params.get("database", "default_database")
         return CollectionIdentity("chroma", f"{where}/{tenant}/{database}", self.name)
+
+    @property
+    def single_process(self) -> bool:
+        """A persistent directory: not process-safe (see the module notes)."""
+        return self.path is not None
 
     def check_writable(self) -> None:
         if self.path is not None:
@@ -276,18 +302,18 @@ class ChromaCollection(Collection):
         where = {i: r for r, i in enumerate(found["ids"])}
         return self._batch(found, dim).take(np.asarray([where[k] for k in picked if k in where], dtype=np.int64))
 
-    def scan(self, batch_size: int = 1000, after: Any = None) -> Iterator[VectorBatch]:
-        """Pages of ``get(limit, offset)``; each batch's cursor is the offset after it (see the module notes)."""
+    def scan(self, batch_size: int = 1000, after: Any = None, until: Any = None) -> Iterator[VectorBatch]:
+        """Pages of ``get(limit, offset)``; each batch's cursor is the offset after it, and ``until`` (such an
+        offset) stops there (see the module notes)."""
         if batch_size <= 0:
             raise InputError("batch_size must be positive")
-        try:
-            offset = 0 if after is None else int(after)
-        except (TypeError, ValueError):
-            raise InputError(f"invalid scan cursor {after!r} for a chroma collection") from None
+        offset = 0 if after is None else self._offset(after)
+        stop = None if until is None else self._offset(until)
         coll = self._collection()
         dim = self._dim(coll)
-        while True:
-            result = self._call("read records", coll.get, limit=batch_size, offset=offset,
+        while stop is None or offset < stop:
+            limit = batch_size if stop is None else min(batch_size, stop - offset)
+            result = self._call("read records", coll.get, limit=limit, offset=offset,
                                 include=["embeddings", "metadatas", "documents"])
             batch = self._batch(result, dim)
             if not len(batch):
@@ -295,8 +321,25 @@ class ChromaCollection(Collection):
             offset += len(batch)
             batch.cursor = offset
             yield batch
-            if len(batch) < batch_size:
+            if len(batch) < limit:
                 return
+
+    def _offset(self, cursor: Any) -> int:
+        if not isinstance(cursor, bool):
+            try:
+                if int(cursor) >= 0:
+                    return int(cursor)
+            except (TypeError, ValueError):
+                pass
+        raise InputError(f"invalid scan cursor {cursor!r} for a chroma collection")
+
+    def key_ranges(self, n: int, seed: int = 0) -> list[KeyRange]:
+        """Offset slices of the storage order, cut at exact quantiles of the count (see the module notes for why
+        offsets, not ids; ``seed`` is accepted for the protocol and unused)."""
+        if int(n) <= 0:
+            raise InputError(f"number of ranges must be positive, got {n}")
+        count = self._call("count records", self._collection().count)
+        return ranges_from_bounds([p + 1 for p in quantile_positions(int(count), n)])
 
     def search(self, vectors, k: int = 10) -> tuple[list[list], np.ndarray]:
         coll = self._collection()

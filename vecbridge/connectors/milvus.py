@@ -207,6 +207,11 @@ class MilvusCollection(Collection):
     def vector_field(self) -> str | None:
         return self.vector_name
 
+    @property
+    def single_process(self) -> bool:
+        """A Milvus Lite database is locked by the one process that opens it."""
+        return self.lite_path is not None
+
     def check_writable(self) -> None:
         if self.lite_path is not None:
             require_writable(self.lite_path.parent, "the Milvus Lite file")

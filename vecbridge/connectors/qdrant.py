@@ -22,8 +22,13 @@ canonical UUID stays one); any other id (strings, negative ints) is stored under
 original id kept in the payload under ``_vb_id`` and given back on read (the key is stripped from payloads).
 The mapping is the same as the ``qdrant-edge://`` connector's, so both stores name the same records alike.
 
-Scans use ``scroll``, which walks points in id order; a batch's cursor is the id of its last point, so a resumed
-scan restarts just after it (new points with larger ids written since are included; nothing is repeated).
+Scans use ``scroll``, which walks points in id order (integer ids, then UUIDs); a batch's cursor is the id of its
+last point, so a resumed scan restarts just after it (new points with larger ids written since are included; nothing
+is repeated). ``key_ranges`` cuts that order at point ids (exact quantiles, from a walk over the ids alone), and
+``scan(after=, until=)`` reads one slice: keyset slices, which stay exact even if points are written meanwhile.
+
+Local mode (a directory, or ``:memory:``) is :attr:`single_process`: qdrant-client locks the directory for one
+client, and the in-memory store lives in this process only, so a job spread over processes needs a server.
 
 Sampling: Qdrant's random ``Sample`` query cannot be seeded, so ``sample`` draws ``n`` positions with a seeded
 generator over the exact count, walks the point ids only (no vectors, no payloads) with ``scroll`` to find the ids at
@@ -150,6 +155,11 @@ class QdrantCollection(QdrantPointsCollection):
     @property
     def vector_field(self) -> str | None:
         return self.vector_name
+
+    @property
+    def single_process(self) -> bool:
+        """Local mode: the directory is locked by one client, and ``:memory:`` is this process's own."""
+        return self.mode != "server"
 
     def check_writable(self) -> None:
         if self.mode == "local":

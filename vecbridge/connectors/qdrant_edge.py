@@ -7,9 +7,10 @@ URL forms::
 
 Query option: ``vector=NAME``, the named vector to read/write (needed only when the shard has several).
 
-A shard is owned by one process (its write-ahead log is locked), so this process keeps one open ``EdgeShard`` per
-directory, shared by every URL naming it, flushed and closed at exit. Writes are durable through the WAL. Indexing
-(HNSW) is left to the application (``EdgeShard.optimize()``); an unoptimised shard answers searches exactly.
+A shard is owned by one process (its write-ahead log is locked: the connector is :attr:`single_process`), so this
+process keeps one open ``EdgeShard`` per directory, shared by every URL naming it, flushed and closed at exit. Writes
+are durable through the WAL. Indexing (HNSW) is left to the application (``EdgeShard.optimize()``); an unoptimised
+shard answers searches exactly.
 
 Named vectors: ``add_vector_field`` adds one to the shard (``UpdateOperation.create_dense_vector``); with several
 vectors, records are the points that have the chosen one, and an upsert keeps a point's other vectors.
@@ -21,8 +22,9 @@ The shard's metric and dimension come from its own ``edge_config.json`` (the eng
 vectors added later). Ids, cursors, sampling and scores follow the ``qdrant://`` connector: unsigned ints and UUIDs
 are point ids as they are, other ids become UUID5 point ids with the original kept in the payload under ``_vb_id``
 (the same mapping, so records keep their point ids between both stores); ``scroll`` walks points in id order and a
-batch's cursor is its last point id; ``sample`` draws seeded positions over the exact count, walks ids only to find
-them and fetches just those points (the engine's random sample cannot be seeded); Euclid scores are negated.
+batch's cursor is its last point id; ``key_ranges`` cuts that order at point ids for ``scan(after=, until=)``;
+``sample`` draws seeded positions over the exact count, walks ids only to find them and fetches just those points
+(the engine's random sample cannot be seeded); Euclid scores are negated.
 """
 from __future__ import annotations
 
@@ -73,6 +75,8 @@ def _close_shards() -> None:
 class QdrantEdgeCollection(QdrantPointsCollection):
     scheme = "qdrant-edge"
     what = "qdrant-edge shard"
+    #: the shard's write-ahead log is locked by the one process that opens it
+    single_process = True
 
     def __init__(self, url: str, *, read_only: bool = False):
         super().__init__(url, read_only=read_only)

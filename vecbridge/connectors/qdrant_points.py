@@ -1,6 +1,7 @@
 """What the ``qdrant://`` and ``qdrant-edge://`` connectors share: point ids, scan cursors, and the reads built on
-three engine calls (scroll, retrieve, batched query), in :class:`QdrantPointsCollection`. Nothing here imports a
-client, so each connector needs only its own client library.
+three engine calls (scroll, retrieve, batched query), in :class:`QdrantPointsCollection`: resumable and ranged scans
+in point-id order, sampling, lookups by id and search. Nothing here imports a client, so each connector needs only
+its own client library.
 
 Qdrant accepts unsigned 64-bit integers and UUIDs as point ids. Any other record id is mapped to a UUID5 in a fixed
 namespace and kept in the payload under :data:`ID_KEY`, which is removed again on read, so both connectors give
@@ -16,7 +17,7 @@ from urllib.parse import quote
 import numpy as np
 
 from ..errors import InputError, NotFound
-from .base import Collection, VectorBatch
+from .base import Collection, KeyRange, VectorBatch, quantile_positions, ranges_from_bounds
 
 #: payload key holding an original id that Qdrant cannot take as a point id
 ID_KEY = "_vb_id"
@@ -84,6 +85,12 @@ def decode_cursor(cursor: Any, what: str) -> int | str:
         except ValueError:
             pass
     raise InputError(f"invalid scan cursor {cursor!r} for a {what}")
+
+
+def point_order(pid: int | str) -> tuple:
+    """Where a point id (as :func:`json_point_id` gives it) falls in scroll order: Qdrant orders integer ids before
+    UUIDs, and UUIDs by their 128 bits, which is the order of their canonical (lowercase) text."""
+    return (0, pid, "") if isinstance(pid, int) else (1, 0, pid)
 
 
 def records_to_batch(records: Sequence, name: str, dim: int) -> VectorBatch:
@@ -172,26 +179,56 @@ class QdrantPointsCollection(Collection):
             self._delete_points(pids[lo:lo + DELETE_CHUNK])
         return len(wanted)
 
-    def scan(self, batch_size: int = 1000, after: Any = None) -> Iterator[VectorBatch]:
+    def scan(self, batch_size: int = 1000, after: Any = None, until: Any = None) -> Iterator[VectorBatch]:
+        """Scroll pages in point-id order; a batch's cursor is its last point id, and ``until`` (a point id) stops
+        after that point: the page that crosses it is cut, so a slice reads at most one page past its end."""
         name, dim, _ = self._field()
         if batch_size <= 0:
             raise InputError("batch_size must be positive")
+        stop = None if until is None else point_order(decode_cursor(until, self.what))
         offset = None
         if after is not None:
             last = decode_cursor(after, self.what)
+            if stop is not None and point_order(last) >= stop:
+                return
             probe, _ = self._scroll(last, 2, full=False)  # scroll's offset is inclusive: step past the cursor
             probe = [p for p in probe if json_point_id(p.id) != last]
-            if not probe:
+            if not probe or (stop is not None and point_order(json_point_id(probe[0].id)) > stop):
                 return
             offset = probe[0].id
         while True:
             records, offset = self._scroll(offset, batch_size, full=True)
+            if stop is not None:
+                if records and point_order(json_point_id(records[-1].id)) > stop:
+                    records = [r for r in records if point_order(json_point_id(r.id)) <= stop]
+                    offset = None
+                elif offset is not None and point_order(json_point_id(offset)) > stop:
+                    offset = None  # the next page starts past the slice: no request for it
             if records:
                 batch = records_to_batch(records, name, dim)
                 batch.cursor = json_point_id(records[-1].id)
                 yield batch
             if offset is None:
                 return
+
+    def key_ranges(self, n: int, seed: int = 0) -> list[KeyRange]:
+        """Cut at exact quantiles of the point ids, in scroll order. Qdrant has neither a seeded sample nor a way to
+        skip to a rank, so the ids alone are scrolled (pages of :data:`ID_PAGE`, no vectors or payloads, as
+        :meth:`sample` does) up to the last cut and the id at each cut kept (``seed`` is accepted for the protocol
+        and unused). The ranges hold point ids, the cursors :meth:`scan` takes."""
+        if int(n) <= 0:
+            raise InputError(f"number of ranges must be positive, got {n}")
+        positions = quantile_positions(self.info().count, n)
+        bounds: list = []
+        seen, offset = 0, None
+        while len(bounds) < len(positions):
+            records, offset = self._scroll(offset, ID_PAGE, full=False)
+            lo, hi = np.searchsorted(positions, [seen, seen + len(records)])
+            bounds.extend(json_point_id(records[p - seen].id) for p in positions[lo:hi])
+            seen += len(records)
+            if offset is None:
+                break
+        return ranges_from_bounds(bounds)
 
     def sample(self, n: int, seed: int = 0) -> VectorBatch:
         """Ids only are scrolled (pages of ``ID_PAGE``), the seeded positions picked on the way, then retrieved."""

@@ -1,4 +1,4 @@
-"""``migrate`` on a Ray cluster: the source split into key ranges, one Ray task per range, exact and resumable.
+"""``migrate`` and ``merge`` on a Ray cluster: key ranges of the sources, one Ray task per range, exact, resumable.
 
 The driver (this process) plans once: it checks the source and the alignment, creates the target (the same code as
 the single-process :func:`vecbridge.jobs.rewrite.migrate`), asks the source for ``workers x ranges_per_worker``
@@ -13,23 +13,38 @@ resumed run loads the slices from the checkpoint, skips the finished ones and st
 last written key, whatever the number of workers now. One-row batches are mapped as two rows
 (:func:`~vecbridge.jobs.rewrite.mapper`), so every vector is bit-identical to a single-process run's.
 
+``merge`` runs on the same runner (:func:`_run`): B and A are each cut into ranges (phases ``b-range-NNNN`` and
+``a-range-NNNN``), and each task applies the single-process merge's own per-batch code
+(:class:`~vecbridge.jobs.merge.MergeSteps`) to its slice, reporting its ``linked``/``renamed`` counts with each batch.
+B's and A's slices run in one pool, B's submitted first but with no barrier between them: what the two phases
+write is disjoint (phase B writes B's ids; phase A only A's unlinked ids, which are not B ids, or renamed
+``a:<id>``), and both read only the inputs, never the merged collection, so no order of the slices changes the
+result.
+
 Ray is imported only here, and only when a job runs.
 """
 from __future__ import annotations
 
 import contextlib
+import copy
 import os
 import time
+from dataclasses import dataclass
 from typing import Any, Callable, Iterator
 
 from ..align.artifact import Alignment
 from ..connectors import connect
-from ..connectors.base import Collection, KeyRange
+from ..connectors.base import Collection, KeyRange, VectorBatch
 from ..connectors.url import redact
 from ..errors import InputError, VecbridgeError
-from ..results import MigrationResult
+from ..results import MergeResult, MigrationResult
 from .guard import exclusive_writer, refuse_inputs_as_target
+from .merge import MergeSteps
+from .merge import begin as begin_merge
+from .merge import finish as finish_merge
+from .merge import prepare as prepare_merge
 from .open import load_alignment
+from .pipeline import read_ahead
 from .rewrite import (
     check_counts,
     create_target,
@@ -80,36 +95,82 @@ class Sealed:
 
 
 def _refuse_single_process_store(coll: Collection, role: str) -> None:
-    if getattr(coll, "lite_path", None) is not None:
-        raise InputError(f"the {role} {coll.display_url} is a Milvus Lite database, which one process at a time can "
-                         f"open: --engine ray needs a Milvus server (or use the default engine)")
+    """Every Ray task opens the stores itself: a store only one process may open (``single_process``) would fail
+    there, or be a different, empty one (a store in this process's memory), or be corrupted by concurrent writers."""
+    if coll.single_process:
+        raise InputError(f"the {role} {coll.display_url} is an embedded store that one process at a time can open: "
+                         f"--engine ray needs the collection on a server or in a file:// store (or use the default "
+                         f"engine)")
 
 
-def copy_range(source_url: "Sealed | str", target_url: "Sealed | str", alignment: Alignment, index: int, after: Any,
-               until: Any, batch_size: int) -> Iterator[tuple[int, Any, int, int]]:
-    """One slice (the body of a Ray task, runnable without Ray): scan it after ``after`` up to ``until``, map,
-    upsert; after each batch yield ``(index, cursor, read, written)``, the totals of this attempt."""
+@dataclass(frozen=True)
+class MergePhase:
+    """What a merge task does to each batch: phase ``"b"`` folds the linked A records into B's, phase ``"a"`` drops
+    the linked records, renames clashes and maps (:class:`~vecbridge.jobs.merge.MergeSteps`, the code the
+    single-process merge runs)."""
+
+    steps: MergeSteps
+    phase: str
+
+    def bind(self) -> tuple[Callable[[VectorBatch], VectorBatch], dict]:
+        steps = copy.copy(self.steps)   # its own connections and counts from zero: one per task attempt
+        return getattr(steps, f"phase_{self.phase}"), steps.stats
+
+
+def _batch_step(step: "Alignment | MergePhase") -> tuple[Callable[[VectorBatch], VectorBatch], dict | None]:
+    """A task's transform and the counts it keeps (None: none): an alignment maps every batch (migrate)."""
+    if isinstance(step, Alignment):
+        return mapper(step), None
+    return step.bind()
+
+
+def copy_range(source_url: "Sealed | str", target_url: "Sealed | str", step: "Alignment | MergePhase", index: int,
+               after: Any, until: Any, batch_size: int) -> Iterator[tuple]:
+    """One slice (the body of a Ray task, runnable without Ray): scan it after ``after`` up to ``until``, transform
+    each batch (``step``: an alignment maps it, a :class:`MergePhase` merges it), upsert; after each batch yield
+    ``(index, cursor, read, written)``, the totals of this attempt, followed by the step's counts (a dict) where it
+    keeps any."""
     src = connect(Sealed(source_url).url, read_only=True)
     tgt = connect(Sealed(target_url).url)
-    transform = mapper(alignment)
+    transform, counts = _batch_step(step)
+
+    def transformed():   # the step's counts as they stood after this batch (the reader runs ahead of the writes)
+        for batch in src.scan(batch_size=batch_size, after=after, until=until):
+            mapped = transform(batch)
+            yield batch, mapped, (None if counts is None else dict(counts))
+
     read = written = 0
-    for batch in src.scan(batch_size=batch_size, after=after, until=until):
-        mapped = transform(batch)
+    for batch, mapped, seen in read_ahead(transformed(), name=f"vecbridge-range-{index}"):
         if len(mapped):
             tgt.upsert(mapped)
         read += len(batch)
         written += len(mapped)
-        yield index, batch.cursor, read, written
+        if seen is None:
+            yield index, batch.cursor, read, written
+        else:
+            yield index, batch.cursor, read, written, seen
 
 
 def _phase(i: int) -> str:
     return f"range-{i:04d}"
 
 
+@dataclass(frozen=True)
+class Slice:
+    """One task's worth of a job: the checkpoint phase it commits to, the source it scans, its key range, and the
+    name of what it does to a batch (a step the runner puts in Ray's object store once for every slice)."""
+
+    phase: str
+    source: str
+    range: KeyRange
+    step: str
+
+
 @contextlib.contextmanager
 def _connected(ray_address: str | None, workers: int) -> Iterator[Any]:
     """Ray, connected to the cluster (the one this process is already connected to, ``ray_address``,
-    ``$RAY_ADDRESS``, else a local one started for this job on this machine's loopback and stopped after it)."""
+    ``$RAY_ADDRESS``, else a new local one started for this job on this machine's loopback and stopped after it: never
+    a Ray instance another job started on this machine)."""
     ray = _ray()
     if ray.is_initialized():
         yield ray
@@ -118,7 +179,8 @@ def _connected(ray_address: str | None, workers: int) -> Iterator[Any]:
     if address:
         ray.init(address=address, logging_level="WARNING", log_to_driver=False)
     else:
-        ray.init(num_cpus=max(int(workers), 1), include_dashboard=False, _node_ip_address="127.0.0.1",
+        ray.init(address="local", num_cpus=max(int(workers), 1), include_dashboard=False,
+                 _node_ip_address="127.0.0.1",
                  logging_level="WARNING", log_to_driver=False)
     try:
         yield ray
@@ -134,7 +196,8 @@ def migrate_on_ray(source_url, alignment, target_url, *, workers: int = 2, ray_a
                    on_phase: Callable[[str], None] | None = None) -> MigrationResult:
     """Rewrite ``source_url`` into a new collection ``target_url`` through ``alignment``, ``workers`` Ray tasks at a
     time; the options mean what they mean for :func:`vecbridge.jobs.rewrite.migrate` (no ``field`` and no dry run
-    yet). The source must be a store with key ranges (file, pgvector, Milvus server)."""
+    yet). The source must be a store with key ranges that several processes may open (file, pgvector, Milvus server,
+    Qdrant server, Chroma server)."""
     _ray()   # a missing extra fails first, in one line
     if int(workers) <= 0:
         raise InputError(f"workers must be a positive number, got {workers}")
@@ -170,7 +233,8 @@ def migrate_on_ray(source_url, alignment, target_url, *, workers: int = 2, ray_a
             on_start(info.count, ckpt.read)
         t0 = time.perf_counter()
         try:
-            _run(ray, ckpt, ranges, _url(source_url), _url(target_url), alignment, bs, int(workers), on_progress)
+            slices = [Slice(_phase(i), _url(source_url), r, "map") for i, r in enumerate(ranges)]
+            _run(ray, ckpt, slices, _url(target_url), {"map": alignment}, bs, int(workers), on_progress)
         except (VecbridgeError, OSError) as exc:
             if created and (ckpt.written == 0 or isinstance(exc, InputError)):
                 discard_target(tgt, ckpt)
@@ -183,21 +247,25 @@ def migrate_on_ray(source_url, alignment, target_url, *, workers: int = 2, ray_a
                            written / seconds if seconds > 0 else None, None, bs)
 
 
-def _run(ray, ckpt, ranges: list[KeyRange], source_url: str, target_url: str, alignment: Alignment, bs: int,
-         workers: int, on_progress: Callable[[int], None] | None) -> None:
-    """Run the unfinished slices, ``workers`` tasks at a time, committing each task's reports to the checkpoint."""
+def _run(ray, ckpt, slices: list[Slice], target_url: str, steps: dict[str, Any], bs: int, workers: int,
+         on_progress: Callable[[int], None] | None) -> None:
+    """Run the unfinished slices in their order, ``workers`` tasks at a time, committing each task's reports to the
+    checkpoint: per slice's phase the last key written, what was read and written, and the step's counts (migrate
+    keeps none, so its checkpoint has no other fields). A report that a re-run task replays is counted once: an
+    attempt starts where the slice stood when it was submitted, and its totals only grow."""
     task = ray.remote(copy_range).options(num_cpus=1, num_returns="streaming", max_retries=MAX_RETRIES,
                                           retry_exceptions=False)
-    alignment_ref = ray.put(alignment)
-    source_url, target_url = Sealed(source_url), Sealed(target_url)
-    todo = [i for i in range(len(ranges)) if not ckpt.phase(_phase(i))["done"]]
-    running: dict = {}   # generator -> [range index, read, written] seen from the current attempt
+    step_refs = {name: ray.put(step) for name, step in steps.items()}
+    target_url = Sealed(target_url)
+    todo = [i for i, s in enumerate(slices) if not ckpt.phase(s.phase)["done"]]
+    running: dict = {}   # generator -> [slice index, read, written, counts] seen from the current attempt
 
     def submit(i: int) -> None:
-        state = ckpt.phase(_phase(i))
-        start = state["cursor"] if state["cursor"] is not None else ranges[i].after
-        gen = task.remote(source_url, target_url, alignment_ref, i, start, ranges[i].until, bs)
-        running[gen] = [i, 0, 0]
+        s = slices[i]
+        state = ckpt.phase(s.phase)
+        start = state["cursor"] if state["cursor"] is not None else s.range.after
+        gen = task.remote(Sealed(s.source), target_url, step_refs[s.step], i, start, s.range.until, bs)
+        running[gen] = [i, 0, 0, {}]
 
     try:
         while todo or running:
@@ -206,14 +274,15 @@ def _run(ray, ckpt, ranges: list[KeyRange], source_url: str, target_url: str, al
             ready, _ = ray.wait(list(running), num_returns=1, timeout=1.0)
             for gen in ready:
                 seen = running[gen]
+                phase = slices[seen[0]].phase
                 try:
                     ref = next(gen)
                 except StopIteration:
-                    ckpt.complete(_phase(seen[0]))
+                    ckpt.complete(phase)
                     del running[gen]
                     continue
                 try:
-                    _, cursor, read, written = ray.get(ref)
+                    _, cursor, read, written, *rest = ray.get(ref)
                 except ray.exceptions.RayTaskError as exc:
                     cause = getattr(exc, "cause", None)   # the task's own error: one line, as in a local run
                     if isinstance(cause, (VecbridgeError, OSError)):
@@ -221,11 +290,66 @@ def _run(ray, ckpt, ranges: list[KeyRange], source_url: str, target_url: str, al
                     raise
                 if read <= seen[1]:
                     continue   # a re-run task replaying what its first attempt reported
-                ckpt.commit(_phase(seen[0]), cursor, written - seen[2], read - seen[1])
+                counts = rest[0] if rest else {}
+                state = ckpt.phase(phase)
+                for key, n in counts.items():   # saved by the commit below, with the batch they describe
+                    state[key] = state.get(key, 0) + n - seen[3].get(key, 0)
+                ckpt.commit(phase, cursor, written - seen[2], read - seen[1])
                 if on_progress:
                     on_progress(read - seen[1])
-                seen[1], seen[2] = read, written
+                seen[1], seen[2], seen[3] = read, written, counts
     finally:
         for gen in running:
             with contextlib.suppress(Exception):
                 ray.cancel(gen, force=True)
+
+
+def merge_on_ray(a, b, into, alignment, *, links="ids", policy: str = "keep-b", workers: int = 2,
+                 ray_address: str | None = None, batch_size: int | None = None, resume: bool = False,
+                 overwrite: bool = False, checkpoint_path=None, ranges_per_worker: int = RANGES_PER_WORKER,
+                 on_progress: Callable[[int], None] | None = None) -> MergeResult:
+    """:func:`vecbridge.jobs.merge.merge` with B's and A's key ranges merged by Ray tasks, ``workers`` at a time:
+    the same checks before any write, the same records bit for bit. Both inputs must be stores with key ranges.
+    ``linked`` and ``renamed`` count the whole job, also across a resume (they are kept in the checkpoint)."""
+    _ray()   # a missing extra fails first, in one line
+    if int(workers) <= 0:
+        raise InputError(f"workers must be a positive number, got {workers}")
+    job = prepare_merge(a, b, into, alignment, links=links, policy=policy, batch_size=batch_size,
+                        checkpoint_path=checkpoint_path, kind="merge-ranges")
+    A, B, C, ckpt = job["A"], job["B"], job["C"], job["checkpoint"]
+    for coll, role in ((A, "input A"), (B, "input B"), (C, "merged collection")):
+        _refuse_single_process_store(coll, role)
+    n = max(int(workers) * int(ranges_per_worker), 1)
+    with exclusive_writer(C), _connected(ray_address, workers) as ray:
+        planned: dict = {}
+
+        def plan():   # before the target is created: a store without key ranges refuses with nothing written
+            planned.update(b=[r.as_dict() for r in B.key_ranges(n)], a=[r.as_dict() for r in A.key_ranges(n)])
+
+        created, bs = begin_merge(ckpt, C, job["alignment"], job["b_info"], policy, bs=job["bs"], resume=resume,
+                                  overwrite=overwrite, before_create=plan)
+        if created:
+            ckpt.state["ranges"] = planned
+        ranges = ckpt.state.get("ranges")
+        if not isinstance(ranges, dict) or not ranges.get("a") or not ranges.get("b"):
+            raise InputError(f"checkpoint {ckpt.path} holds no key ranges; remove it and the target to start over")
+        sources = {"b": _url(b), "a": _url(a)}
+        slices = [Slice(f"{p}-{_phase(i)}", sources[p], KeyRange.from_dict(d), p)
+                  for p in ("b", "a") for i, d in enumerate(ranges[p])]
+        steps = MergeSteps(Sealed(sources["a"]), Sealed(sources["b"]), job["alignment"], explicit=job["explicit"],
+                           policy=policy, a_into=Sealed(_url(into)) if policy == "keep-both" else None)
+        ckpt.start()
+        resumed_from = ckpt.written
+        t0 = time.perf_counter()
+        try:
+            _run(ray, ckpt, slices, _url(into), {p: MergePhase(steps, p) for p in ("b", "a")}, bs, int(workers),
+                 on_progress)
+        except (VecbridgeError, OSError) as exc:
+            if created and (ckpt.written == 0 or isinstance(exc, InputError)):
+                discard_target(C, ckpt)   # bad input data or a refused first write: no half-merged collection
+            raise
+        stats = {k: sum(p.get(k, 0) for p in ckpt.state["phases"].values()) for k in ("linked", "renamed")}
+        written = ckpt.written - resumed_from
+        count = finish_merge(C, ckpt)
+    return MergeResult(A.display_url, B.display_url, C.display_url, policy, job["a_info"].count, job["b_info"].count,
+                       written, stats["linked"], stats["renamed"], count, time.perf_counter() - t0)

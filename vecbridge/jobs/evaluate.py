@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import math
+from typing import Callable
 
 import numpy as np
 
@@ -40,7 +41,8 @@ def collect_pairs(source: Collection, target: Collection, pairs: str = "ids", *,
 
 
 def evaluate_alignment(alignment: Alignment, source, target, *, pairs: str = "ids", queries=None, k: int = 10,
-                       max_pairs: int = 10000, use_holdout: bool = True, seed: int = 1) -> Evaluation:
+                       max_pairs: int = 10000, use_holdout: bool = True, seed: int = 1,
+                       collect: Callable | None = None) -> Evaluation:
     """Quality of ``alignment`` on corresponding records of ``source`` (old model) and ``target`` (new model).
 
     * pair quality: top-1 accuracy and mean rank of each mapped source vector's true partner among all evaluated
@@ -50,12 +52,15 @@ def evaluate_alignment(alignment: Alignment, source, target, *, pairs: str = "id
       ``retention`` is None, and ``unreliable`` says why, when the native recall is too low for the ratio to mean
       anything (:func:`vecbridge.metrics.retention_ratio`).
 
+    ``collect`` gathers the pairs: :func:`collect_pairs` (the default), or a function with its signature
+    (:func:`vecbridge.jobs.distributed_reduce.evaluate_on_ray` passes one that samples them on a Ray cluster).
+
     Returns an :class:`~vecbridge.results.Evaluation` (``result.as_dict()`` is the JSON).
     """
     alignment, _ = load_alignment(alignment)
     src, tgt = open_collection(source), open_collection(target)
     holdout = float(alignment.metadata.get("anchors", {}).get("holdout") or 0.0) if use_holdout else 0.0
-    s, t = collect_pairs(src, tgt, pairs, holdout=holdout, max_pairs=max_pairs, seed=seed)
+    s, t = (collect or collect_pairs)(src, tgt, pairs, holdout=holdout, max_pairs=max_pairs, seed=seed)
     mapped = alignment.transform(s.vectors)
     metric = alignment.metadata.get("metric", "cosine")
     result = Evaluation(n_pairs=len(s), held_out=holdout > 0, metric=metric,

@@ -8,12 +8,13 @@ from __future__ import annotations
 
 import queue
 import threading
-from typing import Callable
+from typing import Callable, Iterable, Iterator, TypeVar
 
 from ..connectors.base import Collection, VectorBatch
 from .checkpoint import Checkpoint
 
 _DONE = object()
+T = TypeVar("T")
 
 
 class _Failure:
@@ -21,15 +22,11 @@ class _Failure:
         self.exc = exc
 
 
-def copy_stream(source: Collection, target: Collection, *, transform: Callable[[VectorBatch], VectorBatch],
-                checkpoint: Checkpoint, phase: str, batch_size: int, prefetch: int = 3,
-                on_progress: Callable[[int], None] | None = None) -> int:
-    """Copy every record of ``source`` after the phase's checkpointed cursor into ``target``; returns the number
-    written in this call. Safe to interrupt at any point (see :mod:`vecbridge.jobs.checkpoint`)."""
-    state = checkpoint.phase(phase)
-    if state["done"]:
-        return 0
-    q: queue.Queue = queue.Queue(maxsize=prefetch)
+def read_ahead(produce: Iterable[T], depth: int = 3, name: str = "vecbridge-read") -> Iterator[T]:
+    """The items of ``produce``, computed by a background thread up to ``depth`` items ahead of the consumer, so
+    that reading and mapping the next batches overlap writing this one (numpy and the store clients release the
+    GIL). An error in ``produce`` is raised in the consumer's thread; closing the generator stops the thread."""
+    q: queue.Queue = queue.Queue(maxsize=depth)
     stop = threading.Event()
 
     def put(item) -> bool:
@@ -43,34 +40,50 @@ def copy_stream(source: Collection, target: Collection, *, transform: Callable[[
 
     def reader():
         try:
-            for batch in source.scan(batch_size=batch_size, after=state["cursor"]):
-                mapped = transform(batch)
-                mapped.cursor = batch.cursor
-                if not put((mapped, len(batch))):
+            for item in produce:
+                if not put(item):
                     return
             put(_DONE)
-        except BaseException as exc:  # handed to the writer, which re-raises it in the caller's thread
+        except BaseException as exc:  # handed to the consumer, which re-raises it in its own thread
             put(_Failure(exc))
 
-    thread = threading.Thread(target=reader, name=f"vecbridge-read-{phase}", daemon=True)
+    thread = threading.Thread(target=reader, name=name, daemon=True)
     thread.start()
-    written = 0
     try:
         while True:
             item = q.get()
             if item is _DONE:
-                break
+                return
             if isinstance(item, _Failure):
                 raise item.exc
-            batch, read = item
-            if len(batch):
-                target.upsert(batch)
-            checkpoint.commit(phase, batch.cursor, len(batch), read)
-            written += len(batch)
-            if on_progress:
-                on_progress(read)
+            yield item
     finally:
         stop.set()
         thread.join(timeout=5)
+
+
+def copy_stream(source: Collection, target: Collection, *, transform: Callable[[VectorBatch], VectorBatch],
+                checkpoint: Checkpoint, phase: str, batch_size: int, prefetch: int = 3,
+                on_progress: Callable[[int], None] | None = None) -> int:
+    """Copy every record of ``source`` after the phase's checkpointed cursor into ``target``; returns the number
+    written in this call. Safe to interrupt at any point (see :mod:`vecbridge.jobs.checkpoint`)."""
+    state = checkpoint.phase(phase)
+    if state["done"]:
+        return 0
+
+    def mapped_batches():
+        for batch in source.scan(batch_size=batch_size, after=state["cursor"]):
+            mapped = transform(batch)
+            mapped.cursor = batch.cursor
+            yield mapped, len(batch)
+
+    written = 0
+    for batch, read in read_ahead(mapped_batches(), prefetch, name=f"vecbridge-read-{phase}"):
+        if len(batch):
+            target.upsert(batch)
+        checkpoint.commit(phase, batch.cursor, len(batch), read)
+        written += len(batch)
+        if on_progress:
+            on_progress(read)
     checkpoint.complete(phase)
     return written

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Callable
 
 import numpy as np
 
@@ -157,6 +158,16 @@ def find_correspondences(old: Collection, new: Collection | None, *, sample: int
         found = _id_correspondences(old, new, sample, seed)
     if found is not None:
         return found
+    return fallback_correspondences(old, new, sample=sample, seed=seed, model=model, text_field=text_field,
+                                    seeds=seeds, unsupervised=unsupervised, unsupervised_params=params)
+
+
+def fallback_correspondences(old: Collection, new: Collection | None, *, sample: int, seed: int,
+                             model: str | None = None, text_field: str | None = None, seeds: str | None = None,
+                             unsupervised: bool = True, unsupervised_params: dict | None = None) -> Correspondences:
+    """The pairings :func:`find_correspondences` tries when the collections share no stored key (payload key, ids):
+    a re-embedded sample, GEH from seeds, unsupervised mini-vec2vec; else a one-line error saying what to give."""
+    params = unsupervised_params or {}
     if model and text_field:
         return _reembedded_correspondences(old, model, text_field, sample, seed)
     if seeds and new is not None:
@@ -277,13 +288,16 @@ def compatibility_report(old, new=None, *, sample: int = 5000, seed: int = 0, ho
                          seeds: str | None = None, queries_new=None, queries_old=None, k: int = 10,
                          center: bool = False, unsupervised: bool = True, unsupervised_params: dict | None = None,
                          options: bool = True, target_retention: float = 0.95, old_model_retired: bool = False,
-                         on_step=lambda s: None) -> Report:
+                         on_step=lambda s: None, find_pairs: Callable | None = None) -> Report:
     """Everything a user needs to decide on an upgrade, as a :class:`~vecbridge.results.Report` (see the module
     docstring); ``report.as_dict()`` is the JSON.
 
     ``pairs`` says how records correspond (see :func:`find_correspondences`); ``method`` is the alignment method the
     user will fit (:data:`vecbridge.align.methods.METHODS`): held-out quality and retrieval are measured with it,
-    while the Procrustes diagnostics (residual, bound) and the learning curve come from an orthogonal fit."""
+    while the Procrustes diagnostics (residual, bound) and the learning curve come from an orthogonal fit.
+    ``find_pairs`` gathers the correspondences: :func:`find_correspondences` (the default) or a function with its
+    signature (:func:`vecbridge.jobs.distributed_reduce.report_on_ray` passes one that samples stored pairs on a Ray
+    cluster)."""
     import warnings
 
     chosen = method_of(method)
@@ -294,9 +308,9 @@ def compatibility_report(old, new=None, *, sample: int = 5000, seed: int = 0, ho
     if old_info.count == 0:
         raise InputError(f"collection is empty: {old_c.display_url}")
     on_step("finding correspondences")
-    corr = find_correspondences(old_c, new_c, sample=sample, seed=seed, pairs=pairs, key=key, model=model,
-                                text_field=text_field, seeds=seeds, unsupervised=unsupervised,
-                                unsupervised_params=unsupervised_params)
+    corr = (find_pairs or find_correspondences)(old_c, new_c, sample=sample, seed=seed, pairs=pairs, key=key,
+                                                model=model, text_field=text_field, seeds=seeds,
+                                                unsupervised=unsupervised, unsupervised_params=unsupervised_params)
     n = len(corr.X)
     if n < MIN_PAIRS:
         raise InputError(f"only {n} correspondences: at least {MIN_PAIRS} are needed for a report")
