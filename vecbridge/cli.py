@@ -136,12 +136,12 @@ def engine_options(ray_does: str):
     def decorate(fn):
         for option in reversed([
             click.option("--engine", type=click.Choice(["local", "ray"]), default="local", show_default=True,
-                         help=f"local: one process; ray: {ray_does} (pip install 'vecbridge[ray]'; sources with key "
-                              f"ranges: file, pgvector, Milvus server, Qdrant, Chroma)."),
+                         help=f"local: one process; ray: {ray_does} (pip install 'vecbridge[ray]'; stores that "
+                              f"several processes may open: file, pgvector, Milvus, Qdrant and Chroma servers)."),
             click.option("--ray-address", default=None, envvar="RAY_ADDRESS",
                          help="Ray cluster to run on with --engine ray (default: $RAY_ADDRESS, else a local Ray)."),
             click.option("--workers", type=POSITIVE_INT, default=2, show_default=True,
-                         help="Ray tasks at a time with --engine ray."),
+                         help="Ray tasks (or actors) at a time with --engine ray."),
         ]):
             fn = option(fn)
         return fn
@@ -175,10 +175,12 @@ _STORED_PAIRS = ("ids", "field", "file")
 @click.option("--force", is_flag=True,
               help="--pairs unsupervised: save the map even when it fails validation (marked as failed).")
 @click.option("-o", "--output", required=True, type=click.Path(dir_okay=False), help="Where to write the alignment.")
+@engine_options("every stored pair streamed into sums by Ray tasks over key ranges of the source, one fit from "
+                "their total (no --max-pairs, unsupervised or clustered)")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 @handle_errors
 def fit(source_url, target_url, pairs, method, center, scale, alpha, normalize, holdout, max_pairs, seed,
-        batch_size, source_model, target_model, params, force, output, as_json):
+        batch_size, source_model, target_model, params, force, output, engine, ray_address, workers, as_json):
     """Fit an alignment from SOURCE's embedding space to TARGET's and save it."""
     from .jobs.fit import fit_to_file
 
@@ -188,6 +190,7 @@ def fit(source_url, target_url, pairs, method, center, scale, alpha, normalize, 
             output, source_url, target_url, pairs=pairs, method=method, center=center, scale=scale, alpha=alpha,
             normalization=normalize, holdout=holdout, max_pairs=max_pairs, seed=seed, batch_size=batch_size,
             source_model=source_model, target_model=target_model, params=_parse_params(params), force=force,
+            engine=engine, workers=workers, ray_address=ray_address,
             on_start=lambda total: progress.update(task, total=total), on_batch=lambda n: progress.advance(task, n))
     summary = {"alignment": str(path), **alignment.summary()}
     if as_json:
@@ -310,13 +313,20 @@ def link(source_url, target_url, pairs, seeds, model, old_model, text_field, sam
 @click.option("--all-pairs", is_flag=True, help="Also evaluate on pairs used in the fit (ignore the holdout split).")
 @click.option("--min-top1", type=float, default=None, help="Exit 1 if held-out top-1 falls below this.")
 @click.option("--min-retention", type=float, default=None, help="Exit 1 if recall retention@k falls below this.")
+@engine_options("a uniform sample of --max-pairs of all the pairs, drawn by Ray tasks over key ranges of the source")
 @click.option("--json", "as_json", is_flag=True)
 @handle_errors
 def evaluate(alignment_path, source_url, target_url, pairs, queries_url, k, max_pairs, all_pairs, min_top1,
-             min_retention, as_json):
+             min_retention, engine, ray_address, workers, as_json):
     """Measure an alignment on corresponding records (held out from the fit when it had a holdout)."""
     from .errors import CheckFailed, InputError
     from .jobs.evaluate import evaluate_alignment
+
+    if engine == "ray":
+        from .jobs.distributed_reduce import evaluate_on_ray
+
+        def evaluate_alignment(*args, **options):
+            return evaluate_on_ray(*args, workers=workers, ray_address=ray_address, **options)
 
     result = evaluate_alignment(alignment_path, source_url, target_url, pairs=pairs, queries=queries_url, k=k,
                                 max_pairs=max_pairs, use_holdout=not all_pairs)
@@ -454,12 +464,19 @@ def migrate(source_url, alignment_path, target_url, field, batch_size, resume, o
 @click.option("--resume", is_flag=True)
 @click.option("--overwrite", is_flag=True)
 @click.option("--checkpoint", "checkpoint_path", default=None, type=click.Path(dir_okay=False))
+@engine_options("key ranges of B and of A merged by Ray tasks")
 @click.option("--json", "as_json", is_flag=True)
 @handle_errors
 def merge(a_url, b_url, into_url, alignment_path, pairs, policy, batch_size, resume, overwrite, checkpoint_path,
-          as_json):
+          engine, ray_address, workers, as_json):
     """Merge index A (old encoder) and index B (new encoder) into one collection in B's space."""
     from .jobs import merge as run_merge
+
+    if engine == "ray":
+        from .jobs.distributed import merge_on_ray
+
+        def run_merge(*args, **options):
+            return merge_on_ray(*args, workers=workers, ray_address=ray_address, **options)
 
     progress, task = _progress(not as_json, "merging", None)
     with progress:
@@ -480,14 +497,22 @@ def merge(a_url, b_url, into_url, alignment_path, pairs, policy, batch_size, res
 @click.option("--alignment", "alignment_path", required=True, type=click.Path(dir_okay=False))
 @click.option("--field", default=None, help="Verify an in-place vector field of TARGET_URL.")
 @click.option("--sample", type=POSITIVE_INT, default=1000, show_default=True,
-              help="Records whose mapping is recomputed.")
+              help="Records whose mapping is recomputed (--engine ray: every record).")
 @click.option("--tolerance", type=float, default=1e-5, show_default=True)
+@engine_options("every record checked (id, vector, payload) by Ray tasks over key ranges of the source, no id set "
+                "held")
 @click.option("--json", "as_json", is_flag=True)
 @handle_errors
-def verify(source_url, target_url, alignment_path, field, sample, tolerance, as_json):
+def verify(source_url, target_url, alignment_path, field, sample, tolerance, engine, ray_address, workers, as_json):
     """Check a migration: counts, ids, and a sample of mapped vectors and payloads. Exit 1 on any mismatch."""
     from .errors import CheckFailed
     from .jobs import verify as run_verify
+
+    if engine == "ray":
+        from .jobs.distributed_reduce import verify_on_ray
+
+        def run_verify(source, target, alignment, *, sample, **options):   # a full check: no sample
+            return verify_on_ray(source, target, alignment, workers=workers, ray_address=ray_address, **options)
 
     result = run_verify(source_url, target_url, alignment_path, sample=sample, tolerance=tolerance, field=field)
     if as_json:
@@ -589,16 +614,25 @@ def search(wrapped, native, vectors_path, old_vectors_path, beta, rerank_model, 
 @click.option("--html", "html_path", default=None, type=click.Path(dir_okay=False), help="Write an HTML report.")
 @click.option("--fail-on", type=click.Choice(["no-go", "caution"]), default=None,
               help="Exit 1 when the verdict is this bad (for CI gates).")
+@engine_options("a uniform sample of --sample of all the pairs sharing an id or a payload key, drawn by Ray tasks "
+                "over key ranges of OLD")
 @click.option("--json", "as_json", is_flag=True)
 @handle_errors
 def report(old_url, new_url, pairs, method, key, model, text_field, seeds, queries_url, old_queries_url, sample, seed,
-           center, target_retention, unsupervised, old_model_retired, html_path, fail_on, as_json):
+           center, target_retention, unsupervised, old_model_retired, html_path, fail_on, engine, ray_address, workers,
+           as_json):
     """Dry-run compatibility report: will the upgrade work, and how much retrieval quality is kept?"""
     from pathlib import Path
 
     from .errors import CheckFailed
     from .jobs.report import compatibility_report
     from .render.html import render_html
+
+    if engine == "ray":
+        from .jobs.distributed_reduce import report_on_ray
+
+        def compatibility_report(*args, **options):
+            return report_on_ray(*args, workers=workers, ray_address=ray_address, **options)
 
     step = _steps(as_json)
     rep = compatibility_report(old_url, new_url, sample=sample, seed=seed, pairs=pairs, method=method, key=key,
@@ -976,20 +1010,26 @@ def upgrade_start(source_url, model, text_field, field, target_url, alignment_pa
               help="What the model costs per 1,000 texts (an API model): the upgrade's spend is kept across runs.")
 @click.option("--spend-cap", type=click.FloatRange(min=0), default=None,
               help="Stop before the upgrade's total spend would exceed this (with --price-per-1k).")
+@engine_options("batches embedded and written by Ray actors, each loading the model once")
 @click.option("--json", "as_json", is_flag=True)
 @handle_errors
 def upgrade_reembed(state_path, limit, until, budget_seconds, priority, batch_size, max_per_second, price_per_1k,
-                    spend_cap, as_json):
+                    spend_cap, engine, ray_address, workers, as_json):
     """Replace mapped vectors by the new model's own (resumable: run it again after any interruption)."""
     from .jobs.upgrade import open_upgrade
 
     progress, task = _progress(not as_json, "re-embedding", None)
     with open_upgrade(state_path) as up, progress:
-        result = up.reembed(limit=limit, until=until, budget_seconds=budget_seconds, priority=priority,
-                            batch_size=batch_size, max_per_second=max_per_second, price_per_1k=price_per_1k,
-                            spend_cap=spend_cap,
-                            on_start=lambda n: progress.update(task, total=n),
-                            on_progress=lambda n: progress.advance(task, n))
+        run = up.reembed
+        if engine == "ray":
+            from .jobs.distributed_reembed import reembed_on_ray
+
+            run = functools.partial(reembed_on_ray, up, workers=workers, ray_address=ray_address)
+        result = run(limit=limit, until=until, budget_seconds=budget_seconds, priority=priority,
+                     batch_size=batch_size, max_per_second=max_per_second, price_per_1k=price_per_1k,
+                     spend_cap=spend_cap,
+                     on_start=lambda n: progress.update(task, total=n),
+                     on_progress=lambda n: progress.advance(task, n))
     _print_upgrade(result, as_json, f"[bold green]re-embedded[/] {result['reembedded']:,} records in "
                                     f"{result['seconds']:.1f} s (the source: {result['new_in_source']:,} added, "
                                     f"{result['changed_in_source']:,} changed, {result['removed_from_source']:,} "

@@ -21,4 +21,22 @@ __all__ = ["migrate", "merge", "plan_migration", "verify", "wrap", "WrappedColle
            "MappedEmbeddings", "translate_queries", "Checkpoint", "evaluate_alignment", "collect_pairs",
            "compatibility_report", "Report", "Evaluation", "MigrationResult", "MergeResult", "VerifyResult",
            "FusedSearch", "HubPenalizedSearch", "RerankedSearch", "Upgrade", "open_upgrade", "plan_upgrade",
-           "start_upgrade"]
+           "start_upgrade", "migrate_on_ray", "merge_on_ray", "reembed_on_ray",
+           "fit_on_ray", "verify_on_ray", "evaluate_on_ray", "report_on_ray"]
+
+
+def __getattr__(name: str):
+    """The Ray engine's entry points, imported on first use (Ray itself only when a job runs)."""
+    if name in ("merge_on_ray", "migrate_on_ray"):
+        from . import distributed
+
+        return getattr(distributed, name)
+    if name == "reembed_on_ray":
+        from .distributed_reembed import reembed_on_ray
+
+        return reembed_on_ray
+    if name in ("fit_on_ray", "verify_on_ray", "evaluate_on_ray", "report_on_ray"):
+        from . import distributed_reduce
+
+        return getattr(distributed_reduce, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

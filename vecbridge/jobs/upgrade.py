@@ -11,9 +11,10 @@ vectors are never written.
 """
 from __future__ import annotations
 
+import itertools
 import time
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import numpy as np
@@ -60,6 +61,47 @@ def default_state_path(source: Collection) -> Path:
     return Path.cwd() / f"{name}.upgrade.sqlite"
 
 
+def open_target(source: str, field: str | None, target: str | None) -> Collection:
+    """Where an upgrade writes its new vectors: the vector ``field`` of the source, else the collection ``target``
+    (the driver and each Ray worker of :mod:`vecbridge.jobs.distributed_reembed` open it alike)."""
+    if field:
+        return connect(source).with_vector_field(field)
+    return connect(target)
+
+
+def embed_and_write(embed, target: Collection, batch: VectorBatch, texts: list[str]) -> np.ndarray:
+    """One batch of ``reembed``: the new model run on ``texts`` (one per record of ``batch``), the records upserted
+    with its vectors, which are returned (for the hub scores). The local run and each Ray actor run this."""
+    vectors = np.asarray(embed(texts), dtype=np.float32)
+    target.upsert(batch.with_vectors(vectors))
+    return vectors
+
+
+class InProcess:
+    """The local run's pool for :meth:`Upgrade.reembed`: each batch is embedded and written here, when it is handed
+    over, one at a time. A pool takes ``submit(key, batch, texts)`` while ``free()``, and ``wait(timeout)`` returns
+    ``[(key, vectors or the exception that failed it)]``; ``starting()`` says whether workers are still loading."""
+
+    def __init__(self, up: "Upgrade"):
+        self._up, self._done = up, []
+
+    def free(self) -> int:
+        return 0 if self._done else 1
+
+    def starting(self) -> bool:
+        return False
+
+    def submit(self, key, batch: VectorBatch, texts: list[str]) -> None:
+        self._done.append((key, embed_and_write(self._up.model, self._up.target, batch, texts)))
+
+    def wait(self, timeout: float | None = None) -> list:
+        done, self._done = self._done, []
+        return done
+
+    def close(self) -> None:
+        pass
+
+
 class Upgrade:
     """An upgrade under way, opened from its state file: the collections, the models, and the jobs on them."""
 
@@ -77,9 +119,7 @@ class Upgrade:
         return cls(UpgradeState.open(path))
 
     def _target(self) -> Collection:
-        if self.meta.get("field"):
-            return connect(self.meta["source"]).with_vector_field(self.meta["field"])
-        return connect(self.meta["target"])
+        return open_target(self.meta["source"], self.meta.get("field"), self.meta.get("target"))
 
     @property
     def model(self):
@@ -225,11 +265,17 @@ class Upgrade:
                 priority: str = "random", batch_size: int = 64, max_per_second: float | None = None,
                 price_per_1k: float | None = None, spend_cap: float | None = None,
                 on_progress: Callable[[int], None] | None = None,
-                on_start: Callable[[int], None] | None = None) -> dict:
+                on_start: Callable[[int], None] | None = None, pool: Callable[["Upgrade"], Any] | None = None) -> dict:
         """Replace mapped vectors by the new model's own, ``batch_size`` records at a time, until ``limit``
         records, a native ``until`` fraction, ``budget_seconds`` or the ``spend_cap`` (the upgrade's total spend at
         ``price_per_1k`` texts, kept across runs) is reached, or nothing is left; each batch is written, then
-        stamped, so a killed run loses at most the batch in flight (re-done by the next run)."""
+        stamped, so a killed run loses at most the batches in flight (re-done by the next run).
+
+        ``pool(upgrade)`` makes what embeds and writes the batches (:class:`InProcess` by default: here, one at a
+        time; :mod:`vecbridge.jobs.distributed_reembed`: Ray actors, several batches in flight). This loop alone
+        picks the batches, holds the stop conditions and stamps, so both runs stop and stamp alike: records, texts
+        and spend are counted when a batch is handed over (a spend cap counts the batches in flight), and
+        ``max_per_second`` spaces the hand-overs as a local run spaces its batches."""
         if self.meta["stage"] == "finalized":
             raise InputError("the upgrade is finalized")
         if until is not None and not 0 < until <= 1:
@@ -238,6 +284,16 @@ class Upgrade:
             raise InputError("a spend cap needs the model's price per 1,000 texts")
         if (spend_cap is not None and spend_cap < 0) or (price_per_1k is not None and price_per_1k < 0):
             raise InputError("prices and spend caps are at least 0")
+        workers = (pool or InProcess)(self)   # Ray actors load the model while the state is synced
+        try:
+            return self._reembed(workers, limit=limit, until=until, budget_seconds=budget_seconds, priority=priority,
+                                 batch_size=batch_size, max_per_second=max_per_second, price_per_1k=price_per_1k,
+                                 spend_cap=spend_cap, on_progress=on_progress, on_start=on_start)
+        finally:
+            workers.close()
+
+    def _reembed(self, pool, *, limit, until, budget_seconds, priority, batch_size, max_per_second, price_per_1k,
+                 spend_cap, on_progress, on_start) -> dict:
         synced = self.sync()
         counts = self.state.counts()
         total = sum(counts.values())
@@ -250,40 +306,81 @@ class Upgrade:
             on_start(todo)
         t0, done, no_text, stopped = time.perf_counter(), 0, 0, "done"
         spent = float(self.meta.get("spent") or 0.0)
-        while done < todo:
-            if budget_seconds is not None and time.perf_counter() - t0 >= budget_seconds:
-                stopped = "time budget"
+        flying: dict[int, tuple] = {}   # key -> (ids, records, has, digests, cost) of each batch handed over
+        busy: set = set()               # their ids: not picked again while in flight
+        handed, committed, next_at, exhausted, error = 0, 0.0, None, False, None
+        keys = itertools.count()
+
+        def land(results) -> None:
+            """Stamp each batch back from the pool (written by then); a failed one is left for the next run."""
+            nonlocal done, spent, committed, error
+            for key, vectors in results:
+                if key is None or isinstance(vectors, BaseException):
+                    error = error or vectors
+                    if key is not None:
+                        busy.difference_update(flying[key][0])
+                        committed -= flying.pop(key)[4]
+                    continue
+                ids, records, has, digests, cost = flying.pop(key)
+                busy.difference_update(ids)
+                committed -= cost
+                if has:
+                    self.state.stamp([records.ids[j] for j in has], "native", self.meta["model"],
+                                     hubness=self.hubness(vectors), digests=digests)
+                    if price_per_1k:
+                        spent += cost
+                        self.meta = self.state.update(spent=spent)
+                self._drop(set(ids) - set(records.ids))   # deleted from the source since the sync
+                done += len(ids)
+                if on_progress:
+                    on_progress(len(ids))
+
+        while True:
+            more = error is None and stopped == "done" and not exhausted and handed < todo
+            if more and pool.free():
+                wait = next_at - time.perf_counter() if next_at is not None else 0.0
+                if wait > 0:   # the rate limit: results may land meanwhile
+                    if flying:
+                        land(pool.wait(wait))
+                        continue
+                    time.sleep(wait)
+                if budget_seconds is not None and time.perf_counter() - t0 >= budget_seconds:
+                    stopped = "time budget"
+                    continue
+                n = min(batch_size, todo - handed)
+                ids = [i for i in self.state.to_reembed(n + len(busy), priority) if i not in busy][:n]
+                if not ids:
+                    exhausted = True
+                    continue
+                tb = time.perf_counter()
+                records = self.source.get(ids)
+                texts = [p.get(self.meta["text_field"]) for p in records.payloads]
+                has = [j for j, t in enumerate(texts) if isinstance(t, str) and t]
+                cost = len(has) * (price_per_1k or 0.0) / 1000
+                if spend_cap is not None and spent + committed + cost > spend_cap + 1e-9:
+                    stopped = "spend cap"
+                    continue
+                if len(has) < len(records):
+                    no_text += len(records) - len(has)
+                    missing = {records.ids[j] for j in range(len(records)) if j not in set(has)}
+                    self.state.stamp([i for i in ids if i in missing], "no-text", "kept its mapped vector")
+                key, handed, committed = next(keys), handed + len(ids), committed + cost
+                flying[key] = (ids, records, has, [record_digest(records.vectors[j], texts[j]) for j in has], cost)
+                busy.update(ids)
+                if max_per_second:
+                    next_at = tb + len(has) / max_per_second
+                if has:
+                    pool.submit(key, records.take(np.asarray(has)), [texts[j] for j in has])
+                else:
+                    land([(key, None)])
+                continue
+            if not flying and not (more and pool.starting()):
                 break
-            ids = self.state.to_reembed(min(batch_size, todo - done), priority)
-            if not ids:
-                break
-            tb = time.perf_counter()
-            records = self.source.get(ids)
-            texts = [p.get(self.meta["text_field"]) for p in records.payloads]
-            has = [j for j, t in enumerate(texts) if isinstance(t, str) and t]
-            cost = len(has) * (price_per_1k or 0.0) / 1000
-            if spend_cap is not None and spent + cost > spend_cap + 1e-9:
-                stopped = "spend cap"
-                break
-            if len(has) < len(records):
-                no_text += len(records) - len(has)
-                missing = {records.ids[j] for j in range(len(records)) if j not in set(has)}
-                self.state.stamp([i for i in ids if i in missing], "no-text", "kept its mapped vector")
-            if has:
-                vectors = np.asarray(self.model([texts[j] for j in has]), dtype=np.float32)
-                batch = records.take(np.asarray(has)).with_vectors(vectors)
-                self.target.upsert(batch)
-                self.state.stamp(batch.ids, "native", self.meta["model"], hubness=self.hubness(vectors),
-                                 digests=[record_digest(records.vectors[j], texts[j]) for j in has])
-                if price_per_1k:
-                    spent += cost
-                    self.meta = self.state.update(spent=spent)
-            self._drop(set(ids) - set(records.ids))   # deleted from the source since the sync
-            done += len(ids)
-            if on_progress:
-                on_progress(len(ids))
-            if max_per_second:
-                time.sleep(max(0.0, len(has) / max_per_second - (time.perf_counter() - tb)))
+            land(pool.wait(None))
+        if error is not None:
+            raise error
+        if next_at is not None:
+            time.sleep(max(0.0, next_at - time.perf_counter()))
         self.state.event("reembed", f"{done:,} records")
         return {**self.status(), "reembedded": done, "stopped_by": stopped, "spent": spent,
                 "new_in_source": synced["added"],
