@@ -445,11 +445,38 @@ def upgrade_curve(d: dict) -> dict:
     return out
 
 
+RAY_STORES = {"file": "file://", "pgvector": "PostgreSQL 18 + pgvector", "milvus_server": "Milvus 2.3.5 server"}
+#: workers of the 1B projection (one CPU each)
+RAY_PROJECTED = (1, 8, 32, 128)
+
+
+def ray_scale(d: dict) -> dict:
+    """Throughput per engine and worker count (medians, ratio to the single process), and the 1B projection from the
+    measured rate of one Ray worker."""
+    done = [r for r in d["stores"] if "rate" in r]
+    keys = list(done[0]["rate"]) if done else []
+    rates = table(["store"] + [f"{k} (vectors/s)" for k in keys] + ["Ray overhead at 1 worker", "runs (s)"],
+                  [[RAY_STORES.get(r["store"], r["store"])]
+                   + [f"{r['rate'][k]:,} ({r['speedup'][k]:.2f}x)" for k in keys]
+                   + [f"{r['overhead_at_1_worker']:+.1%}",
+                      "; ".join(f"{k} " + "/".join(f"{s:.0f}" for s in v) for k, v in r["seconds"].items())]
+                   for r in done])
+    def duration(seconds: float) -> str:
+        return f"{seconds / 3600:,.1f} h" if seconds >= 3600 else f"{seconds / 60:.0f} min"
+
+    projection = table(["store", "one worker (vectors/s, measured)"]
+                       + [f"1B, {n} worker{'s' if n > 1 else ''}" for n in RAY_PROJECTED],
+                       [[RAY_STORES.get(r["store"], r["store"]), f"{r['rate']['ray x1']:,}"]
+                        + [duration(1e9 / (n * r["rate"]["ray x1"])) for n in RAY_PROJECTED]
+                        for r in done if "ray x1" in r["rate"]])
+    return {"rates": rates, "projection": projection}
+
+
 RENDERERS = {"align_real": align_real, "geh": geh, "geh_calibration": geh_calibration, "geh_timing": geh_timing,
              "unsupervised_robust": unsupervised_robust, "minivec2vec": minivec2vec,
              "linking_retention": linking_retention, "quality_options": quality_options, "migrate": migrate,
              "report_calibration": report_calibration, "connectors": connectors,
-             "upgrade_curve": upgrade_curve, "map_validation": map_validation}
+             "upgrade_curve": upgrade_curve, "map_validation": map_validation, "ray_scale": ray_scale}
 
 
 # ------------------------------------------------------------------------------------------------------ main
