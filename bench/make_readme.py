@@ -152,7 +152,10 @@ def unsupervised_robust(d: dict) -> dict:
                    [[r["corpus"], arrow(r["pair"]), names.get(r["method"], r["method"]), f"{r['wall_s']:.1f}",
                      f"{r['cpu_s']:.1f}", r["n_restarts_run"], f"{r['init']} #{r['restart']}",
                      f"{r['load_before']:.1f}"] for r in d["timing"]])
-    return {"quality": quality, "summary": summary, "timing": timing}
+    ceiling = table(["pair", "corpus", "Procrustes on 4,000 true pairs", "on 8,000"],
+                    [[arrow(r["pair"]), r["corpus"], f"{r['top1']:.3f}", f"{r['top1_8k']:.3f}"]
+                     for r in sorted(d.get("ceiling", []), key=lambda r: (r["pair"], r["corpus"]))])
+    return {"quality": quality, "summary": summary, "timing": timing, "ceiling": ceiling}
 
 
 def geh_timing(d: dict) -> dict:

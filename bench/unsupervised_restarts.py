@@ -11,6 +11,12 @@ model embeds items 0..3,999 and the target model items 4,000..7,999: no item on 
 * ``top1_user``: ``est.procrustes_.transform(x)`` (what ``vecbridge fit --pairs unsupervised`` saves) against the raw
   target docs.
 
+``--ceiling`` adds the supervised ceiling of every pair: orthogonal Procrustes fitted on the source half's 4,000
+*true* pairs (items 0..3,999 embedded by both models), each side centred on the mean of its fitted rows and scaled to
+unit rows as the unsupervised map is, scored by the same ``top1`` (and ``top1_user``: the same map as the affine
+``OrthogonalProcrustes(center=True, scale=True)`` against the raw targets). The split does not depend on the seed, so
+the ceiling is one number per pair; ``top1_8k`` fits on all 8,000 fitting items.
+
 Methods: ``robust`` (the library defaults: restarts selected by ``vecbridge.align.validation``, VecMap starts) and
 ``paper`` (``n_restarts=1, init="centroids", polish_iter=0``: the paper's single run). Which restart won, its init and every
 restart's validation are recorded. ``--timing`` also fits 10,000 + 10,000 vectors (all docs of both models; for
@@ -34,6 +40,8 @@ import numpy as np
 
 from vecbridge import metrics
 from vecbridge.align.minivec2vec import MiniVec2Vec
+from vecbridge.align.procrustes import OrthogonalProcrustes
+from vecbridge.numeric.linalg import procrustes_rotation
 from vecbridge.vectors import l2_normalize
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -75,6 +83,25 @@ def one_fit(corpus, src, tgt, seed, method, params):
             "stage_s": est.timings_, "load_before": load0, "load_after": os.getloadavg()[0]}
 
 
+def ceiling(corpus, src, tgt):
+    """Supervised ceiling: Procrustes on the source half's true pairs, preprocessed and scored as the unsupervised
+    map is (see the module docstring)."""
+    X, Y = load(corpus, src), load(corpus, tgt)
+    Xh, Yh = X[-N_HELD:], Y[-N_HELD:]
+    out = {"corpus": corpus, "pair": f"{src}->{tgt}", "n_pairs": HALF}
+    for n, name in ((HALF, "top1"), (2 * HALF, "top1_8k")):
+        P, Q = X[:n], Y[:n]
+        mu_p, mu_q = P.mean(axis=0), Q.mean(axis=0)
+        W = procrustes_rotation(l2_normalize(P - mu_p), l2_normalize(Q - mu_q)).astype(np.float32)
+        q = metrics.pair_quality(l2_normalize(Xh - mu_p) @ W, Yh - mu_q)
+        out[name] = q.top1
+        if n == HALF:
+            out["rank"] = q.mean_rank
+            out["top1_user"] = metrics.pair_quality(
+                OrthogonalProcrustes(center=True, scale=True).fit(P, Q).transform(Xh), Yh).top1
+    return out
+
+
 def timing(corpus, src, tgt, method, params):
     X, Y = load(corpus, src), load(corpus, tgt)
     load0 = os.getloadavg()[0]
@@ -97,7 +124,7 @@ def gains(r: dict) -> str:
 def tables(result: dict) -> str:
     rows = result.get("quality", [])
     order = ("wordnet", "foldoc")
-    corpora = sorted(dict.fromkeys(r["corpus"] for r in rows), key=lambda c: (order.index(c) if c in order else 9, c))
+    corpora = sorted(dict.fromkeys(r["corpus"] for r in rows + result.get("ceiling", [])), key=lambda c: (order.index(c) if c in order else 9, c))
     methods = list(dict.fromkeys(r["method"] for r in rows))
     lines = ["### Top-1 of the true partner (2,000 held-out items; 4,000 + 4,000 disjoint items fitted; per seed)", "",
              "| pair | method | " + " | ".join(corpora) + " |", "|---|---|" + "---|" * len(corpora)]
@@ -120,6 +147,20 @@ def tables(result: dict) -> str:
                 lines.append(f"- {m}, {c}: median top-1 {statistics.median(r['top1'] for r in rs):.3f}, min "
                              f"{min(r['top1'] for r in rs):.3f}, fits >= 0.95: {sum(r['top1'] >= 0.95 for r in rs)}"
                              f"/{len(rs)}, median wall {statistics.median(r['wall_s'] for r in rs):.0f} s")
+    if result.get("ceiling"):
+        ceil = {(r["corpus"], r["pair"]): r for r in result["ceiling"]}
+        head = [h for c in corpora for h in [f"{c}: ceiling (8k pairs)"] + [f"{c}: {m} median / min" for m in methods]]
+        lines += ["", "### Supervised ceiling vs unsupervised (top-1)", "", "| pair | " + " | ".join(head) + " |",
+                  "|---|" + "---|" * len(head)]
+        for pair in dict.fromkeys(r["pair"] for r in result["ceiling"]):
+            cells = []
+            for c in corpora:
+                r = ceil.get((c, pair))
+                cells.append(f"{r['top1']:.3f} ({r['top1_8k']:.3f})" if r else "")
+                for m in methods:
+                    t = [x["top1"] for x in rows if (x["corpus"], x["pair"], x["method"]) == (c, pair, m)]
+                    cells.append(f"{statistics.median(t):.3f} / {min(t):.3f}" if t else "")
+            lines.append(f"| {pair} | " + " | ".join(cells) + " |")
     if result.get("timing"):
         lines += ["", "### 10,000 + 10,000 vectors, one fit (seed 0)", "", "| corpus | pair | method | wall s | CPU s |"
                   " restarts run | won | load |", "|---|---|---|---|---|---|---|---|"]
@@ -139,6 +180,7 @@ def main(argv=None):
     ap.add_argument("--timing", action="store_true", help="also time one 10k + 10k fit per corpus, pair and method")
     ap.add_argument("--timing-pairs", default="minilm6:mpnet,mpnet:minilm6,minilm6:minilm3")
     ap.add_argument("--no-quality", action="store_true")
+    ap.add_argument("--ceiling", action="store_true", help="also the supervised ceiling of every corpus and pair")
     ap.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "unsupervised_robust.json")
     args = ap.parse_args(argv)
     corpora = args.corpora.split(",")
@@ -155,6 +197,14 @@ def main(argv=None):
     key = lambda r: (r["corpus"], r["pair"], r["method"], r.get("seed"))  # noqa: E731
     quality = {key(r): r for r in old.get("quality", [])}
     timings = {key(r): r for r in old.get("timing", [])}
+    ceilings = {(r["corpus"], r["pair"]): r for r in old.get("ceiling", [])}
+    if args.ceiling:
+        for src, tgt in pairs:
+            for c in corpora:
+                r = ceiling(c, src, tgt)
+                ceilings[c, r["pair"]] = r
+                print(f"ceiling {c} {r['pair']}: top1={r['top1']:.3f} (8k pairs {r['top1_8k']:.3f}) "
+                      f"user={r['top1_user']:.3f}", flush=True)
     if not args.no_quality:
         for src, tgt in pairs:
             for c in corpora:
@@ -167,7 +217,8 @@ def main(argv=None):
                               f"[{gains(r)}] "
                               f"{r['wall_s']:.0f}s load {r['load_before']:.1f}", flush=True)
                         args.out.write_text(json.dumps({**result, "quality": list(quality.values()),
-                                                        "timing": list(timings.values())}, indent=1, default=float))
+                                                        "timing": list(timings.values()),
+                                                        "ceiling": list(ceilings.values())}, indent=1, default=float))
     if args.timing:
         for pair in args.timing_pairs.split(","):
             src, tgt = pair.split(":")
@@ -179,6 +230,7 @@ def main(argv=None):
                           f"{ {k: round(v, 1) for k, v in r['stage_s'].items()} } load {r['load_before']:.1f}",
                           flush=True)
     result["quality"], result["timing"] = list(quality.values()), list(timings.values())
+    result["ceiling"] = list(ceilings.values())
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=1, default=float))
     print()

@@ -215,6 +215,11 @@ def test_bad_parameters_and_paired_fitting_are_refused(small):
         MiniVec2Vec(init="random").fit(A, B)
     with pytest.raises(InputError, match="n_restarts"):
         MiniVec2Vec(n_restarts=0).fit(A, B)
+    # the stochastic polish's parameters are checked before any work, like every other one
+    for bad in (dict(polish_keep=0.0), dict(polish_keep=1.5), dict(polish_stochastic_iter=-1),
+                dict(polish_interval=0)):
+        with pytest.raises(InputError, match=next(iter(bad))):
+            MiniVec2Vec(**bad).fit(A, B)
     # no pairs, so none of the paired estimators' fitting methods (not even ones that would only raise)
     assert not any(hasattr(MiniVec2Vec(), m) for m in ("partial_fit", "fit_stream", "fit_moments"))
     with pytest.raises(InputError, match="not fitted"):
@@ -225,6 +230,7 @@ def test_bad_parameters_and_paired_fitting_are_refused(small):
 def test_defaults_are_the_robust_path_and_the_paper_s_run_is_one_parameter_set_away():
     p = MiniVec2Vec().get_params()
     assert (p["init"], p["n_restarts"], p["polish_iter"]) == ("auto", 4, 10)
+    assert (p["polish_stochastic_iter"], p["polish_keep"], p["polish_interval"]) == (0, 0.1, 3)
     est = MiniVec2Vec(**PAPER)
     assert est._schedule() == [("centroids", 20)]
     assert MiniVec2Vec()._schedule() == [("centroids", 20), ("vecmap", None), ("vecmap", None), ("centroids", 30)]
@@ -261,6 +267,24 @@ def test_a_clear_pass_stops_the_restarts_early(small):
     A, B, _, _ = small
     est = MiniVec2Vec(random_state=0, **dict(FAST, n_restarts=4, init="auto", restart_margin=0.0)).fit(A, B)
     assert len(est.restarts_) == 1 and est.restart_ == 0 and est.restarts_[0]["passed"]
+
+
+def test_stochastic_polish_runs_for_an_accepted_start_and_can_be_turned_off(small):
+    """The polish's stochastic phase (VecMap's stochastic dictionary induction) runs for a start the validation
+    accepts, then the deterministic final phase; ``polish_keep=1`` (or ``polish_stochastic_iter=0``) is the
+    deterministic polish alone. Both leave a working map working."""
+    A, B, Xe, Ye = small
+    kw = dict(FAST, n_restarts=2, init="auto", restart_margin=0.0, polish_iter=5, polish_sample=600)
+    est = MiniVec2Vec(random_state=0, polish_stochastic_iter=8, **kw).fit(A, B)
+    assert est.validation_["passed"] and 1 <= est.polish_n_stochastic_ <= 8
+    assert est.polish_n_stochastic_ < len(est.polish_objective_) <= est.polish_n_stochastic_ + 5
+    assert metrics.pair_quality(est.transform(Xe), Ye).top1 > 0.97
+    for off in (dict(polish_keep=1.0, polish_stochastic_iter=8), dict(polish_stochastic_iter=0)):
+        plain = MiniVec2Vec(random_state=0, **kw, **off).fit(A, B)
+        assert plain.polish_n_stochastic_ == 0 and 1 <= len(plain.polish_objective_) <= 5
+        assert metrics.pair_quality(plain.transform(Xe), Ye).top1 > 0.97
+    paper = MiniVec2Vec(random_state=0, **dict(FAST, **PAPER))
+    assert paper.fit(A, B) is paper and paper.polish_n_stochastic_ == 0 and paper.polish_objective_ == []
 
 
 def test_vecmap_start_alone(small):

@@ -96,17 +96,18 @@ def csls_dictionary(P: np.ndarray, Q: np.ndarray, *, k: int = 10, keep: float = 
     Q = np.asarray(Q, dtype=np.float32)
     if keep < 1.0 and rng is None:
         raise InputError("stochastic dictionary induction needs a random generator")
-    S = P @ Q.T                      # both orientations by matrix product: faster than transposing one
-    St = Q @ P.T
+    S = P @ Q.T
+    St = np.ascontiguousarray(S.T)   # one product, its transpose copied (row-wise reductions in both directions)
     r_t = _top_mean(S, k)            # r_T(i): mean similarity of source row i to its k nearest target rows
     r_s = _top_mean(St, k)           # r_S(j)
     objective = 0.0
     best = []
     for M, r_own, r_other in ((S, r_t, r_s), (St, r_s, r_t)):
-        C = 2.0 * M - r_other[None, :]
+        C = np.multiply(M, 2.0, out=M)        # in place: M is not needed again (saves two n^2 temporaries)
+        C -= r_other[None, :]
         objective += 0.5 * float((C.max(axis=1) - r_own).mean())
         if keep < 1.0:
-            C[rng.random(C.shape, dtype=np.float32) >= keep] = -np.inf
+            np.putmask(C, rng.random(C.shape, dtype=np.float32) >= keep, -np.inf)
         best.append(C.argmax(axis=1))
     fwd, bwd = best
     src = np.concatenate([np.arange(len(P)), bwd])
