@@ -218,17 +218,20 @@ class QdrantPointsCollection(Collection):
         and unused). The ranges hold point ids, the cursors :meth:`scan` takes."""
         if int(n) <= 0:
             raise InputError(f"number of ranges must be positive, got {n}")
-        positions = quantile_positions(self.info().count, n)
-        bounds: list = []
+        return ranges_from_bounds(self._ids_at(quantile_positions(self.info().count, n)))
+
+    def _ids_at(self, positions) -> list:
+        """The point ids at ``positions`` (ascending ranks in scroll order), scrolling ids only, page by page."""
+        found: list = []
         seen, offset = 0, None
-        while len(bounds) < len(positions):
+        while len(found) < len(positions):
             records, offset = self._scroll(offset, ID_PAGE, full=False)
             lo, hi = np.searchsorted(positions, [seen, seen + len(records)])
-            bounds.extend(json_point_id(records[p - seen].id) for p in positions[lo:hi])
+            found.extend(json_point_id(records[p - seen].id) for p in positions[lo:hi])
             seen += len(records)
             if offset is None:
                 break
-        return ranges_from_bounds(bounds)
+        return found
 
     def sample(self, n: int, seed: int = 0) -> VectorBatch:
         """Ids only are scrolled (pages of ``ID_PAGE``), the seeded positions picked on the way, then retrieved."""
@@ -236,16 +239,7 @@ class QdrantPointsCollection(Collection):
             raise InputError("sample size must be positive")
         count = self.info().count
         positions = np.sort(np.random.default_rng(seed).choice(count, size=min(n, count), replace=False))
-        picked: list = []
-        seen, offset = 0, None
-        while len(picked) < len(positions):
-            records, offset = self._scroll(offset, ID_PAGE, full=False)
-            lo, hi = np.searchsorted(positions, [seen, seen + len(records)])
-            picked.extend(json_point_id(records[p - seen].id) for p in positions[lo:hi])
-            seen += len(records)
-            if offset is None:
-                break
-        return self._retrieve(picked)
+        return self._retrieve(self._ids_at(positions))
 
     def _retrieve(self, pids: Sequence) -> VectorBatch:
         """The points with these point ids, in this order, skipping missing ones and ones without our vector."""

@@ -42,7 +42,7 @@ from ..results import Evaluation, Report, VerifyResult
 from .distributed import MAX_RETRIES, RANGES_PER_WORKER, Sealed, _connected, _ray, _refuse_single_process_store
 from .fit import PairAccumulator, _CountingSource, _vector_links, check_fit_options, freeze_fit, open_pair
 from .open import load_alignment, open_collection
-from .pairs import in_holdout, pairs_by_ids, pairs_from_list, read_pairs_file
+from .pairs import in_holdout, pairs_by_ids, pairs_from_list, pairs_through_index, read_pairs_file
 from .verify import RecordTally, compare_records, full_checks
 
 #: records per read of a slice (and per lookup in the other collection) when the job names no batch size
@@ -95,17 +95,7 @@ def _field_index_body(coll: Collection, _, rng: KeyRange | None, __, *, field: s
 def _pairs_by_index(source, target: Collection, field: str, index: dict, batch_size: int):
     """:func:`~vecbridge.jobs.pairs.pairs_by_field` with the target's key index built once for the whole job (by
     :func:`_field_index`), not once per task: the same matching, record for record."""
-    for src in source.scan(batch_size):
-        keys = _index_keys(src.payloads, field)
-        keep = [j for j, k in enumerate(keys) if k is not None and k in index]
-        if not keep:
-            continue
-        src = src.take(np.asarray(keep))
-        tgt = target.get([index[keys[j]] for j in keep])
-        tgt_by_id = {i: j for j, i in enumerate(tgt.ids)}
-        rows = [(a, tgt_by_id[index[keys[j]]]) for a, j in enumerate(keep) if index[keys[j]] in tgt_by_id]
-        if rows:
-            yield src.take(np.array([a for a, _ in rows])), tgt.take(np.array([b for _, b in rows]))
+    return pairs_through_index(source.scan(batch_size), target, field, index)
 
 
 class _Listed:

@@ -81,8 +81,15 @@ def pairs_by_field(source: Collection, target: Collection, field: str, *, batch_
                 index.setdefault(payload[field], rid)
     if not index:
         raise InputError(f"no record of the target has payload field {field!r}")
-    for src in _source_batches(source, batch_size, limit, seed):
-        keys = [p.get(field) for p in src.payloads]
+    yield from pairs_through_index(_source_batches(source, batch_size, limit, seed), target, field, index)
+
+
+def pairs_through_index(batches, target: Collection, field: str, index: dict) -> Iterator[PairBatch]:
+    """Pairs of each source batch's records with the target records ``index`` names for their payload ``field``
+    (key -> target id): the matching of :func:`pairs_by_field`, for a key index built once (a distributed fit
+    builds it over the target's key ranges and reuses it in every task)."""
+    for src in batches:
+        keys = [p.get(field) if p else None for p in src.payloads]
         keep = [j for j, k in enumerate(keys) if k is not None and k in index]
         if not keep:
             continue
