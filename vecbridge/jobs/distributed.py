@@ -298,10 +298,11 @@ def _run(ray, ckpt, slices: list[Slice], target_url: str, steps: dict[str, Any],
                 if on_progress:
                     on_progress(read - seen[1])
                 seen[1], seen[2], seen[3] = read, written, counts
-    finally:
-        for gen in running:
-            with contextlib.suppress(Exception):
-                ray.cancel(gen, force=True)
+    finally:   # tasks still running are not cancelled: Ray 2.60's driver aborts (a failed internal check) when a
+        # cancelled streaming task's reply arrives after the cancellation. They stop with their job's driver (the
+        # CLI's process); until then they finish their slice, and a resume that overlaps them rewrites the same
+        # records with the same vectors (upserts by id)
+        running.clear()
 
 
 def merge_on_ray(a, b, into, alignment, *, links="ids", policy: str = "keep-b", workers: int = 2,

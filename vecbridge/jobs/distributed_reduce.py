@@ -25,7 +25,6 @@ Ray is imported only when one of these runs.
 """
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import math
 from typing import Any, Callable, Iterator, Sequence
@@ -333,10 +332,11 @@ def _reduce(ray, body: str, first: str, second: str | None, units: list, shared,
                     seen[1] = read
                 if final:
                     results[seen[0]], finished[seen[0]] = value, True
-    finally:
-        for gen in running:
-            with contextlib.suppress(Exception):
-                ray.cancel(gen, force=True)
+    finally:   # tasks still running are not cancelled: Ray 2.60's driver aborts (a failed internal check) when a
+        # cancelled streaming task's reply arrives after the cancellation. They stop with their job's driver (the
+        # CLI's process); until then they finish their slice, and a resume that overlaps them rewrites the same
+        # records with the same vectors (upserts by id)
+        running.clear()
     return results
 
 
