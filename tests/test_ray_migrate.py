@@ -92,12 +92,17 @@ def pg_engine(tmp_path_factory):
     yield from started_engine("pgvector", tmp_path_factory)
 
 
-@pytest.fixture(params=["file", "pgvector"])
+@pytest.fixture(scope="module")
+def milvus_engine(tmp_path_factory):
+    yield from started_engine("milvus_server", tmp_path_factory)
+
+
+@pytest.fixture(params=["file", "pgvector", pytest.param("milvus_server", marks=pytest.mark.slow)])
 def store(request, tmp_path):
     """``url(name)`` of new collections on one engine."""
     if request.param == "file":
         return lambda name: f"file://{tmp_path / name}"
-    eng = request.getfixturevalue("pg_engine")
+    eng = request.getfixturevalue("pg_engine" if request.param == "pgvector" else "milvus_engine")
     tag = tmp_path.name[-12:].replace("-", "_").lower()
     return lambda name: eng.url(f"{name}_{tag}")
 
@@ -306,10 +311,11 @@ def test_cli_refuses_a_single_process_store_in_one_line(tmp_path):
     assert len(lines) == 1 and "one process at a time" in lines[0] and "--engine ray" in lines[0], err
 
 
-@pytest.fixture(scope="module", params=[pytest.param("milvus_server", marks=pytest.mark.slow), "chroma_server"])
+@pytest.fixture(scope="module", params=["chroma_server"])
 def server_engine(request, tmp_path_factory):
-    """Servers with key ranges that this machine can start (a Qdrant server cannot be installed here: Qdrant's ranges
-    are the same client code as its local mode's, tested in tests/connectors/test_key_ranges.py)."""
+    """Other servers with key ranges that this machine can start (Milvus is one of ``store``'s engines; a Qdrant
+    server cannot be installed here: Qdrant's ranges are the same client code as its local mode's, tested in
+    tests/connectors/test_key_ranges.py)."""
     yield from started_engine(request.param, tmp_path_factory)
 
 

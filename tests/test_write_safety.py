@@ -140,7 +140,7 @@ def test_interrupting_a_migration_says_how_to_continue(setup, sample):
     big = write_collection(f"file://{tmp}/big", [f"d{i}" for i in range(n)],
                            np.tile(sample.docs_old, (n // 1500, 1)))
     proc = subprocess.Popen([sys.executable, "-m", "vecbridge.cli", "migrate", big.url, "--alignment",
-                             str(setup["align"]), "--to", f"file://{tmp}/new", "--batch-size", "20"],
+                             str(setup["align"]), "--to", f"file://{tmp}/new", "--batch-size", "5"],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.time() + 60
     while time.time() < deadline and not list(tmp.glob("align.vb.*.migrate.json")):
