@@ -1,6 +1,7 @@
 """Shared fixtures: file:// collections built from the bundled real sample, and the session's Ray cluster."""
 from __future__ import annotations
 
+import uuid
 from pathlib import Path
 
 import numpy as np
@@ -83,3 +84,28 @@ def ray_cluster():
     finally:
         ray.shutdown()
         c.shutdown()
+
+
+@pytest.fixture(scope="session")
+def pg_engine(tmp_path_factory):
+    """One PostgreSQL+pgvector server for every test file that needs one beside the connector contract."""
+    from tests.connectors.conftest import started_engine
+
+    yield from started_engine("pgvector", tmp_path_factory)
+
+
+@pytest.fixture(scope="session")
+def milvus_engine(tmp_path_factory):
+    """One Milvus server, likewise."""
+    from tests.connectors.conftest import started_engine
+
+    yield from started_engine("milvus_server", tmp_path_factory)
+
+
+def collection_urls(engine, tmp_path):
+    """``url(name)`` of new collections: directories under ``tmp_path`` for the file store (``engine`` None), else
+    names on the shared server made unique to the test (files share that server)."""
+    if engine is None:
+        return lambda name: f"file://{tmp_path / name}"
+    tag = uuid.uuid4().hex[:10]
+    return lambda name: engine.url(f"{name}_{tag}")

@@ -12,7 +12,7 @@ import sys
 import numpy as np
 import pytest
 
-from tests.connectors.conftest import started_engine
+from tests.conftest import collection_urls
 from vecbridge.align import Alignment, OrthogonalProcrustes
 from vecbridge.connectors import VectorBatch, connect
 from vecbridge.connectors.base import Collection
@@ -78,24 +78,12 @@ def test_import_cli_does_not_import_ray():
 
 
 # --- a real two-node cluster, real stores ------------------------------------------------------------------------
-@pytest.fixture(scope="module")
-def pg_engine(tmp_path_factory):
-    yield from started_engine("pgvector", tmp_path_factory)
-
-
-@pytest.fixture(scope="module")
-def milvus_engine(tmp_path_factory):
-    yield from started_engine("milvus_server", tmp_path_factory)
-
-
 @pytest.fixture(params=["file", "pgvector", pytest.param("milvus_server", marks=pytest.mark.slow)])
 def store(request, tmp_path):
     """``url(name)`` of new collections on one engine."""
-    if request.param == "file":
-        return lambda name: f"file://{tmp_path / name}"
-    eng = request.getfixturevalue("pg_engine" if request.param == "pgvector" else "milvus_engine")
-    tag = tmp_path.name[-12:].replace("-", "_").lower()
-    return lambda name: eng.url(f"{name}_{tag}")
+    engine = None if request.param == "file" else request.getfixturevalue(
+        "pg_engine" if request.param == "pgvector" else "milvus_engine")
+    return collection_urls(engine, tmp_path)
 
 
 def _source(url: str) -> str:

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
-from tests.connectors.conftest import started_engine
+from tests.conftest import collection_urls
 from vecbridge.align import Alignment, OrthogonalProcrustes
 from vecbridge.cli import main
 from vecbridge.connectors import VectorBatch, connect
@@ -25,19 +25,11 @@ N_A, N_B, SHARED, DIM_A, DIM_B, BATCH = 1_200, 1_000, 500, 24, 32, 64
 POLICIES = {"file": ["keep-b", "keep-a"], "pgvector": ["keep-b", "keep-a", "keep-both"]}
 
 
-@pytest.fixture(scope="module")
-def pg_engine(tmp_path_factory):
-    yield from started_engine("pgvector", tmp_path_factory)
-
-
 @pytest.fixture(params=["file", "pgvector"])
 def store(request, tmp_path):
     """``(engine name, url(name))`` for new collections on one engine."""
-    if request.param == "file":
-        return "file", lambda name: f"file://{tmp_path / name}"
-    eng = request.getfixturevalue("pg_engine")
-    tag = tmp_path.name[-12:].replace("-", "_").lower()
-    return "pgvector", lambda name: eng.url(f"{name}_{tag}")
+    engine = None if request.param == "file" else request.getfixturevalue("pg_engine")
+    return request.param, collection_urls(engine, tmp_path)
 
 
 def _inputs(url, tmp_path, links: str) -> dict:
@@ -210,11 +202,6 @@ def test_cli_merge_on_ray(ray_cluster, tmp_path):
     out = json.loads(r.stdout)
     assert _counts(out) == _counts(local)
     _assert_same(url("ray"), url("local"), "keep-a")
-
-
-@pytest.fixture(scope="module")
-def milvus_engine(tmp_path_factory):
-    yield from started_engine("milvus_server", tmp_path_factory)
 
 
 @pytest.mark.slow

@@ -13,6 +13,7 @@ import time
 import numpy as np
 import pytest
 
+from tests.conftest import collection_urls
 from tests.connectors.conftest import started_engine
 from vecbridge.align import Alignment, OrthogonalProcrustes
 from vecbridge.connectors import VectorBatch, connect
@@ -87,24 +88,12 @@ def cluster(ray_cluster):
     return ray_cluster
 
 
-@pytest.fixture(scope="module")
-def pg_engine(tmp_path_factory):
-    yield from started_engine("pgvector", tmp_path_factory)
-
-
-@pytest.fixture(scope="module")
-def milvus_engine(tmp_path_factory):
-    yield from started_engine("milvus_server", tmp_path_factory)
-
-
 @pytest.fixture(params=["file", "pgvector", pytest.param("milvus_server", marks=pytest.mark.slow)])
 def store(request, tmp_path):
     """``url(name)`` of new collections on one engine."""
-    if request.param == "file":
-        return lambda name: f"file://{tmp_path / name}"
-    eng = request.getfixturevalue("pg_engine" if request.param == "pgvector" else "milvus_engine")
-    tag = tmp_path.name[-12:].replace("-", "_").lower()
-    return lambda name: eng.url(f"{name}_{tag}")
+    engine = None if request.param == "file" else request.getfixturevalue(
+        "pg_engine" if request.param == "pgvector" else "milvus_engine")
+    return collection_urls(engine, tmp_path)
 
 
 def _setup(store, tmp_path):

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
-from tests.connectors.conftest import started_engine
+from tests.conftest import collection_urls
 from vecbridge.align import Alignment, OrthogonalProcrustes
 from vecbridge.cli import main
 from vecbridge.connectors import VectorBatch, connect
@@ -40,22 +40,13 @@ def _data(n: int = N):
     return X, Y, ids
 
 
-@pytest.fixture(scope="module")
-def pg_engine(tmp_path_factory):
-    yield from started_engine("pgvector", tmp_path_factory)
-
-
 @pytest.fixture(scope="module", params=["file", "pgvector"])
 def stores(request, tmp_path_factory):
     """OLD (N records, a payload key) and NEW (the same items under the same ids, minus UNPAIRED, with the key), a
     NEWKEY copy of NEW under other ids (pairs only by payload key), a CSV of id pairs, an alignment fitted on a few
     pairs, and ``url(name)`` for more collections on the same engine."""
     root = tmp_path_factory.mktemp(f"reduce_{request.param}")
-    if request.param == "file":
-        url = lambda name: f"file://{root / name}"   # noqa: E731
-    else:
-        eng = request.getfixturevalue("pg_engine")
-        url = lambda name: eng.url(f"{name}_{root.name[-10:].replace('-', '_').lower()}")   # noqa: E731
+    url = collection_urls(None if request.param == "file" else request.getfixturevalue("pg_engine"), root)
     X, Y, ids = _data()
     payloads = [{"key": f"k{i}", "n": i} for i in range(N)]
     old = connect(url("old")).create(dim=D_OLD)
@@ -319,11 +310,6 @@ def test_milvus_lite_is_refused_before_ray_starts(tmp_path):
         with pytest.raises(InputError, match="one process at a time") as err:
             run()
         assert "\n" not in str(err.value)
-
-
-@pytest.fixture(scope="module")
-def milvus_engine(tmp_path_factory):
-    yield from started_engine("milvus_server", tmp_path_factory)
 
 
 @pytest.mark.slow

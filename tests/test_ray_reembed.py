@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
-from tests.connectors.conftest import started_engine
+from tests.conftest import collection_urls
 from vecbridge.align import Alignment, OrthogonalProcrustes
 from vecbridge.cli import main
 from vecbridge.connectors import VectorBatch, connect
@@ -45,19 +45,11 @@ def real_model(sample):
     return path, dict(zip(sample.ids[:N], expected))
 
 
-@pytest.fixture(scope="module")
-def pg_engine(tmp_path_factory):
-    yield from started_engine("pgvector", tmp_path_factory)
-
-
 @pytest.fixture(params=["file", "pgvector"])
 def store(request, tmp_path):
     """``url(name)`` of new collections on one engine, and whether the new vectors go into a field of the source."""
-    if request.param == "file":
-        return (lambda name: f"file://{tmp_path / name}"), False
-    eng = request.getfixturevalue("pg_engine")
-    tag = tmp_path.name[-12:].replace("-", "_").lower()
-    return (lambda name: eng.url(f"{name}_{tag}")), True
+    engine = None if request.param == "file" else request.getfixturevalue("pg_engine")
+    return collection_urls(engine, tmp_path), engine is not None
 
 
 def _snapshot(url) -> dict:

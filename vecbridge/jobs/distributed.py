@@ -94,7 +94,7 @@ class Sealed:
         return Sealed, (self.url,)
 
 
-def _refuse_single_process_store(coll: Collection, role: str) -> None:
+def refuse_single_process_store(coll: Collection, role: str) -> None:
     """Every Ray task opens the stores itself: a store only one process may open (``single_process``) would fail
     there, or be a different, empty one (a store in this process's memory), or be corrupted by concurrent writers."""
     if coll.single_process:
@@ -209,7 +209,7 @@ def migrate_on_ray(source_url, alignment, target_url, *, workers: int = 2, ray_a
     tgt = connect(_url(target_url), read_only=False)
     refuse_inputs_as_target(tgt, [(src, "the source collection itself")], "choose a new target")
     for coll, role in ((src, "source"), (tgt, "target")):
-        _refuse_single_process_store(coll, role)
+        refuse_single_process_store(coll, role)
     bs = store_batch_size(tgt, batch_size)
     info, ckpt_path, identity = preflight(src, tgt, alignment, alignment_path, checkpoint_path,
                                           kind="migrate-ranges")
@@ -319,7 +319,7 @@ def merge_on_ray(a, b, into, alignment, *, links="ids", policy: str = "keep-b", 
                         checkpoint_path=checkpoint_path, kind="merge-ranges")
     A, B, C, ckpt = job["A"], job["B"], job["C"], job["checkpoint"]
     for coll, role in ((A, "input A"), (B, "input B"), (C, "merged collection")):
-        _refuse_single_process_store(coll, role)
+        refuse_single_process_store(coll, role)
     n = max(int(workers) * int(ranges_per_worker), 1)
     with exclusive_writer(C), _connected(ray_address, workers) as ray:
         planned: dict = {}

@@ -38,7 +38,7 @@ from ..connectors.base import Collection, KeyRange, VectorBatch
 from ..errors import InputError, StoreError, VecbridgeError
 from ..linking.pairspec import PairSpec
 from ..results import Evaluation, Report, VerifyResult
-from .distributed import MAX_RETRIES, RANGES_PER_WORKER, Sealed, _connected, _ray, _refuse_single_process_store
+from .distributed import MAX_RETRIES, RANGES_PER_WORKER, Sealed, _connected, _ray, refuse_single_process_store
 from .fit import PairAccumulator, _CountingSource, _vector_links, check_fit_options, freeze_fit, open_pair
 from .open import load_alignment, open_collection
 from .pairs import in_holdout, pairs_by_ids, pairs_from_list, pairs_through_index, read_pairs_file
@@ -275,7 +275,7 @@ def _check_workers(workers: int) -> int:
 def _refuse_single_process(*colls: tuple[Collection, str]) -> None:
     """Stores that one process at a time may open cannot be read by many Ray tasks: refused before Ray starts."""
     for coll, role in colls:
-        _refuse_single_process_store(coll, role)
+        refuse_single_process_store(coll, role)
 
 
 def _ranges(coll: Collection, n: int) -> list[KeyRange]:
