@@ -352,7 +352,6 @@ class Upgrade:
                 if not ids:
                     exhausted = True
                     continue
-                tb = time.perf_counter()
                 records = self.source.get(ids)
                 texts = [p.get(self.meta["text_field"]) for p in records.payloads]
                 has = [j for j, t in enumerate(texts) if isinstance(t, str) and t]
@@ -367,8 +366,8 @@ class Upgrade:
                 key, handed, committed = next(keys), handed + len(ids), committed + cost
                 flying[key] = (ids, records, has, [record_digest(records.vectors[j], texts[j]) for j in has], cost)
                 busy.update(ids)
-                if max_per_second:
-                    next_at = tb + len(has) / max_per_second
+                if max_per_second:   # spaced from the hand-over itself, not from the read before it
+                    next_at = time.perf_counter() + len(has) / max_per_second
                 if has:
                     pool.submit(key, records.take(np.asarray(has)), [texts[j] for j in has])
                 else:
