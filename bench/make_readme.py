@@ -103,7 +103,8 @@ def geh_calibration(d: dict) -> dict:
     """Previous cut vs the calibrated cut (both corpora side by side), the reliability bins and the cut sweep."""
     corpora = unique(r["corpus"] for r in d["summary"])
     by = {(r["alpha"], r["method"], r["corpus"]): r for r in d["summary"]}
-    names = {"baseline": "previous cut (two Gaussians)", "calibrated": f"calibrated cut {d['default_cut']}"}
+    names = {"baseline": "two-Gaussian cut, CSLS", "calibrated_csls": f"calibrated cut {d['default_cut']}, CSLS",
+             "calibrated": f"calibrated cut {d['default_cut']}, CSLS + runner-up margin (default)"}
     rows = [[a, names.get(m, m)] + [f"{prf(by[a, m, c])} ({by[a, m, c]['seconds']:.0f} s)" for c in corpora]
             for a in unique(r["alpha"] for r in d["summary"]) for m in unique(r["method"] for r in d["summary"])]
     summary = table(["alpha", "links"] + [f"{c}: P / R / F1" for c in corpora], rows)

@@ -5,7 +5,13 @@ import numpy as np
 import pytest
 
 from vecbridge.errors import InputError
-from vecbridge.numeric.neighbors import csls_best, knn, mutual_nearest_neighbours
+from vecbridge.numeric.neighbors import (
+    csls_best,
+    csls_mutual_from_knn,
+    knn,
+    mutual_nearest_neighbours,
+    runner_up_margin,
+)
 from vecbridge.vectors import l2_normalize
 
 
@@ -49,6 +55,24 @@ def test_csls_matches_its_definition(data):
     np.testing.assert_array_equal(best_y, csls.argmax(axis=1))
     np.testing.assert_array_equal(best_x, csls.argmax(axis=0))
     np.testing.assert_allclose(score_x, csls.max(axis=1), atol=1e-5)
+
+
+def test_runner_up_margin_matches_its_definition(data):
+    """With complete lists, each mutual pair's margin is the smaller of its lead over the row's and over the
+    column's second-best CSLS score, as computed from the dense matrix."""
+    X, Y = (l2_normalize(a) for a in data)
+    i12, s12 = knn(X, Y, len(Y))
+    i21, s21 = knn(Y, X, len(X))
+    pairs, scores, r_y, r_x = csls_mutual_from_knn(i12, s12, i21, s21, 10)
+    C = X @ Y.T
+    csls = 2 * C - np.sort(C, axis=1)[:, -10:].mean(axis=1)[:, None] - np.sort(C, axis=0)[-10:].mean(axis=0)[None]
+    row2, col2 = np.sort(csls, axis=1)[:, -2], np.sort(csls, axis=0)[-2]
+    best = csls[pairs[:, 0], pairs[:, 1]]
+    want = np.minimum(best - row2[pairs[:, 0]], best - col2[pairs[:, 1]])
+    got = runner_up_margin(i12, s12, i21, s21, pairs, r_y, r_x)
+    assert len(pairs) > 20 and (got > 0).all()
+    np.testing.assert_allclose(got, want, atol=1e-5)
+    assert runner_up_margin(i12[:, :1], s12[:, :1], i21[:, :1], s21[:, :1], pairs, r_y, r_x).tolist() == [0] * len(pairs)
 
 
 def test_mutual_nn_recovers_a_noisy_copy(data):

@@ -45,8 +45,9 @@ def _scan_ids(coll, batch_size, after=None, until=None):
     return [i for b in coll.scan(batch_size=batch_size, after=after, until=until) for i in b.ids]
 
 
-def _check_cover(coll, n, batch_size=97):
-    full = _scan_ids(coll, batch_size)
+def _check_cover(coll, n, batch_size=97, full=None):
+    """``full``: the collection's full scan in key order, when the caller has it (any batch size gives the same)."""
+    full = _scan_ids(coll, batch_size) if full is None else full
     ranges = coll.key_ranges(n)
     assert 1 <= len(ranges) <= n
     assert ranges[0].after is None and ranges[-1].until is None
@@ -79,14 +80,15 @@ def test_ranges_cover_every_record_once(engine, new_url, kind):
     n = 2_000
     ids = _ids(kind, n)
     coll = _fill(new_url(), ids)
-    ranges, parts = _check_cover(coll, 5)
+    full = _scan_ids(coll, 500)
+    ranges, parts = _check_cover(coll, 5, full=full)
     assert len(ranges) == 5
     assert sorted(map(str, (i for p in parts for i in p))) == sorted(map(str, ids)), "every record is in a range"
     assert min(len(p) for p in parts) > 0.5 * n / 5, "ranges are roughly balanced"
     _check_resume_inside(coll, ranges, parts)
-    assert _check_cover(coll, 1)[0] == [KeyRange(None, None)]
-    # many ranges, some only a few records wide
-    _check_cover(coll, 64, batch_size=10)
+    assert _check_cover(coll, 1, batch_size=500, full=full)[0] == [KeyRange(None, None)]
+    # many narrow ranges (about 31 records each)
+    _check_cover(coll, 64, batch_size=40, full=full)
 
 
 def test_more_ranges_than_records(engine, new_url):

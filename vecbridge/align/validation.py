@@ -158,7 +158,10 @@ def refine_icp(A: np.ndarray, B: np.ndarray, W: np.ndarray, *, n_iter: int = REF
     for _ in range(n_iter):
         idx = rng.choice(len(A), min(batch, len(A)), replace=False)
         nbr = knn(A[idx] @ W.astype(np.float32), B, k, backend=backend)[0]
-        W = (1.0 - alpha) * W + alpha * procrustes_rotation(A[idx], B[nbr].mean(axis=1))
+        centre = B[nbr[:, 0]].copy()
+        for j in range(1, nbr.shape[1]):    # one (batch, d) gather at a time, not a (batch, k, d) temporary
+            centre += B[nbr[:, j]]
+        W = (1.0 - alpha) * W + alpha * procrustes_rotation(A[idx], centre / nbr.shape[1])
     return W
 
 

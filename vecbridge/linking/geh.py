@@ -32,7 +32,7 @@ from .._blas import one_blas_thread, thread_limit
 from ..errors import CheckFailed, InputError
 from ..numeric.estimator import Boolean, Estimator, InstanceOf, Integer, OneOf, RandomState, Real, optional
 from ..numeric.linalg import procrustes_rotation
-from ..numeric.neighbors import KnnIndex, csls_mutual_from_knn, knn
+from ..numeric.neighbors import KnnIndex, csls_mutual_from_knn, knn, runner_up_margin
 from ..validation import check_vectors
 from ..vectors import l2_normalize
 
@@ -298,15 +298,17 @@ class GEHVotes:
     cap), votes decay by ``vote_decay`` per iteration (1: cumulative, as the paper).
 
     Output (ours): with ``calibrate`` the refinement is cross-fitted and every link gets a calibrated, label-free
-    confidence (see :class:`GEH`); links below ``min_confidence`` are dropped. ``min_grown``: fewer links than this
-    beyond the seeds (after the cut) means bootstrapping never took off, and ``fit`` raises ``CheckFailed``
-    (0 disables the check)."""
+    confidence (see :class:`GEH`); links below ``min_confidence`` are dropped; ``runner_up_margin`` scores the
+    refinement's links by CSLS plus their margin over the runner-ups (False: CSLS alone). ``min_grown``: fewer links
+    than this beyond the seeds (after the cut) means bootstrapping never took off, and ``fit`` raises
+    ``CheckFailed`` (0 disables the check)."""
 
     bootstrap: bool = True
     min_votes: float = 3.0
     max_growth: float | None = 2.0
     vote_decay: float = 0.5
     calibrate: bool = True
+    runner_up_margin: bool = True
     min_confidence: float = 0.7
     min_grown: int = 20
 
@@ -385,6 +387,8 @@ class GEH(Estimator):
       orthogonal Procrustes map fitted on them proposes CSLS mutual nearest neighbours over the full collections,
       kept where a two-Gaussian mixture puts their score in the upper mode; two rounds. It lifts precision (the
       bootstrap-only links stay in ``geh_links_`` / ``geh_confidence_``). ``refine=None`` is the paper's output.
+      Its links are scored by CSLS plus their margin over both rows' runner-ups (``runner_up_margin``), calibrated
+      against partner-removal decoys and cut at ``min_confidence`` (:class:`GEHVotes`).
 
     Every stochastic step draws from ``random_state``. ``history_`` records each iteration (views, proposals,
     candidates, MNN ratio, Otsu threshold, links, seconds); ``stop_reason_`` says which rule stopped it.
@@ -408,7 +412,8 @@ class GEH(Estimator):
         "exclude_view_anchors": Boolean(), "kernel": Boolean(),
         # GEHVotes
         "bootstrap": Boolean(), "min_votes": Real(0), "max_growth": optional(Real(0, low_open=True)),
-        "vote_decay": Real(0, 1), "calibrate": Boolean(), "min_confidence": Real(0, 1), "min_grown": Integer(0),
+        "vote_decay": Real(0, 1), "calibrate": Boolean(), "runner_up_margin": Boolean(), "min_confidence": Real(0, 1),
+        "min_grown": Integer(0),
         # GEHStopping
         "t_min": Integer(1), "tol": Real(0), "churn_tol": optional(Real(0)), "patience": Integer(1),
         "min_iter": Integer(0),
@@ -602,11 +607,15 @@ class GEH(Estimator):
         return np.stack([c1[pairs[:, 0]], c2[pairs[:, 1]]], axis=1)
 
     def _mnn(self, A: np.ndarray, B: np.ndarray):
-        """CSLS mutual nearest neighbours between two L2-normalised clouds of one dimension: (pairs, scores)."""
+        """CSLS mutual nearest neighbours between two L2-normalised clouds of one dimension: (pairs, scores); with
+        ``runner_up_margin`` a pair's score adds how far it beats both rows' runner-ups."""
         k = int(self.k_csls)
         i12, s12 = KnnIndex(B, normalize=False, exact_max=_EXACT_MAX).search(A, k)
         i21, s21 = KnnIndex(A, normalize=False, exact_max=_EXACT_MAX).search(B, k)
-        return csls_mutual_from_knn(i12, s12, i21, s21, k)[:2]
+        pairs, scores, r_y, r_x = csls_mutual_from_knn(i12, s12, i21, s21, k)
+        if self.votes.runner_up_margin:
+            scores = scores + runner_up_margin(i12, s12, i21, s21, pairs, r_y, r_x)
+        return pairs, scores
 
     def _mapped(self, X1, X2, L1, L2, folds):
         """``X1`` mapped into ``X2``'s space by orthogonal Procrustes on the links; with ``folds``, each row by the map

@@ -193,6 +193,29 @@ def csls_mutual_from_knn(idx_xy, sim_xy, idx_yx, sim_yx, k_csls: int = 10):
     return (np.stack([x, best_y[x]], axis=1).astype(np.int64), cs_x[x, jx[x]].astype(np.float32), r_y, r_x)
 
 
+def runner_up_margin(idx_xy, sim_xy, idx_yx, sim_yx, pairs, r_y, r_x) -> np.ndarray:
+    """How far each CSLS mutual pair ``(x, y)`` beats its runner-ups: the smaller of ``CSLS(x, y) - CSLS(x, y')``
+    (``y'`` x's second-best list entry) and ``CSLS(x, y) - CSLS(x', y)``; 0 where a list has one entry. The lists and
+    hubness terms are those of :func:`csls_mutual_from_knn`. The second-nearest-neighbour test of "Distinctive Image
+    Features from Scale-Invariant Keypoints" (Lowe, 2004) in CSLS form: a row with no partner on the other side
+    often pairs with one of several near-equals, a partnered row stands out."""
+    pairs = np.asarray(pairs, dtype=np.int64).reshape(-1, 2)
+    if len(pairs) == 0:
+        return np.empty(0, np.float32)
+
+    def gap(idx, sim, rows, r_own, r_other):
+        idx, sim = np.asarray(idx)[rows], np.asarray(sim, dtype=np.float32)[rows]
+        cs = np.where(idx >= 0, 2.0 * sim - r_other[np.maximum(idx, 0)] - r_own[rows, None], -np.inf)
+        if cs.shape[1] < 2:
+            return np.zeros(len(rows), np.float32)
+        top2 = -np.partition(-cs, 1, axis=1)[:, :2]
+        return np.where(np.isfinite(top2[:, 1]), top2[:, 0] - top2[:, 1], 0.0)
+
+    gx = gap(idx_xy, sim_xy, pairs[:, 0], r_y, r_x)
+    gy = gap(idx_yx, sim_yx, pairs[:, 1], r_x, r_y)
+    return np.minimum(gx, gy).astype(np.float32)
+
+
 class KnnIndex:
     """A nearest-neighbour index over ``base`` built once and queried many times (inner product; cosine when
     ``normalize``). Exact (faiss ``IndexFlatIP``, or numpy through :func:`knn`) up to ``exact_max`` rows; above it an
