@@ -128,7 +128,8 @@ def unsupervised_robust(d: dict) -> dict:
     rows = d["quality"]
     corpora = [c for c in ("wordnet", "foldoc") if any(r["corpus"] == c for r in rows)]
     methods = unique(r["method"] for r in rows)
-    names = {"paper": "paper (one start)", "robust": "restarts + VecMap starts + polish (default)"}
+    names = {"paper": "paper (one start)", "robust": "restarts + VecMap starts + polish (default)",
+             "stochastic": "the same + stochastic polish"}
     sentence = ("minilm6", "minilm3", "mpnet")
     pairs = [p for p in unique(r["pair"] for r in rows) if all(m in sentence for m in p.split("->"))]
     out_rows = []

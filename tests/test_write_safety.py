@@ -136,7 +136,9 @@ def test_a_run_that_lost_records_fails_and_says_so(setup):
 
 def test_interrupting_a_migration_says_how_to_continue(setup, sample):
     """Ctrl-C mid-run: exit 130, a one-line hint to resume, no traceback. The CLI runs in a child whose target writes
-    are slowed down, so the signal lands mid-run however fast or loaded the machine is."""
+    are slowed down, so the signal lands mid-run however fast or loaded the machine is, and with SIGINT's default
+    disposition, as in a terminal (a suite started in the background, as CI may be, hands its children SIGINT
+    ignored)."""
     tmp = setup["tmp"]
     slow_writes = ("import sys, time\n"
                    "from vecbridge.connectors.file import FileCollection\n"
@@ -146,7 +148,8 @@ def test_interrupting_a_migration_says_how_to_continue(setup, sample):
                    "main(prog_name='vecbridge')\n")
     proc = subprocess.Popen([sys.executable, "-c", slow_writes, "migrate", setup["old"], "--alignment",
                              str(setup["align"]), "--to", f"file://{tmp}/new", "--batch-size", "5"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     deadline = time.time() + 60
     while time.time() < deadline and not list(tmp.glob("align.vb.*.migrate.json")):
         time.sleep(0.05)
