@@ -17,9 +17,10 @@ unit rows as the unsupervised map is, scored by the same ``top1`` (and ``top1_us
 ``OrthogonalProcrustes(center=True, scale=True)`` against the raw targets). The split does not depend on the seed, so
 the ceiling is one number per pair; ``top1_8k`` fits on all 8,000 fitting items.
 
-Methods: ``robust`` (the library defaults: restarts selected by ``vecbridge.align.validation``, VecMap starts) and
-``paper`` (``n_restarts=1, init="centroids", polish_iter=0``: the paper's single run) and ``stochastic`` (the defaults
-plus VecMap's stochastic dictionary induction before the final polish, ``polish_stochastic_iter=45``). Which restart won, its init and every
+Methods: ``robust`` (restarts selected by ``vecbridge.align.validation``, VecMap starts, deterministic polish: the
+previous default), ``paper`` (``n_restarts=1, init="centroids", polish_iter=0``: the paper's single run) and
+``stochastic`` (the library defaults: ``robust`` plus VecMap's stochastic dictionary induction before the final
+polish, ``polish_stochastic_iter=45``). Which restart won, its init and every
 restart's validation are recorded. ``--timing`` also fits 10,000 + 10,000 vectors (all docs of both models; for
 timing only, so the sides share items) once per pair and method.
 
@@ -50,7 +51,8 @@ DATA = ROOT.parent / "shared" / "data"
 MODELS = ("minilm6", "minilm3", "mpnet", "glove50")
 SENTENCE = ("minilm6", "minilm3", "mpnet")
 PAIRS = [(a, b) for a in SENTENCE for b in SENTENCE if a != b]
-METHODS = {"robust": {}, "paper": {"n_restarts": 1, "init": "centroids", "polish_iter": 0},
+METHODS = {"robust": {"polish_stochastic_iter": 0},
+           "paper": {"n_restarts": 1, "init": "centroids", "polish_iter": 0, "polish_stochastic_iter": 0},
            "stochastic": {"polish_stochastic_iter": 45}}
 N_HELD, HALF = 2000, 4000
 
@@ -112,7 +114,8 @@ def timing(corpus, src, tgt, method, params):
     return {"corpus": corpus, "pair": f"{src}->{tgt}", "method": method, "n_per_side": len(X),
             "wall_s": time.perf_counter() - t, "cpu_s": time.process_time() - c, "stage_s": est.timings_,
             "restart": getattr(est, "restart_", 0), "init": getattr(est, "init_", "centroids"),
-            "n_restarts_run": len(getattr(est, "restarts_", [])) or 1, "load_before": load0}
+            "n_restarts_run": len(getattr(est, "restarts_", [])) or 1, "load_before": load0,
+            "blas_threads": os.environ.get("OPENBLAS_NUM_THREADS", "default")}
 
 
 def won_label(r: dict) -> str:

@@ -230,7 +230,7 @@ def test_bad_parameters_and_paired_fitting_are_refused(small):
 def test_defaults_are_the_robust_path_and_the_paper_s_run_is_one_parameter_set_away():
     p = MiniVec2Vec().get_params()
     assert (p["init"], p["n_restarts"], p["polish_iter"]) == ("auto", 4, 10)
-    assert (p["polish_stochastic_iter"], p["polish_keep"], p["polish_interval"]) == (0, 0.1, 3)
+    assert (p["polish_stochastic_iter"], p["polish_keep"], p["polish_interval"]) == (45, 0.1, 3)
     est = MiniVec2Vec(**PAPER)
     assert est._schedule() == [("centroids", 20)]
     assert MiniVec2Vec()._schedule() == [("centroids", 20), ("vecmap", None), ("vecmap", None), ("centroids", 30)]
