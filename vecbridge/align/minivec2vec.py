@@ -135,7 +135,7 @@ from ..vectors import l2_normalize
 from .base import LinearTransform
 from .procrustes import OrthogonalProcrustes
 from .validation import GAIN_MIN, MAX_ROWS, MIN_ROWS, null_distribution, validate_map
-from .vecmap import csls_dictionary, fit_vecmap
+from .vecmap import csls_dictionary, fit_vecmap, self_learning
 
 QAP_SOLVERS = ("2opt", "scipy")
 SIMILARITIES = ("cosine", "gram")
@@ -612,30 +612,19 @@ class MiniVec2Vec(LinearTransform):
         a = A if len(A) <= self.polish_sample else A[rng.choice(len(A), self.polish_sample, replace=False)]
         b = B if len(B) <= self.polish_sample else B[rng.choice(len(B), self.polish_sample, replace=False)]
 
-        def step(W, keep):
-            W32 = np.asarray(W, dtype=np.float32)
-            P, Q = (a, b @ W32.T) if a.shape[1] <= b.shape[1] else (a @ W32, b)
-            src, tgt, obj = csls_dictionary(P, Q, k=10, keep=keep, rng=rng)
-            self.polish_objective_.append(obj)
-            return src, tgt, obj
-
         n_stochastic = self.polish_stochastic_iter if stochastic and self.polish_keep < 1.0 else 0
-        keep, best, stall = float(self.polish_keep), -np.inf, 0
-        for _ in range(n_stochastic):
-            src, tgt, obj = step(W, keep)
-            W = procrustes_rotation(a[src], b[tgt])
-            if obj > best + 1e-6:
-                best, stall = obj, 0
-                continue
-            stall += 1
-            if stall >= self.polish_interval:
-                if keep >= 1.0:
-                    break
-                keep, stall = min(1.0, 2.0 * keep), 0
+        if n_stochastic:   # VecMap's self-learning with a short stall interval, bounded to n_stochastic iterations
+            W, objectives, _ = self_learning(a, b, W, rng, max_iter=n_stochastic, k=10,
+                                             stochastic_initial=self.polish_keep,
+                                             stochastic_interval=self.polish_interval)
+            self.polish_objective_.extend(objectives.tolist())
         self.polish_n_stochastic_ = len(self.polish_objective_)
         last = -np.inf
-        for _ in range(self.polish_iter):
-            src, tgt, obj = step(W, 1.0)
+        for _ in range(self.polish_iter):   # VecMap's final phase: no dropout, until the objective stops gaining
+            W32 = np.asarray(W, dtype=np.float32)
+            P, Q = (a, b @ W32.T) if a.shape[1] <= b.shape[1] else (a @ W32, b)
+            src, tgt, obj = csls_dictionary(P, Q, k=10)
+            self.polish_objective_.append(obj)
             if obj < last + 1e-4:
                 break
             last = obj

@@ -94,13 +94,27 @@ class Sealed:
         return Sealed, (self.url,)
 
 
-def refuse_single_process_store(coll: Collection, role: str) -> None:
+def task_reply(ray, ref):
+    """A task's reply; where the task failed with one of our errors (or an OSError), that error itself, one line as
+    in a local run, not Ray's wrapper with the worker's traceback."""
+    try:
+        return ray.get(ref)
+    except ray.exceptions.RayTaskError as exc:
+        cause = getattr(exc, "cause", None)
+        if isinstance(cause, (VecbridgeError, OSError)):
+            raise cause from None
+        raise
+
+
+def refuse_single_process_store(*colls: tuple[Collection, str]) -> None:
     """Every Ray task opens the stores itself: a store only one process may open (``single_process``) would fail
-    there, or be a different, empty one (a store in this process's memory), or be corrupted by concurrent writers."""
-    if coll.single_process:
-        raise InputError(f"the {role} {coll.display_url} is an embedded store that one process at a time can open: "
-                         f"--engine ray needs the collection on a server or in a file:// store (or use the default "
-                         f"engine)")
+    there, or be a different, empty one (a store in this process's memory), or be corrupted by concurrent writers.
+    ``colls``: ``(collection, role)`` pairs, checked before Ray starts."""
+    for coll, role in colls:
+        if coll.single_process:
+            raise InputError(f"the {role} {coll.display_url} is an embedded store that one process at a time can "
+                             f"open: --engine ray needs the collection on a server or in a file:// store (or use the "
+                             f"default engine)")
 
 
 @dataclass(frozen=True)
@@ -208,8 +222,7 @@ def migrate_on_ray(source_url, alignment, target_url, *, workers: int = 2, ray_a
     src = connect(_url(source_url), read_only=True)
     tgt = connect(_url(target_url), read_only=False)
     refuse_inputs_as_target(tgt, [(src, "the source collection itself")], "choose a new target")
-    for coll, role in ((src, "source"), (tgt, "target")):
-        refuse_single_process_store(coll, role)
+    refuse_single_process_store((src, "source"), (tgt, "target"))
     bs = store_batch_size(tgt, batch_size)
     info, ckpt_path, identity = preflight(src, tgt, alignment, alignment_path, checkpoint_path,
                                           kind="migrate-ranges")
@@ -267,42 +280,34 @@ def _run(ray, ckpt, slices: list[Slice], target_url: str, steps: dict[str, Any],
         gen = task.remote(Sealed(s.source), target_url, step_refs[s.step], i, start, s.range.until, bs)
         running[gen] = [i, 0, 0, {}]
 
-    try:
-        while todo or running:
-            while todo and len(running) < workers:
-                submit(todo.pop(0))
-            ready, _ = ray.wait(list(running), num_returns=1, timeout=1.0)
-            for gen in ready:
-                seen = running[gen]
-                phase = slices[seen[0]].phase
-                try:
-                    ref = next(gen)
-                except StopIteration:
-                    ckpt.complete(phase)
-                    del running[gen]
-                    continue
-                try:
-                    _, cursor, read, written, *rest = ray.get(ref)
-                except ray.exceptions.RayTaskError as exc:
-                    cause = getattr(exc, "cause", None)   # the task's own error: one line, as in a local run
-                    if isinstance(cause, (VecbridgeError, OSError)):
-                        raise cause from None
-                    raise
-                if read <= seen[1]:
-                    continue   # a re-run task replaying what its first attempt reported
-                counts = rest[0] if rest else {}
-                state = ckpt.phase(phase)
-                for key, n in counts.items():   # saved by the commit below, with the batch they describe
-                    state[key] = state.get(key, 0) + n - seen[3].get(key, 0)
-                ckpt.commit(phase, cursor, written - seen[2], read - seen[1])
-                if on_progress:
-                    on_progress(read - seen[1])
-                seen[1], seen[2], seen[3] = read, written, counts
-    finally:   # tasks still running are not cancelled: Ray 2.60's driver aborts (a failed internal check) when a
-        # cancelled streaming task's reply arrives after the cancellation. They stop with their job's driver (the
-        # CLI's process); until then they finish their slice, and a resume that overlaps them rewrites the same
-        # records with the same vectors (upserts by id)
-        running.clear()
+    # tasks still running when this stops are not cancelled: Ray 2.60's driver aborts (a failed internal check) when
+    # a cancelled streaming task's reply arrives after the cancellation. They stop with their job's driver (the CLI's
+    # process); until then they finish their slice, and a resume that overlaps them rewrites the same records with
+    # the same vectors (upserts by id)
+    while todo or running:
+        while todo and len(running) < workers:
+            submit(todo.pop(0))
+        ready, _ = ray.wait(list(running), num_returns=1, timeout=1.0)
+        for gen in ready:
+            seen = running[gen]
+            phase = slices[seen[0]].phase
+            try:
+                ref = next(gen)
+            except StopIteration:
+                ckpt.complete(phase)
+                del running[gen]
+                continue
+            _, cursor, read, written, *rest = task_reply(ray, ref)
+            if read <= seen[1]:
+                continue   # a re-run task replaying what its first attempt reported
+            counts = rest[0] if rest else {}
+            state = ckpt.phase(phase)
+            for key, n in counts.items():   # saved by the commit below, with the batch they describe
+                state[key] = state.get(key, 0) + n - seen[3].get(key, 0)
+            ckpt.commit(phase, cursor, written - seen[2], read - seen[1])
+            if on_progress:
+                on_progress(read - seen[1])
+            seen[1], seen[2], seen[3] = read, written, counts
 
 
 def merge_on_ray(a, b, into, alignment, *, links="ids", policy: str = "keep-b", workers: int = 2,
@@ -318,8 +323,7 @@ def merge_on_ray(a, b, into, alignment, *, links="ids", policy: str = "keep-b", 
     job = prepare_merge(a, b, into, alignment, links=links, policy=policy, batch_size=batch_size,
                         checkpoint_path=checkpoint_path, kind="merge-ranges")
     A, B, C, ckpt = job["A"], job["B"], job["C"], job["checkpoint"]
-    for coll, role in ((A, "input A"), (B, "input B"), (C, "merged collection")):
-        refuse_single_process_store(coll, role)
+    refuse_single_process_store((A, "input A"), (B, "input B"), (C, "merged collection"))
     n = max(int(workers) * int(ranges_per_worker), 1)
     with exclusive_writer(C), _connected(ray_address, workers) as ray:
         planned: dict = {}

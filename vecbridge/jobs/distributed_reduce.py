@@ -35,10 +35,18 @@ from ..align.artifact import Alignment
 from ..align.methods import method as method_of
 from ..connectors import connect
 from ..connectors.base import Collection, KeyRange, VectorBatch
-from ..errors import InputError, StoreError, VecbridgeError
+from ..errors import InputError, StoreError
 from ..linking.pairspec import PairSpec
 from ..results import Evaluation, Report, VerifyResult
-from .distributed import MAX_RETRIES, RANGES_PER_WORKER, Sealed, _connected, _ray, refuse_single_process_store
+from .distributed import (
+    MAX_RETRIES,
+    RANGES_PER_WORKER,
+    Sealed,
+    _connected,
+    _ray,
+    refuse_single_process_store,
+    task_reply,
+)
 from .fit import PairAccumulator, _CountingSource, _vector_links, check_fit_options, freeze_fit, open_pair
 from .open import load_alignment, open_collection
 from .pairs import in_holdout, pairs_by_ids, pairs_from_list, pairs_through_index, read_pairs_file
@@ -91,12 +99,6 @@ def _field_index_body(coll: Collection, _, rng: KeyRange | None, __, *, field: s
     return index
 
 
-def _pairs_by_index(source, target: Collection, field: str, index: dict, batch_size: int):
-    """:func:`~vecbridge.jobs.pairs.pairs_by_field` with the target's key index built once for the whole job (by
-    :func:`_field_index`), not once per task: the same matching, record for record."""
-    return pairs_through_index(source.scan(batch_size), target, field, index)
-
-
 class _Listed:
     """A chunk of a ``file:PATH`` pairing's id pairs, read as :func:`~vecbridge.jobs.pairs.pairs_from_list` reads the
     whole list (so a chunk cut at a multiple of the batch size gives the single-process batches), optionally keeping
@@ -125,7 +127,8 @@ def _unit_pairs(source: Collection, target: Collection, spec: PairSpec, unit, in
     part = _Slice(source, unit, keep)
     if spec.kind == "ids":
         return pairs_by_ids(part, target, batch_size=batch_size), part
-    return _pairs_by_index(part, target, spec.value, index, batch_size), part
+    # the target's key index is built once for the whole job (by _field_index), not once per task
+    return pairs_through_index(part.scan(batch_size), target, spec.value, index), part
 
 
 def _fit_body(source: Collection, target: Collection, unit, index, *, spec: str, batch_size: int, holdout: float,
@@ -272,12 +275,6 @@ def _check_workers(workers: int) -> int:
     return int(workers)
 
 
-def _refuse_single_process(*colls: tuple[Collection, str]) -> None:
-    """Stores that one process at a time may open cannot be read by many Ray tasks: refused before Ray starts."""
-    for coll, role in colls:
-        refuse_single_process_store(coll, role)
-
-
 def _ranges(coll: Collection, n: int) -> list[KeyRange]:
     if type(coll).key_ranges is Collection.key_ranges:
         raise InputError(f"--engine ray reads {coll.display_url} by key ranges, which its store does not offer yet: "
@@ -304,39 +301,28 @@ def _reduce(ray, body: str, first: str, second: str | None, units: list, shared,
     finished = [False] * len(units)
     todo = list(range(len(units)))
     running: dict = {}   # generator -> [unit index, records reported]
-    try:
-        while todo or running:
-            while todo and len(running) < workers:
-                i = todo.pop(0)
-                running[task.remote(body, first_s, second_s, i, units[i], shared_ref, options)] = [i, 0]
-            ready, _ = ray.wait(list(running), num_returns=1, timeout=1.0)
-            for gen in ready:
-                seen = running[gen]
-                try:
-                    ref = next(gen)
-                except StopIteration:
-                    del running[gen]
-                    if not finished[seen[0]]:
-                        raise StoreError(f"a Ray task ended without its result (slice {seen[0]})") from None
-                    continue
-                try:
-                    _, read, final, value = ray.get(ref)
-                except ray.exceptions.RayTaskError as exc:
-                    cause = getattr(exc, "cause", None)   # the task's own error: one line, as in a local run
-                    if isinstance(cause, (VecbridgeError, OSError)):
-                        raise cause from None
-                    raise
-                if read > seen[1]:
-                    if on_progress:
-                        on_progress(read - seen[1])
-                    seen[1] = read
-                if final:
-                    results[seen[0]], finished[seen[0]] = value, True
-    finally:   # tasks still running are not cancelled: Ray 2.60's driver aborts (a failed internal check) when a
-        # cancelled streaming task's reply arrives after the cancellation. They stop with their job's driver (the
-        # CLI's process); until then they finish their slice, and a resume that overlaps them rewrites the same
-        # records with the same vectors (upserts by id)
-        running.clear()
+    # tasks still running when this stops are not cancelled (see distributed._run); they only read
+    while todo or running:
+        while todo and len(running) < workers:
+            i = todo.pop(0)
+            running[task.remote(body, first_s, second_s, i, units[i], shared_ref, options)] = [i, 0]
+        ready, _ = ray.wait(list(running), num_returns=1, timeout=1.0)
+        for gen in ready:
+            seen = running[gen]
+            try:
+                ref = next(gen)
+            except StopIteration:
+                del running[gen]
+                if not finished[seen[0]]:
+                    raise StoreError(f"a Ray task ended without its result (slice {seen[0]})") from None
+                continue
+            _, read, final, value = task_reply(ray, ref)
+            if read > seen[1]:
+                if on_progress:
+                    on_progress(read - seen[1])
+                seen[1] = read
+            if final:
+                results[seen[0]], finished[seen[0]] = value, True
     return results
 
 
@@ -370,7 +356,7 @@ def _drain(gen):
 def _plan(ray, src: Collection, tgt: Collection, spec: PairSpec, n: int, workers: int, batch_size: int):
     """The units of a pairing (key ranges of the source, or chunks of listed pairs) and what every task shares (the
     target's key index for ``field:NAME``)."""
-    _refuse_single_process((src, "source"), (tgt, "target"))
+    refuse_single_process_store((src, "source"), (tgt, "target"))
     if spec.kind == "file":
         return _chunks(read_pairs_file(spec.value), n, batch_size), None
     units = _ranges(src, n)
@@ -413,7 +399,7 @@ def fit_on_ray(source, target, *, pairs: "str | PairSpec" = "ids", method: str =
         raise InputError(f"{spec.value} carries the vectors of its pairs: the fit reads no collection, so there is "
                          f"nothing to spread over Ray: use --engine local")
     src, tgt, described, metric = open_pair(source, target, spec)
-    _refuse_single_process((src, "source"), (tgt, "target"))
+    refuse_single_process_store((src, "source"), (tgt, "target"))
     n = workers * int(ranges_per_worker)
     with _connected(ray_address, workers) as ray:
         units, index = _plan(ray, src, tgt, spec, n, workers, batch_size)
@@ -445,7 +431,7 @@ def verify_on_ray(source, target, alignment, *, tolerance: float = 1e-5, field: 
     alignment, _ = load_alignment(alignment)
     src, tgt = open_collection(source), open_collection(target)
     view = tgt.with_vector_field(field) if field is not None else tgt
-    _refuse_single_process((src, "source"), (tgt, "target"))
+    refuse_single_process_store((src, "source"), (tgt, "target"))
     s_info, t_info = src.info(), view.info()
     ranges = _ranges(src, workers * int(ranges_per_worker))
     with _connected(ray_address, workers) as ray:
@@ -496,7 +482,7 @@ def evaluate_on_ray(alignment, source, target, *, pairs: str = "ids", queries=No
     alignment, _ = load_alignment(alignment)
 
     def collect(src, tgt, pairs, *, holdout, max_pairs, seed):
-        _refuse_single_process((src, "source"), (tgt, "target"))
+        refuse_single_process_store((src, "source"), (tgt, "target"))
         with _connected(ray_address, workers) as ray:
             s, t, _ = sample_pairs_on_ray(ray, src, tgt, pairs, k=max_pairs, seed=seed, holdout=holdout,
                                           workers=workers, batch_size=batch_size, ranges_per_worker=ranges_per_worker)
@@ -546,7 +532,7 @@ def report_on_ray(old, new=None, *, workers: int = 2, ray_address: str | None = 
                                new_ids=list(t.ids))
 
     def find(old_c, new_c, *, sample, seed, pairs, key, model, text_field, seeds, unsupervised, unsupervised_params):
-        _refuse_single_process((old_c, "old collection"), (new_c, "new collection"))
+        refuse_single_process_store((old_c, "old collection"), (new_c, "new collection"))
         with _connected(ray_address, workers) as ray:
             if spec is not None:
                 found = gather(ray, old_c, new_c, spec.kind, spec.value, sample, seed)

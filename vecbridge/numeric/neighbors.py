@@ -161,6 +161,12 @@ def mutual_nearest_neighbours(X, Y, *, k_csls: int | None = 10, max_block_bytes:
     return np.stack([i[mutual], best_y[mutual]], axis=1), score_x[mutual]
 
 
+def _list_csls(idx, sim, r_own, r_other) -> np.ndarray:
+    """CSLS of each entry of top-k lists, ``2 cos - r_own(row) - r_other(entry)``; -inf at padding (index -1).
+    ``r_own`` holds one hubness term per list, ``r_other`` one per row of the other side."""
+    return np.where(idx >= 0, 2.0 * sim - r_other[np.maximum(idx, 0)] - r_own[:, None], -np.inf)
+
+
 def csls_mutual_from_knn(idx_xy, sim_xy, idx_yx, sim_yx, k_csls: int = 10):
     """CSLS mutual nearest neighbours from precomputed top-k lists in both directions (pad: index -1).
 
@@ -183,8 +189,7 @@ def csls_mutual_from_knn(idx_xy, sim_xy, idx_yx, sim_yx, k_csls: int = 10):
     empty = (np.empty((0, 2), np.int64), np.empty(0, np.float32), r_y, r_x)
     if n_x == 0 or n_y == 0 or idx_xy.shape[1] == 0 or idx_yx.shape[1] == 0:
         return empty
-    cs_x = np.where(idx_xy >= 0, 2.0 * sim_xy - r_x[np.maximum(idx_xy, 0)] - r_y[:, None], -np.inf)
-    cs_y = np.where(idx_yx >= 0, 2.0 * sim_yx - r_y[np.maximum(idx_yx, 0)] - r_x[:, None], -np.inf)
+    cs_x, cs_y = _list_csls(idx_xy, sim_xy, r_y, r_x), _list_csls(idx_yx, sim_yx, r_x, r_y)
     jx = cs_x.argmax(axis=1)
     best_y = idx_xy[np.arange(n_x), jx]
     best_x = idx_yx[np.arange(n_y), cs_y.argmax(axis=1)]
@@ -204,8 +209,7 @@ def runner_up_margin(idx_xy, sim_xy, idx_yx, sim_yx, pairs, r_y, r_x) -> np.ndar
         return np.empty(0, np.float32)
 
     def gap(idx, sim, rows, r_own, r_other):
-        idx, sim = np.asarray(idx)[rows], np.asarray(sim, dtype=np.float32)[rows]
-        cs = np.where(idx >= 0, 2.0 * sim - r_other[np.maximum(idx, 0)] - r_own[rows, None], -np.inf)
+        cs = _list_csls(np.asarray(idx)[rows], np.asarray(sim, dtype=np.float32)[rows], r_own[rows], r_other)
         if cs.shape[1] < 2:
             return np.zeros(len(rows), np.float32)
         top2 = -np.partition(-cs, 1, axis=1)[:, :2]
