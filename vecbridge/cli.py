@@ -779,6 +779,7 @@ def drift_history(config, plot_path, as_json):
     """Show past runs (and plot them)."""
     from pathlib import Path
 
+    from rich import box
     from rich.table import Table
 
     from .jobs.drift import DriftConfig, History
@@ -791,18 +792,23 @@ def drift_history(config, plot_path, as_json):
     if as_json:
         _print_json(rows)
         return
-    table = Table(title=f"drift history: {cfg.name} ({len(rows)} runs)")
-    for col in ("run", "at", "residual ratio", "retention", "centroid shift", "MMD p", "status"):
-        table.add_column(col)
+    # figures in a table that fits a terminal of 80 columns; a breach's reason is a sentence, printed under it
+    table = Table(title=f"drift history: {cfg.name} ({len(rows)} runs)", box=box.SIMPLE_HEAD)
+    for col in ("run", "at (UTC)", "residual", "retention", "centroid", "MMD p", "status"):
+        table.add_column(col, no_wrap=True)
+
     def fmt(m, k):
         return "-" if k not in m else "unreliable" if m[k] is None else f"{m[k]:.4g}"
 
     for r in rows:
         m = r["measures"]
-        table.add_row(str(r["id"]), r["at"], fmt(m, "residual_ratio"), fmt(m, "retention"),
-                      fmt(m, "centroid_shift"), fmt(m, "mmd_pvalue"),
-                      "BREACH: " + r["reason"] if r["breached"] else "ok")
-    _console().print(table)
+        table.add_row(str(r["id"]), r["at"][:16].replace("T", " "), fmt(m, "residual_ratio"), fmt(m, "retention"),
+                      fmt(m, "centroid_shift"), fmt(m, "mmd_pvalue"), "BREACH" if r["breached"] else "ok")
+    console = _console()
+    console.print(table)
+    for r in rows:
+        if r["breached"]:
+            console.print(f"run {r['id']}: {r['reason']}")
 
 
 @main.command()
