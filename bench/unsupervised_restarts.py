@@ -17,11 +17,12 @@ unit rows as the unsupervised map is, scored by the same ``top1`` (and ``top1_us
 ``OrthogonalProcrustes(center=True, scale=True)`` against the raw targets). The split does not depend on the seed, so
 the ceiling is one number per pair; ``top1_8k`` fits on all 8,000 fitting items.
 
-Methods: ``robust`` (restarts selected by ``vecbridge.align.validation``, VecMap starts, deterministic polish: the
-previous default), ``paper`` (``n_restarts=1, init="centroids", polish_iter=0``: the paper's single run) and
-``stochastic`` (the library defaults: ``robust`` plus VecMap's stochastic dictionary induction before the final
-polish, ``polish_stochastic_iter=45``). Which restart won, its init and every
-restart's validation are recorded. ``--timing`` also fits 10,000 + 10,000 vectors (all docs of both models; for
+Methods: ``robust`` (restarts selected by ``vecbridge.align.validation``, VecMap starts, deterministic CSLS polish),
+``paper`` (``n_restarts=1, init="centroids", polish_iter=0``: the paper's single run), ``stochastic`` (``robust``
+plus VecMap's stochastic dictionary induction before the final polish, ``polish_stochastic_iter=45``: the previous
+default) and ``transport`` (the library defaults: ``robust`` plus the transport polish, ``transport_iter=10``). Each
+fit also records the top-1 of its map after Refine-2, the polish and the transport phase. Which restart won, its
+init and every restart's validation are recorded. ``--timing`` also fits 10,000 + 10,000 vectors (all docs of both models; for
 timing only, so the sides share items) once per pair and method.
 
 Run: ``python bench/unsupervised_restarts.py [--corpora wordnet,foldoc] [--seeds 0,1,2] [--methods robust,paper]``;
@@ -51,9 +52,11 @@ DATA = ROOT.parent / "shared" / "data"
 MODELS = ("minilm6", "minilm3", "mpnet", "glove50")
 SENTENCE = ("minilm6", "minilm3", "mpnet")
 PAIRS = [(a, b) for a in SENTENCE for b in SENTENCE if a != b]
-METHODS = {"robust": {"polish_stochastic_iter": 0},
-           "paper": {"n_restarts": 1, "init": "centroids", "polish_iter": 0, "polish_stochastic_iter": 0},
-           "stochastic": {"polish_stochastic_iter": 45}}
+METHODS = {"robust": {"polish_stochastic_iter": 0, "transport_iter": 0},
+           "paper": {"n_restarts": 1, "init": "centroids", "polish_iter": 0, "polish_stochastic_iter": 0,
+                     "transport_iter": 0},
+           "stochastic": {"polish_stochastic_iter": 45, "transport_iter": 0},
+           "transport": {"polish_stochastic_iter": 0, "transport_iter": 10}}
 N_HELD, HALF = 2000, 4000
 
 
@@ -80,7 +83,11 @@ def one_fit(corpus, src, tgt, seed, method, params):
     paper = metrics.pair_quality(l2_normalize(Xh - est.source_mean_.astype(np.float32)) @ W,
                                  Yh - est.target_mean_.astype(np.float32))
     user = metrics.pair_quality(est.procrustes_.transform(Xh), Yh)
-    return {"corpus": corpus, "pair": f"{src}->{tgt}", "seed": seed, "method": method, "top1": paper.top1,
+    stage_top1 = {k: metrics.pair_quality(l2_normalize(Xh - est.source_mean_.astype(np.float32))
+                                          @ np.asarray(M, dtype=np.float32),
+                                          Yh - est.target_mean_.astype(np.float32)).top1
+                  for k, M in est.stage_matrices_.items() if k in ("refine2", "polish", "transport")}
+    return {"stage_top1": stage_top1, "corpus": corpus, "pair": f"{src}->{tgt}", "seed": seed, "method": method, "top1": paper.top1,
             "rank": paper.mean_rank, "top1_user": user.top1, "wall_s": wall, "cpu_s": cpu,
             "restart": getattr(est, "restart_", 0), "init": getattr(est, "init_", "centroids"),
             "restarts": getattr(est, "restarts_", []), "validation": getattr(est, "validation_", None),
@@ -199,7 +206,8 @@ def main(argv=None):
     result = {"machine": machine(), "params": params, "command": " ".join(sys.argv),
               "protocol": {"held_out": N_HELD, "half": HALF, "methods": {m: METHODS[m] for m in methods}}}
     old = json.loads(args.out.read_text()) if args.out.exists() else {}
-    key = lambda r: (r["corpus"], r["pair"], r["method"], r.get("seed"))  # noqa: E731
+    # a timing row is one per BLAS thread count, a quality row one per seed
+    key = lambda r: (r["corpus"], r["pair"], r["method"], r.get("seed", r.get("blas_threads")))  # noqa: E731
     quality = {key(r): r for r in old.get("quality", [])}
     timings = {key(r): r for r in old.get("timing", [])}
     ceilings = {(r["corpus"], r["pair"]): r for r in old.get("ceiling", [])}
@@ -219,7 +227,7 @@ def main(argv=None):
                         quality[key(r)] = r
                         print(f"{c} {r['pair']} {m} seed={seed}: top1={r['top1']:.3f} user={r['top1_user']:.3f} "
                               f"won={r['init']}#{r['restart']} of {len(r['restarts']) or 1} "
-                              f"[{gains(r)}] "
+                              f"[{gains(r)}] stages {({k: round(v, 3) for k, v in r['stage_top1'].items()})} "
                               f"{r['wall_s']:.0f}s load {r['load_before']:.1f}", flush=True)
                         args.out.write_text(json.dumps({**result, "quality": list(quality.values()),
                                                         "timing": list(timings.values()),

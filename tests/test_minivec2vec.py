@@ -217,7 +217,7 @@ def test_bad_parameters_and_paired_fitting_are_refused(small):
         MiniVec2Vec(n_restarts=0).fit(A, B)
     # the stochastic polish's parameters are checked before any work, like every other one
     for bad in (dict(polish_keep=0.0), dict(polish_keep=1.5), dict(polish_stochastic_iter=-1),
-                dict(polish_interval=0)):
+                dict(polish_interval=0), dict(transport_iter=-1), dict(transport_beta=0.0)):
         with pytest.raises(InputError, match=next(iter(bad))):
             MiniVec2Vec(**bad).fit(A, B)
     # no pairs, so none of the paired estimators' fitting methods (not even ones that would only raise)
@@ -230,7 +230,8 @@ def test_bad_parameters_and_paired_fitting_are_refused(small):
 def test_defaults_are_the_robust_path_and_the_paper_s_run_is_one_parameter_set_away():
     p = MiniVec2Vec().get_params()
     assert (p["init"], p["n_restarts"], p["polish_iter"]) == ("auto", 4, 10)
-    assert (p["polish_stochastic_iter"], p["polish_keep"], p["polish_interval"]) == (45, 0.1, 3)
+    assert (p["polish_stochastic_iter"], p["polish_keep"], p["polish_interval"]) == (0, 0.1, 3)
+    assert (p["transport_iter"], p["transport_beta"]) == (10, 20.0)
     est = MiniVec2Vec(**PAPER)
     assert est._schedule() == [("centroids", 20)]
     assert MiniVec2Vec()._schedule() == [("centroids", 20), ("vecmap", None), ("vecmap", None), ("centroids", 30)]
@@ -257,8 +258,8 @@ def test_restarts_are_validated_and_the_best_is_kept(small):
     assert all({"score", "gain", "agreement", "passed", "seconds"} <= set(r) for r in est.restarts_)
     best = max(est.restarts_, key=_restart_key)
     assert est.restart_ == best["restart"] and est.init_ == best["init"] and est.validation_["passed"]
-    assert {"validation", "refine1", "refine2", "polish"} <= set(est.timings_)
-    assert "polish" in est.stage_matrices_ and est.history_[-1]["stage"] == "polish"
+    assert {"validation", "refine1", "refine2", "polish", "transport"} <= set(est.timings_)
+    assert {"polish", "transport"} <= set(est.stage_matrices_) and est.history_[-1]["stage"] == "transport"
     assert metrics.pair_quality(est.transform(Xe), Ye).top1 > 0.97
     assert metrics.pair_quality(est.procrustes_.transform(Xe), Ye).top1 > 0.97
 
@@ -285,6 +286,26 @@ def test_stochastic_polish_runs_for_an_accepted_start_and_can_be_turned_off(smal
         assert metrics.pair_quality(plain.transform(Xe), Ye).top1 > 0.97
     paper = MiniVec2Vec(random_state=0, **dict(FAST, **PAPER))
     assert paper.fit(A, B) is paper and paper.polish_n_stochastic_ == 0 and paper.polish_objective_ == []
+
+
+def test_transport_polish_runs_last_for_an_accepted_start_and_can_be_turned_off(small):
+    """After the CSLS polish, rounds of Procrustes on an entropic transport plan: a stage of its own (matrix, history,
+    timing) for a start the validation accepts; ``transport_iter=0`` and ``polish_iter=0`` (the paper's run) skip it.
+    The map stays orthogonal and working."""
+    A, B, Xe, Ye = small
+    kw = dict(FAST, n_restarts=2, init="auto", restart_margin=0.0, polish_iter=3, polish_sample=600,
+              polish_stochastic_iter=0)
+    est = MiniVec2Vec(random_state=0, transport_iter=3, **kw).fit(A, B)
+    assert est.validation_["passed"] and est.history_[-1]["stage"] == "transport" and "transport" in est.timings_
+    W = est.stage_matrices_["transport"]
+    np.testing.assert_allclose(W @ W.T, np.eye(W.shape[0]), atol=1e-6)
+    assert not np.allclose(W, est.stage_matrices_["polish"])
+    assert metrics.pair_quality(est.transform(Xe), Ye).top1 > 0.97
+    off = MiniVec2Vec(random_state=0, transport_iter=0, **kw).fit(A, B)
+    assert "transport" not in off.stage_matrices_ and off.history_[-1]["stage"] == "polish"
+    np.testing.assert_array_equal(off.stage_matrices_["polish"], est.stage_matrices_["polish"])
+    paper = MiniVec2Vec(random_state=0, **dict(FAST, **PAPER)).fit(A, B)
+    assert not {"polish", "transport"} & set(paper.stage_matrices_)
 
 
 def test_vecmap_start_alone(small):
