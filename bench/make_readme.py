@@ -125,7 +125,8 @@ def unsupervised_robust(d: dict) -> dict:
     """mini-vec2vec as the paper runs it vs restarts chosen by the label-free validation, both corpora side by side."""
     import statistics
 
-    rows = d["quality"]
+    shared_rows = [r for r in d["quality"] if r.get("items") == "shared"]
+    rows = [r for r in d["quality"] if r.get("items", "disjoint") == "disjoint"]
     corpora = [c for c in ("wordnet", "foldoc") if any(r["corpus"] == c for r in rows)]
     methods = unique(r["method"] for r in rows)
     names = {"paper": "paper (one start)", "robust": "restarts + VecMap starts + CSLS polish",
@@ -161,7 +162,20 @@ def unsupervised_robust(d: dict) -> dict:
     ceiling = table(["pair", "corpus", "Procrustes on 4,000 true pairs", "on 8,000"],
                     [[arrow(r["pair"]), r["corpus"], f"{r['top1']:.3f}", f"{r['top1_8k']:.3f}"]
                      for r in sorted(d.get("ceiling", []), key=lambda r: (r["pair"], r["corpus"]))])
-    return {"quality": quality, "summary": summary, "timing": timing, "ceiling": ceiling}
+    ceil = {(r["corpus"], r["pair"]): r["top1_8k"] for r in d.get("ceiling", [])}
+    shared = table(["pair"] + [h for c in corpora for h in (f"{c}: top-1, seeds 0 / 1 / 2", f"{c}: 8,000 true pairs")],
+                   [[arrow(pair)] + [cell for c in corpora for cell in (
+                       " / ".join(f"{r['top1']:.3f}" for r in sorted(
+                           (r for r in shared_rows if (r["pair"], r["corpus"]) == (pair, c)), key=lambda r: r["seed"])),
+                       f"{ceil[c, pair]:.3f}" if (c, pair) in ceil else "-")]
+                    for pair in pairs if any(r["pair"] == pair for r in shared_rows)])
+    shared_summary = table(["corpus", "median top-1", "min", "fits >= 0.95", "saved map: median top-1"],
+                           [[c, f"{statistics.median(r['top1'] for r in rs):.3f}", f"{min(r['top1'] for r in rs):.3f}",
+                             f"{sum(r['top1'] >= 0.95 for r in rs)}/{len(rs)}",
+                             f"{statistics.median(r['top1_user'] for r in rs):.3f}"]
+                            for c in corpora for rs in [[r for r in shared_rows if r["corpus"] == c]] if rs])
+    return {"quality": quality, "summary": summary, "timing": timing, "ceiling": ceiling, "shared": shared,
+            "shared_summary": shared_summary}
 
 
 def geh_timing(d: dict) -> dict:

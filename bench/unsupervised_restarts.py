@@ -11,6 +11,10 @@ model embeds items 0..3,999 and the target model items 4,000..7,999: no item on 
 * ``top1_user``: ``est.procrustes_.transform(x)`` (what ``vecbridge fit --pairs unsupervised`` saves) against the raw
   target docs.
 
+``--items shared`` fits on the *same* 8,000 items on both sides instead (source rows 0..7,999, target rows the same
+items in a seeded shuffled order; no pair is given): two collections of one corpus, re-embedded, ids not shared.
+Quality is scored on the same 2,000 held-out items.
+
 ``--ceiling`` adds the supervised ceiling of every pair: orthogonal Procrustes fitted on the source half's 4,000
 *true* pairs (items 0..3,999 embedded by both models), each side centred on the mean of its fitted rows and scaled to
 unit rows as the unsupervised map is, scored by the same ``top1`` (and ``top1_user``: the same map as the affine
@@ -71,9 +75,12 @@ def machine() -> dict:
             "shared": "2 cores shared with two other workers' jobs (load averages recorded per fit)"}
 
 
-def one_fit(corpus, src, tgt, seed, method, params):
+def one_fit(corpus, src, tgt, seed, method, params, items="disjoint"):
     X, Y = load(corpus, src), load(corpus, tgt)
-    A, B = X[:HALF], Y[HALF:2 * HALF]
+    if items == "shared":   # the same 8,000 items on both sides, rows shuffled: no pair is given, none is unknowable
+        A, B = X[:2 * HALF], Y[np.random.default_rng(1000 + seed).permutation(2 * HALF)]
+    else:
+        A, B = X[:HALF], Y[HALF:2 * HALF]
     Xh, Yh = X[-N_HELD:], Y[-N_HELD:]
     load0 = os.getloadavg()[0]
     t, c = time.perf_counter(), time.process_time()
@@ -87,7 +94,7 @@ def one_fit(corpus, src, tgt, seed, method, params):
                                           @ np.asarray(M, dtype=np.float32),
                                           Yh - est.target_mean_.astype(np.float32)).top1
                   for k, M in est.stage_matrices_.items() if k in ("refine2", "polish", "transport")}
-    return {"stage_top1": stage_top1, "corpus": corpus, "pair": f"{src}->{tgt}", "seed": seed, "method": method, "top1": paper.top1,
+    return {"items": items, "stage_top1": stage_top1, "corpus": corpus, "pair": f"{src}->{tgt}", "seed": seed, "method": method, "top1": paper.top1,
             "rank": paper.mean_rank, "top1_user": user.top1, "wall_s": wall, "cpu_s": cpu,
             "restart": getattr(est, "restart_", 0), "init": getattr(est, "init_", "centroids"),
             "restarts": getattr(est, "restarts_", []), "validation": getattr(est, "validation_", None),
@@ -192,6 +199,8 @@ def main(argv=None):
     ap.add_argument("--timing", action="store_true", help="also time one 10k + 10k fit per corpus, pair and method")
     ap.add_argument("--timing-pairs", default="minilm6:mpnet,mpnet:minilm6,minilm6:minilm3")
     ap.add_argument("--no-quality", action="store_true")
+    ap.add_argument("--items", choices=("disjoint", "shared"), default="disjoint",
+                    help="fit on 4,000 + 4,000 disjoint items (default) or on the same 8,000 items, rows shuffled")
     ap.add_argument("--ceiling", action="store_true", help="also the supervised ceiling of every corpus and pair")
     ap.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "unsupervised_robust.json")
     args = ap.parse_args(argv)
@@ -207,7 +216,8 @@ def main(argv=None):
               "protocol": {"held_out": N_HELD, "half": HALF, "methods": {m: METHODS[m] for m in methods}}}
     old = json.loads(args.out.read_text()) if args.out.exists() else {}
     # a timing row is one per BLAS thread count, a quality row one per seed
-    key = lambda r: (r["corpus"], r["pair"], r["method"], r.get("seed", r.get("blas_threads")))  # noqa: E731
+    key = lambda r: (r["corpus"], r["pair"], r["method"], r.get("seed", r.get("blas_threads")),  # noqa: E731
+                     r.get("items", "disjoint"))
     quality = {key(r): r for r in old.get("quality", [])}
     timings = {key(r): r for r in old.get("timing", [])}
     ceilings = {(r["corpus"], r["pair"]): r for r in old.get("ceiling", [])}
@@ -223,9 +233,9 @@ def main(argv=None):
             for c in corpora:
                 for m in methods:
                     for seed in seeds:
-                        r = one_fit(c, src, tgt, seed, m, params)
+                        r = one_fit(c, src, tgt, seed, m, params, args.items)
                         quality[key(r)] = r
-                        print(f"{c} {r['pair']} {m} seed={seed}: top1={r['top1']:.3f} user={r['top1_user']:.3f} "
+                        print(f"{c} {r['pair']} {m} {args.items} seed={seed}: top1={r['top1']:.3f} user={r['top1_user']:.3f} "
                               f"won={r['init']}#{r['restart']} of {len(r['restarts']) or 1} "
                               f"[{gains(r)}] stages {({k: round(v, 3) for k, v in r['stage_top1'].items()})} "
                               f"{r['wall_s']:.0f}s load {r['load_before']:.1f}", flush=True)
