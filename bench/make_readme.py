@@ -145,15 +145,15 @@ def unsupervised_robust(d: dict) -> dict:
                 cells.append(" / ".join(f"{r['top1']:.3f}" for r in rs) + (f" ({won})" if m != "paper" and rs else ""))
             out_rows.append([arrow(pair), names.get(m, m)] + cells)
     quality = table(["pair", "method"] + [f"{c}: top-1, seeds 0 / 1 / 2" for c in corpora], out_rows)
-    summary_rows = []
-    for m in methods:
-        for c in corpora:
-            rs = [r for r in rows if r["method"] == m and r["corpus"] == c and r["pair"] in pairs]
-            summary_rows.append([names.get(m, m), c, f"{statistics.median(r['top1'] for r in rs):.3f}",
-                                 f"{min(r['top1'] for r in rs):.3f}", f"{sum(r['top1'] >= 0.95 for r in rs)}/{len(rs)}",
-                                 f"{statistics.median(r['top1_user'] for r in rs):.3f}"])
-    summary = table(["method", "corpus", "median top-1", "min", "fits >= 0.95", "saved map: median top-1"],
-                    summary_rows)
+    def spread(rs):   # the summary cells of a set of fits
+        return [f"{statistics.median(r['top1'] for r in rs):.3f}", f"{min(r['top1'] for r in rs):.3f}",
+                f"{sum(r['top1'] >= 0.95 for r in rs)}/{len(rs)}", f"{statistics.median(r['top1_user'] for r in rs):.3f}"]
+
+    spread_head = ["median top-1", "min", "fits >= 0.95", "saved map: median top-1"]
+    summary = table(["method", "corpus"] + spread_head,
+                    [[names.get(m, m), c] + spread([r for r in rows if r["method"] == m and r["corpus"] == c
+                                                    and r["pair"] in pairs])
+                     for m in methods for c in corpora])
     timing = table(["corpus", "pair", "method", "BLAS threads", "wall s", "CPU s", "starts run", "kept", "load"],
                    [[r["corpus"], arrow(r["pair"]), names.get(r["method"], r["method"]), r.get("blas_threads", "2"),
                      f"{r['wall_s']:.1f}", f"{r['cpu_s']:.1f}", r["n_restarts_run"], f"{r['init']} #{r['restart']}",
@@ -169,13 +169,16 @@ def unsupervised_robust(d: dict) -> dict:
                            (r for r in shared_rows if (r["pair"], r["corpus"]) == (pair, c)), key=lambda r: r["seed"])),
                        f"{ceil[c, pair]:.3f}" if (c, pair) in ceil else "-")]
                     for pair in pairs if any(r["pair"] == pair for r in shared_rows)])
-    shared_summary = table(["corpus", "median top-1", "min", "fits >= 0.95", "saved map: median top-1"],
-                           [[c, f"{statistics.median(r['top1'] for r in rs):.3f}", f"{min(r['top1'] for r in rs):.3f}",
-                             f"{sum(r['top1'] >= 0.95 for r in rs)}/{len(rs)}",
-                             f"{statistics.median(r['top1_user'] for r in rs):.3f}"]
-                            for c in corpora for rs in [[r for r in shared_rows if r["corpus"] == c]] if rs])
+    shared_summary = table(["corpus"] + spread_head,
+                           [[c] + spread(rs) for c in corpora
+                            for rs in [[r for r in shared_rows if r["corpus"] == c]] if rs])
+    sweeps = d.get("transport_sweep", [])
+    settings = [(v["transport_beta"], v["transport_iter"]) for v in sweeps[0]["variants"]] if sweeps else []
+    sweep = table(["corpus", "pair", "seed", "CSLS polish"] + [f"beta {b:g}, {n} rounds" for b, n in settings],
+                  [[r["corpus"], arrow(r["pair"]), r["seed"], f"{r['polish']:.3f}"]
+                   + [f"{v['top1']:.3f}" for v in r["variants"]] for r in sweeps])
     return {"quality": quality, "summary": summary, "timing": timing, "ceiling": ceiling, "shared": shared,
-            "shared_summary": shared_summary}
+            "shared_summary": shared_summary, "transport_sweep": sweep}
 
 
 def geh_timing(d: dict) -> dict:

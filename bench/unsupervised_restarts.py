@@ -26,8 +26,8 @@ Methods: ``robust`` (restarts selected by ``vecbridge.align.validation``, VecMap
 plus VecMap's stochastic dictionary induction before the final polish, ``polish_stochastic_iter=45``: the previous
 default) and ``transport`` (the library defaults: ``robust`` plus the transport polish, ``transport_iter=10``). Each
 fit also records the top-1 of its map after Refine-2, the polish and the transport phase. Which restart won, its
-init and every restart's validation are recorded. ``--timing`` also fits 10,000 + 10,000 vectors (all docs of both models; for
-timing only, so the sides share items) once per pair and method.
+init and every restart's validation are recorded. ``--timing`` also fits 10,000 + 10,000 vectors (all docs of both
+models; for timing only, so the sides share items) once per pair and method.
 
 Run: ``python bench/unsupervised_restarts.py [--corpora wordnet,foldoc] [--seeds 0,1,2] [--methods robust,paper]``;
 writes bench/results/unsupervised_robust.json (parts not rerun are kept) and prints Markdown tables.
@@ -75,6 +75,13 @@ def machine() -> dict:
             "shared": "2 cores shared with two other workers' jobs (load averages recorded per fit)"}
 
 
+def held_out_quality(est, Xh, Yh):
+    """The paper's protocol as a function of a map W: ``normalize(x - mu_A) @ W`` against ``y - mu_B``."""
+    xs = l2_normalize(Xh - est.source_mean_.astype(np.float32))
+    ys = Yh - est.target_mean_.astype(np.float32)
+    return lambda W: metrics.pair_quality(xs @ np.asarray(W, dtype=np.float32), ys)
+
+
 def one_fit(corpus, src, tgt, seed, method, params, items="disjoint"):
     X, Y = load(corpus, src), load(corpus, tgt)
     if items == "shared":   # the same 8,000 items on both sides, rows shuffled: no pair is given, none is unknowable
@@ -86,16 +93,13 @@ def one_fit(corpus, src, tgt, seed, method, params, items="disjoint"):
     t, c = time.perf_counter(), time.process_time()
     est = MiniVec2Vec(random_state=seed, **{**METHODS[method], **params}).fit(A, B)
     wall, cpu = time.perf_counter() - t, time.process_time() - c
-    W = est.matrix_.astype(np.float32)
-    paper = metrics.pair_quality(l2_normalize(Xh - est.source_mean_.astype(np.float32)) @ W,
-                                 Yh - est.target_mean_.astype(np.float32))
+    paper_quality = held_out_quality(est, Xh, Yh)
+    paper = paper_quality(est.matrix_)
     user = metrics.pair_quality(est.procrustes_.transform(Xh), Yh)
-    stage_top1 = {k: metrics.pair_quality(l2_normalize(Xh - est.source_mean_.astype(np.float32))
-                                          @ np.asarray(M, dtype=np.float32),
-                                          Yh - est.target_mean_.astype(np.float32)).top1
-                  for k, M in est.stage_matrices_.items() if k in ("refine2", "polish", "transport")}
-    return {"items": items, "stage_top1": stage_top1, "corpus": corpus, "pair": f"{src}->{tgt}", "seed": seed, "method": method, "top1": paper.top1,
-            "rank": paper.mean_rank, "top1_user": user.top1, "wall_s": wall, "cpu_s": cpu,
+    stage_top1 = {k: paper_quality(M).top1 for k, M in est.stage_matrices_.items()
+                  if k in ("refine2", "polish", "transport")}
+    return {"items": items, "stage_top1": stage_top1, "corpus": corpus, "pair": f"{src}->{tgt}", "seed": seed,
+            "method": method, "top1": paper.top1, "rank": paper.mean_rank, "top1_user": user.top1, "wall_s": wall, "cpu_s": cpu,
             "restart": getattr(est, "restart_", 0), "init": getattr(est, "init_", "centroids"),
             "restarts": getattr(est, "restarts_", []), "validation": getattr(est, "validation_", None),
             "stage_s": est.timings_, "load_before": load0, "load_after": os.getloadavg()[0]}
@@ -130,6 +134,25 @@ def timing(corpus, src, tgt, method, params):
             "restart": getattr(est, "restart_", 0), "init": getattr(est, "init_", "centroids"),
             "n_restarts_run": len(getattr(est, "restarts_", [])) or 1, "load_before": load0,
             "blas_threads": os.environ.get("OPENBLAS_NUM_THREADS", "default")}
+
+
+SWEEP = [(20.0, 10), (15.0, 10), (25.0, 10), (20.0, 20)]   # (transport_beta, transport_iter); the default first
+
+
+def transport_sweep(corpus, src, tgt, seed):
+    """The transport polish's settings from one fit's polished map (disjoint halves, as ``one_fit``): the fit runs
+    without it, then each ``(transport_beta, transport_iter)`` of ``SWEEP`` refines the same polished map."""
+    X, Y = load(corpus, src), load(corpus, tgt)
+    est = MiniVec2Vec(random_state=seed, polish_stochastic_iter=0, transport_iter=0).fit(X[:HALF], Y[HALF:2 * HALF])
+    a = l2_normalize(X[:HALF] - est.source_mean_.astype(np.float32))     # the polish rows (all: HALF <= polish_sample)
+    b = l2_normalize(Y[HALF:2 * HALF] - est.target_mean_.astype(np.float32))
+    quality = held_out_quality(est, X[-N_HELD:], Y[-N_HELD:])
+    W = est.stage_matrices_["polish"]
+    out = {"corpus": corpus, "pair": f"{src}->{tgt}", "seed": seed, "polish": quality(W).top1, "variants": []}
+    for beta, n in SWEEP:
+        refined = est.set_params(transport_beta=beta, transport_iter=n)._transport(a, b, W)
+        out["variants"].append({"transport_beta": beta, "transport_iter": n, "top1": quality(refined).top1})
+    return out
 
 
 def won_label(r: dict) -> str:
@@ -202,6 +225,8 @@ def main(argv=None):
     ap.add_argument("--items", choices=("disjoint", "shared"), default="disjoint",
                     help="fit on 4,000 + 4,000 disjoint items (default) or on the same 8,000 items, rows shuffled")
     ap.add_argument("--ceiling", action="store_true", help="also the supervised ceiling of every corpus and pair")
+    ap.add_argument("--transport-sweep", action="store_true",
+                    help="also the transport polish's settings from each fit's polished map (every seed, pair, corpus)")
     ap.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "unsupervised_robust.json")
     args = ap.parse_args(argv)
     corpora = args.corpora.split(",")
@@ -221,6 +246,16 @@ def main(argv=None):
     quality = {key(r): r for r in old.get("quality", [])}
     timings = {key(r): r for r in old.get("timing", [])}
     ceilings = {(r["corpus"], r["pair"]): r for r in old.get("ceiling", [])}
+    sweeps = {(r["corpus"], r["pair"], r["seed"]): r for r in old.get("transport_sweep", [])}
+    if args.transport_sweep:
+        for src, tgt in pairs:
+            for c in corpora:
+                for seed in seeds:
+                    r = transport_sweep(c, src, tgt, seed)
+                    sweeps[c, r["pair"], seed] = r
+                    print(f"sweep {c} {r['pair']} seed={seed}: polish {r['polish']:.3f} " + " ".join(
+                        f"b{v['transport_beta']:g}x{v['transport_iter']} {v['top1']:.3f}" for v in r["variants"]),
+                          flush=True)
     if args.ceiling:
         for src, tgt in pairs:
             for c in corpora:
@@ -235,13 +270,16 @@ def main(argv=None):
                     for seed in seeds:
                         r = one_fit(c, src, tgt, seed, m, params, args.items)
                         quality[key(r)] = r
-                        print(f"{c} {r['pair']} {m} {args.items} seed={seed}: top1={r['top1']:.3f} user={r['top1_user']:.3f} "
+                        print(f"{c} {r['pair']} {m} {args.items} seed={seed}: top1={r['top1']:.3f} "
+                              f"user={r['top1_user']:.3f} "
                               f"won={r['init']}#{r['restart']} of {len(r['restarts']) or 1} "
                               f"[{gains(r)}] stages {({k: round(v, 3) for k, v in r['stage_top1'].items()})} "
                               f"{r['wall_s']:.0f}s load {r['load_before']:.1f}", flush=True)
                         args.out.write_text(json.dumps({**result, "quality": list(quality.values()),
                                                         "timing": list(timings.values()),
-                                                        "ceiling": list(ceilings.values())}, indent=1, default=float))
+                                                        "ceiling": list(ceilings.values()),
+                                                        "transport_sweep": list(sweeps.values())},
+                                                       indent=1, default=float))
     if args.timing:
         for pair in args.timing_pairs.split(","):
             src, tgt = pair.split(":")
@@ -253,7 +291,7 @@ def main(argv=None):
                           f"{ {k: round(v, 1) for k, v in r['stage_s'].items()} } load {r['load_before']:.1f}",
                           flush=True)
     result["quality"], result["timing"] = list(quality.values()), list(timings.values())
-    result["ceiling"] = list(ceilings.values())
+    result["ceiling"], result["transport_sweep"] = list(ceilings.values()), list(sweeps.values())
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=1, default=float))
     print()

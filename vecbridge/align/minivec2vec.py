@@ -141,7 +141,7 @@ from ..vectors import l2_normalize
 from .base import LinearTransform
 from .procrustes import OrthogonalProcrustes
 from .validation import GAIN_MIN, MAX_ROWS, MIN_ROWS, null_distribution, validate_map
-from .vecmap import csls_dictionary, fit_vecmap, self_learning
+from .vecmap import csls_dictionary, fit_vecmap, mapped_factors, self_learning
 
 QAP_SOLVERS = ("2opt", "scipy")
 SIMILARITIES = ("cosine", "gram")
@@ -391,9 +391,9 @@ class MiniVec2Vec(LinearTransform):
     transport_beta : float, default 20
         Inverse temperature of that plan on cosine similarity (large: close to a one-to-one matching). Measured
         from the polished map on three fits of both corpora (FOLDOC minilm6 -> minilm3 and -> mpnet, WordNet
-        minilm3 -> mpnet), 10 rounds each: beta 20 gives top-1 0.916 / 0.943 / 0.842, beta 15 0.905 / 0.938 /
-        0.839, beta 25 0.906 / 0.938 / 0.834; 20 rounds 0.914 / 0.947 / 0.852; a colder plan after it (beta 40) or
-        a CSLS polish after it lowers all three; Sinkhorn iterations beyond 30 change nothing.
+        minilm3 -> mpnet; ``bench/unsupervised_restarts.py --transport-sweep``), 10 rounds each: beta 20 gives
+        top-1 0.916 / 0.943 / 0.842, beta 15 0.905 / 0.938 / 0.839, beta 25 0.906 / 0.938 / 0.835; 20 rounds at
+        beta 20 0.914 / 0.947 / 0.852.
 
     Attributes
     ----------
@@ -652,9 +652,7 @@ class MiniVec2Vec(LinearTransform):
         self.polish_n_stochastic_ = len(self.polish_objective_)
         last = -np.inf
         for _ in range(self.polish_iter):   # VecMap's final phase: no dropout, until the objective stops gaining
-            W32 = np.asarray(W, dtype=np.float32)
-            P, Q = (a, b @ W32.T) if a.shape[1] <= b.shape[1] else (a @ W32, b)
-            src, tgt, obj = csls_dictionary(P, Q, k=10)
+            src, tgt, obj = csls_dictionary(*mapped_factors(a, b, W), k=10)
             self.polish_objective_.append(obj)
             if obj < last + 1e-4:
                 break
@@ -668,9 +666,8 @@ class MiniVec2Vec(LinearTransform):
         softly to many rows of the other side, with each row's total mass fixed, instead of to its single best
         match. Returns the map."""
         for _ in range(self.transport_iter):
-            W32 = np.asarray(W, dtype=np.float32)
-            S = a @ (b @ W32.T).T if a.shape[1] <= b.shape[1] else (a @ W32) @ b.T
-            plan = sinkhorn_plan(S, self.transport_beta)
+            P, Q = mapped_factors(a, b, W)
+            plan = sinkhorn_plan(P @ Q.T, self.transport_beta)
             W = procrustes_rotation(a, plan @ b)
         return W
 

@@ -125,6 +125,13 @@ def profile_dictionary(A: np.ndarray, B: np.ndarray, *, k: int = 10):
     return src, tgt
 
 
+def mapped_factors(A: np.ndarray, B: np.ndarray, W: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``(P, Q)`` with ``P @ Q.T == (A @ W) @ B.T``, each side in the smaller of the two dimensions (``W``: d_src x
+    d_tgt), so the similarities of mapped source rows to target rows cost the least."""
+    W32 = np.asarray(W, dtype=np.float32)
+    return (A, B @ W32.T) if A.shape[1] <= B.shape[1] else (A @ W32, B)
+
+
 def self_learning(A: np.ndarray, B: np.ndarray, W: np.ndarray, rng: np.random.Generator, *, max_iter: int = 80,
                   k: int = 10, stochastic_initial: float = 0.1, stochastic_multiplier: float = 2.0,
                   stochastic_interval: int = 50, threshold: float = 1e-6):
@@ -133,10 +140,7 @@ def self_learning(A: np.ndarray, B: np.ndarray, W: np.ndarray, rng: np.random.Ge
     Returns ``(W, objectives, n_iter)``."""
     p, best, stall, objectives = float(stochastic_initial), -np.inf, 0, []
     for _ in range(int(max_iter)):
-        W32 = W.astype(np.float32)
-        # S = (A W) B^T, computed in the smaller of the two dimensions
-        P, Q = (A, B @ W32.T) if A.shape[1] <= B.shape[1] else (A @ W32, B)
-        src, tgt, obj = csls_dictionary(P, Q, k=k, keep=p, rng=rng)
+        src, tgt, obj = csls_dictionary(*mapped_factors(A, B, W), k=k, keep=p, rng=rng)
         objectives.append(obj)
         W = procrustes_rotation(A[src], B[tgt])
         if obj > best + threshold:
