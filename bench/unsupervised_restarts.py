@@ -49,6 +49,7 @@ from vecbridge import metrics
 from vecbridge.align.minivec2vec import MiniVec2Vec
 from vecbridge.align.procrustes import OrthogonalProcrustes
 from vecbridge.numeric.linalg import procrustes_rotation
+from vecbridge.numeric.transport import transport_procrustes
 from vecbridge.vectors import l2_normalize
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -150,7 +151,7 @@ def transport_sweep(corpus, src, tgt, seed):
     W = est.stage_matrices_["polish"]
     out = {"corpus": corpus, "pair": f"{src}->{tgt}", "seed": seed, "polish": quality(W).top1, "variants": []}
     for beta, n in SWEEP:
-        refined = est.set_params(transport_beta=beta, transport_iter=n)._transport(a, b, W)
+        refined = transport_procrustes(a, b, W, n_iter=n, beta=beta)
         out["variants"].append({"transport_beta": beta, "transport_iter": n, "top1": quality(refined).top1})
     return out
 

@@ -28,3 +28,21 @@ def test_a_cold_plan_is_the_one_to_one_matching_and_never_nan():
     assert np.isfinite(sinkhorn_plan(S, 1e5)).all()     # every entry but each row's maximum underflows
     # hot: the plan spreads each row's mass over many columns
     assert (sinkhorn_plan(S, 0.01).max(axis=1) < 2.0 / 40 / 40).all()
+
+
+def test_transport_procrustes_pulls_a_perturbed_map_back_to_the_true_rotation():
+    """Unpaired rows (the target side shuffled) of one cloud under a known rotation: from a perturbed start, rounds
+    of Procrustes on the transport plan land nearer the true map than the start, across dimensions too."""
+    from vecbridge.numeric.linalg import polar
+    from vecbridge.numeric.transport import transport_procrustes
+
+    rng = np.random.default_rng(2)
+    X = rng.normal(size=(400, 12)).astype(np.float32)
+    X /= np.linalg.norm(X, axis=1, keepdims=True)
+    for d_out in (12, 20):
+        R = polar(rng.normal(size=(12, d_out)))
+        Y = (X @ R).astype(np.float32)[rng.permutation(400)]
+        start = polar(R + 0.15 * rng.normal(size=R.shape))
+        W = transport_procrustes(X, Y, start, n_iter=5, beta=50.0)
+        assert W.shape == R.shape
+        assert np.linalg.norm(W - R) < 0.5 * np.linalg.norm(start - R)

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from vecbridge import metrics
-from vecbridge.align.vecmap import VecMap, csls_dictionary, profile_dictionary, similarity_profiles
+from vecbridge.align.vecmap import VecMap, _transposed, csls_dictionary, profile_dictionary, similarity_profiles
 from vecbridge.errors import InputError
 from vecbridge.vectors import l2_normalize
 
@@ -75,6 +75,15 @@ def _csls_reference(P, Q, k, keep, rng):
             C[rng.random(C.shape, dtype=np.float32) >= keep] = -np.inf
         best.append(C.argmax(axis=1))
     return best, obj
+
+
+def test_tiled_transpose_is_the_transpose_on_ragged_tiles():
+    rng = np.random.default_rng(3)
+    for shape in ((300, 300), (257, 700), (5, 1000)):
+        S = rng.normal(size=shape).astype(np.float32)
+        T = _transposed(S, block=64)
+        assert T.flags.c_contiguous
+        np.testing.assert_array_equal(T, S.T)
 
 
 def test_csls_dictionary_matches_the_definition():

@@ -133,15 +133,15 @@ from .._blas import one_blas_thread
 from ..errors import InputError
 from ..numeric.estimator import Boolean, Integer, OneOf, RandomState, Real, optional
 from ..numeric.kmeans import kmeans
-from ..numeric.linalg import polar, procrustes_rotation
+from ..numeric.linalg import mapped_factors, polar, procrustes_rotation
 from ..numeric.neighbors import BACKENDS, knn, mutual_nearest_neighbours
-from ..numeric.transport import sinkhorn_plan
+from ..numeric.transport import transport_procrustes
 from ..validation import check_vectors
 from ..vectors import l2_normalize
 from .base import LinearTransform
 from .procrustes import OrthogonalProcrustes
 from .validation import GAIN_MIN, MAX_ROWS, MIN_ROWS, null_distribution, validate_map
-from .vecmap import csls_dictionary, fit_vecmap, mapped_factors, self_learning
+from .vecmap import csls_dictionary, fit_vecmap, self_learning
 
 QAP_SOLVERS = ("2opt", "scipy")
 SIMILARITIES = ("cosine", "gram")
@@ -609,7 +609,7 @@ class MiniVec2Vec(LinearTransform):
             lap("polish")
         if self.polish_iter and self.transport_iter and accepted:
             W_prev = W
-            W = self._transport(a, b, W)
+            W = transport_procrustes(a, b, W, n_iter=self.transport_iter, beta=self.transport_beta)
             self.history_.append(self._diagnose("transport", A, B, W, W_prev, r_diag))
             self.stage_matrices_["transport"] = W
             lap("transport")
@@ -658,17 +658,6 @@ class MiniVec2Vec(LinearTransform):
                 break
             last = obj
             W = procrustes_rotation(a[src], b[tgt])
-        return W
-
-    def _transport(self, a, b, W):
-        """``transport_iter`` rounds of Procrustes on the entropic optimal-transport plan between the mapped rows
-        ``a @ W`` and ``b`` (inverse temperature ``transport_beta`` on cosine similarity): every row is matched
-        softly to many rows of the other side, with each row's total mass fixed, instead of to its single best
-        match. Returns the map."""
-        for _ in range(self.transport_iter):
-            P, Q = mapped_factors(a, b, W)
-            plan = sinkhorn_plan(P @ Q.T, self.transport_beta)
-            W = procrustes_rotation(a, plan @ b)
         return W
 
     # --- restarts (ours) ----------------------------------------------------------------------------------------

@@ -55,7 +55,7 @@ import numpy as np
 from .._blas import one_blas_thread
 from ..errors import InputError
 from ..numeric.estimator import Integer, RandomState, Real
-from ..numeric.linalg import procrustes_rotation
+from ..numeric.linalg import mapped_factors, procrustes_rotation
 from ..validation import check_vectors
 from ..vectors import l2_normalize
 from .base import LinearTransform
@@ -75,6 +75,18 @@ def similarity_profiles(X: np.ndarray) -> np.ndarray:
     M = ((U * s) @ U.T).astype(np.float32)      # sqrt(X X^T) = U S U^T
     M = -np.sort(-M, axis=1)
     return _unit_centre_unit(M)
+
+
+def _transposed(S: np.ndarray, block: int = 256) -> np.ndarray:
+    """A C-contiguous copy of ``S.T``, tile by tile: the same values as ``np.ascontiguousarray(S.T)``, whose strided
+    copy misses the cache on every element (3,000 x 3,000 float32 on one core: 55 ms against 9 ms; 5,000 x 5,000:
+    164 ms against 45 ms; the strided copy was a quarter of one self-learning iteration)."""
+    n, m = S.shape
+    out = np.empty((m, n), dtype=S.dtype)
+    for i in range(0, n, block):
+        for j in range(0, m, block):
+            out[j:j + block, i:i + block] = S[i:i + block, j:j + block].T
+    return out
 
 
 def _top_mean(S: np.ndarray, k: int) -> np.ndarray:
@@ -97,7 +109,7 @@ def csls_dictionary(P: np.ndarray, Q: np.ndarray, *, k: int = 10, keep: float = 
     if keep < 1.0 and rng is None:
         raise InputError("stochastic dictionary induction needs a random generator")
     S = P @ Q.T
-    St = np.ascontiguousarray(S.T)   # one product, its transpose copied (row-wise reductions in both directions)
+    St = _transposed(S)              # one product, its transpose copied (row-wise reductions in both directions)
     r_t = _top_mean(S, k)            # r_T(i): mean similarity of source row i to its k nearest target rows
     r_s = _top_mean(St, k)           # r_S(j)
     objective = 0.0
@@ -123,13 +135,6 @@ def profile_dictionary(A: np.ndarray, B: np.ndarray, *, k: int = 10):
         raise InputError(f"similarity profiles need samples of one size, got {len(A)} and {len(B)} rows")
     src, tgt, _ = csls_dictionary(Pa, Pb, k=k)
     return src, tgt
-
-
-def mapped_factors(A: np.ndarray, B: np.ndarray, W: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """``(P, Q)`` with ``P @ Q.T == (A @ W) @ B.T``, each side in the smaller of the two dimensions (``W``: d_src x
-    d_tgt), so the similarities of mapped source rows to target rows cost the least."""
-    W32 = np.asarray(W, dtype=np.float32)
-    return (A, B @ W32.T) if A.shape[1] <= B.shape[1] else (A @ W32, B)
 
 
 def self_learning(A: np.ndarray, B: np.ndarray, W: np.ndarray, rng: np.random.Generator, *, max_iter: int = 80,

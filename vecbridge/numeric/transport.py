@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from .linalg import mapped_factors, procrustes_rotation
+
 
 def sinkhorn_plan(S: np.ndarray, beta: float, *, n_iter: int = 30) -> np.ndarray:
     """The entropic transport plan between the rows and the columns of the similarity matrix ``S`` (n x m), uniform
@@ -26,3 +28,16 @@ def sinkhorn_plan(S: np.ndarray, beta: float, *, n_iter: int = 30) -> np.ndarray
     K *= u[:, None]
     K *= v[None, :]
     return K
+
+
+def transport_procrustes(A: np.ndarray, B: np.ndarray, W: np.ndarray, *, n_iter: int = 10,
+                         beta: float = 20.0) -> np.ndarray:
+    """``n_iter`` rounds of orthogonal Procrustes on the entropic transport plan between the mapped rows ``A @ W``
+    and the rows of ``B`` (unit rows; inverse temperature ``beta`` on their cosines): the coupling of "Unsupervised
+    Alignment of Embeddings with Wasserstein Procrustes" (Grave et al., AISTATS 2019) with Sinkhorn's plan. Each row
+    is matched softly to its plausible partners, every row's total mass fixed, instead of to its single nearest
+    row, so a refit averages out the error of any one match. ``W``: d_src x d_tgt. Returns the refined map."""
+    for _ in range(int(n_iter)):
+        P, Q = mapped_factors(A, B, W)
+        W = procrustes_rotation(A, sinkhorn_plan(P @ Q.T, beta) @ B)
+    return W
