@@ -264,6 +264,29 @@ def test_restarts_are_validated_and_the_best_is_kept(small):
     assert metrics.pair_quality(est.procrustes_.transform(Xe), Ye).top1 > 0.97
 
 
+def test_starts_side_by_side_keep_what_one_after_another_keeps(small):
+    """With ``n_jobs=2`` the starts after the first run in threads and their results are taken in schedule order:
+    the records, the kept start and the map equal a one-after-another search on one BLAS thread."""
+    from threadpoolctl import threadpool_limits
+
+    A, B, _, _ = small
+    kw = dict(FAST, n_restarts=4, init="auto", restart_margin=100.0, vecmap_sample=500, vecmap_iter=10,
+              polish_iter=3)
+    with threadpool_limits(1):   # the side-by-side starts run on one BLAS thread each; so does the rest here
+        one = MiniVec2Vec(random_state=0, n_jobs=1, **kw).fit(A, B)
+        two = MiniVec2Vec(random_state=0, n_jobs=2, **kw).fit(A, B)
+
+    def records(est):
+        return [{k: v for k, v in r.items() if k != "seconds"} for r in est.restarts_]
+
+    assert len(two.restarts_) == 4 and records(two) == records(one)
+    assert (two.restart_, two.init_, two.n_pairs_) == (one.restart_, one.init_, one.n_pairs_)
+    np.testing.assert_array_equal(two.matrix_, one.matrix_)
+    assert two.get_params()["n_jobs"] == 2
+    with pytest.raises(InputError, match="n_jobs"):
+        MiniVec2Vec(n_jobs=0).fit(A, B)
+
+
 def test_a_clear_pass_stops_the_restarts_early(small):
     A, B, _, _ = small
     est = MiniVec2Vec(random_state=0, **dict(FAST, n_restarts=4, init="auto", restart_margin=0.0)).fit(A, B)
