@@ -154,11 +154,13 @@ def unsupervised_robust(d: dict) -> dict:
                     [[names.get(m, m), c] + spread([r for r in rows if r["method"] == m and r["corpus"] == c
                                                     and r["pair"] in pairs])
                      for m in methods for c in corpora])
-    timing = table(["corpus", "pair", "method", "BLAS threads", "wall s", "CPU s", "starts run", "kept", "load"],
+    timing = table(["corpus", "pair", "method", "BLAS threads", "starts at a time", "wall s (median)", "runs",
+                    "CPU s", "starts run", "kept", "load"],
                    [[r["corpus"], arrow(r["pair"]), names.get(r["method"], r["method"]), r.get("blas_threads", "2"),
-                     f"{r['wall_s']:.1f}", f"{r['cpu_s']:.1f}", r["n_restarts_run"], f"{r['init']} #{r['restart']}",
-                     f"{r['load_before']:.1f}"]
-                    for r in sorted(d["timing"], key=lambda r: (r["corpus"] != "wordnet", r["pair"], r["method"]))])
+                     r.get("n_jobs", 1), f"{r['wall_s']:.1f}", len(r.get("wall_runs", [0])), f"{r['cpu_s']:.1f}",
+                     r["n_restarts_run"], f"{r['init']} #{r['restart']}", f"{r['load_before']:.1f}"]
+                    for r in sorted(d["timing"], key=lambda r: (r["corpus"] != "wordnet", r["pair"], r["method"],
+                                                                 r.get("blas_threads", "2"), r.get("n_jobs", 1)))])
     ceiling = table(["pair", "corpus", "Procrustes on 4,000 true pairs", "on 8,000"],
                     [[arrow(r["pair"]), r["corpus"], f"{r['top1']:.3f}", f"{r['top1_8k']:.3f}"]
                      for r in sorted(d.get("ceiling", []), key=lambda r: (r["pair"], r["corpus"]))])

@@ -27,7 +27,8 @@ plus VecMap's stochastic dictionary induction before the final polish, ``polish_
 default) and ``transport`` (the library defaults: ``robust`` plus the transport polish, ``transport_iter=10``). Each
 fit also records the top-1 of its map after Refine-2, the polish and the transport phase. Which restart won, its
 init and every restart's validation are recorded. ``--timing`` also fits 10,000 + 10,000 vectors (all docs of both
-models; for timing only, so the sides share items) once per pair and method.
+models; for timing only, so the sides share items) per pair, method and ``n_jobs`` setting (``--timing-jobs 1,2``:
+starts one after another against side by side, alternating; ``--timing-repeats``: rounds, the median reported).
 
 Run: ``python bench/unsupervised_restarts.py [--corpora wordnet,foldoc] [--seeds 0,1,2] [--methods robust,paper]``;
 writes bench/results/unsupervised_robust.json (parts not rerun are kept) and prints Markdown tables.
@@ -125,16 +126,28 @@ def ceiling(corpus, src, tgt):
     return out
 
 
-def timing(corpus, src, tgt, method, params):
+def timing(corpus, src, tgt, method, params, jobs=(2,), repeats=1):
+    """One 10k + 10k fit per ``n_jobs`` setting, ``repeats`` rounds, the settings alternating within a round (so load
+    drifting on a shared machine hits each alike). One row per setting: the median round's figures, every wall."""
     X, Y = load(corpus, src), load(corpus, tgt)
-    load0 = os.getloadavg()[0]
-    t, c = time.perf_counter(), time.process_time()
-    est = MiniVec2Vec(random_state=0, **{**METHODS[method], **params}).fit(X, Y)
-    return {"corpus": corpus, "pair": f"{src}->{tgt}", "method": method, "n_per_side": len(X),
-            "wall_s": time.perf_counter() - t, "cpu_s": time.process_time() - c, "stage_s": est.timings_,
-            "restart": getattr(est, "restart_", 0), "init": getattr(est, "init_", "centroids"),
-            "n_restarts_run": len(getattr(est, "restarts_", [])) or 1, "load_before": load0,
-            "blas_threads": os.environ.get("OPENBLAS_NUM_THREADS", "default")}
+    runs = {n: [] for n in jobs}
+    for _ in range(repeats):
+        for n in jobs:
+            load0 = os.getloadavg()[0]
+            t, c = time.perf_counter(), time.process_time()
+            est = MiniVec2Vec(random_state=0, **{**METHODS[method], **params, "n_jobs": n}).fit(X, Y)
+            runs[n].append({"corpus": corpus, "pair": f"{src}->{tgt}", "method": method, "n_per_side": len(X),
+                            "n_jobs": n, "wall_s": time.perf_counter() - t, "cpu_s": time.process_time() - c,
+                            "stage_s": est.timings_, "restart": getattr(est, "restart_", 0),
+                            "init": getattr(est, "init_", "centroids"),
+                            "n_restarts_run": len(getattr(est, "restarts_", [])) or 1, "load_before": load0,
+                            "blas_threads": os.environ.get("OPENBLAS_NUM_THREADS", "default")})
+    rows = []
+    for rs in runs.values():
+        walls = [r["wall_s"] for r in rs]
+        rows.append({**sorted(rs, key=lambda r: r["wall_s"])[len(rs) // 2], "wall_runs": walls,
+                     "wall_s": statistics.median(walls)})
+    return rows
 
 
 SWEEP = [(20.0, 10), (15.0, 10), (25.0, 10), (20.0, 20)]   # (transport_beta, transport_iter); the default first
@@ -222,6 +235,8 @@ def main(argv=None):
     ap.add_argument("--params", default="{}", help="JSON of MiniVec2Vec parameters to override (all methods)")
     ap.add_argument("--timing", action="store_true", help="also time one 10k + 10k fit per corpus, pair and method")
     ap.add_argument("--timing-pairs", default="minilm6:mpnet,mpnet:minilm6,minilm6:minilm3")
+    ap.add_argument("--timing-jobs", default="2", help="n_jobs settings to time, alternating (e.g. 1,2)")
+    ap.add_argument("--timing-repeats", type=int, default=1, help="rounds of the timing fits (median reported)")
     ap.add_argument("--no-quality", action="store_true")
     ap.add_argument("--items", choices=("disjoint", "shared"), default="disjoint",
                     help="fit on 4,000 + 4,000 disjoint items (default) or on the same 8,000 items, rows shuffled")
@@ -241,13 +256,20 @@ def main(argv=None):
     result = {"machine": machine(), "params": params, "command": " ".join(sys.argv),
               "protocol": {"held_out": N_HELD, "half": HALF, "methods": {m: METHODS[m] for m in methods}}}
     old = json.loads(args.out.read_text()) if args.out.exists() else {}
-    # a timing row is one per BLAS thread count, a quality row one per seed
+    # a timing row is one per BLAS thread count and n_jobs (1 before the setting existed), a quality row one per seed
     key = lambda r: (r["corpus"], r["pair"], r["method"], r.get("seed", r.get("blas_threads")),  # noqa: E731
-                     r.get("items", "disjoint"))
+                     r.get("items", "disjoint"), r.get("n_jobs", 1))
     quality = {key(r): r for r in old.get("quality", [])}
     timings = {key(r): r for r in old.get("timing", [])}
     ceilings = {(r["corpus"], r["pair"]): r for r in old.get("ceiling", [])}
     sweeps = {(r["corpus"], r["pair"], r["seed"]): r for r in old.get("transport_sweep", [])}
+
+    def save():   # every part, rerun or kept
+        result.update(quality=list(quality.values()), timing=list(timings.values()),
+                      ceiling=list(ceilings.values()), transport_sweep=list(sweeps.values()))
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(json.dumps(result, indent=1, default=float))
+
     if args.transport_sweep:
         for src, tgt in pairs:
             for c in corpora:
@@ -276,25 +298,20 @@ def main(argv=None):
                               f"won={r['init']}#{r['restart']} of {len(r['restarts']) or 1} "
                               f"[{gains(r)}] stages {({k: round(v, 3) for k, v in r['stage_top1'].items()})} "
                               f"{r['wall_s']:.0f}s load {r['load_before']:.1f}", flush=True)
-                        args.out.write_text(json.dumps({**result, "quality": list(quality.values()),
-                                                        "timing": list(timings.values()),
-                                                        "ceiling": list(ceilings.values()),
-                                                        "transport_sweep": list(sweeps.values())},
-                                                       indent=1, default=float))
+                        save()
     if args.timing:
         for pair in args.timing_pairs.split(","):
             src, tgt = pair.split(":")
             for c in corpora:
                 for m in methods:
-                    r = timing(c, src, tgt, m, params)
-                    timings[key(r)] = r
-                    print(f"timing {c} {r['pair']} {m}: {r['wall_s']:.1f}s wall {r['cpu_s']:.1f}s cpu "
-                          f"{ {k: round(v, 1) for k, v in r['stage_s'].items()} } load {r['load_before']:.1f}",
-                          flush=True)
-    result["quality"], result["timing"] = list(quality.values()), list(timings.values())
-    result["ceiling"], result["transport_sweep"] = list(ceilings.values()), list(sweeps.values())
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(result, indent=1, default=float))
+                    for r in timing(c, src, tgt, m, params, [int(n) for n in args.timing_jobs.split(",")],
+                                    args.timing_repeats):
+                        timings[key(r)] = r
+                        print(f"timing {c} {r['pair']} {m} n_jobs={r['n_jobs']}: median {r['wall_s']:.1f}s wall "
+                              f"of {[round(w, 1) for w in r['wall_runs']]} "
+                              f"{ {k: round(v, 1) for k, v in r['stage_s'].items()} } load {r['load_before']:.1f}",
+                              flush=True)
+    save()
     print()
     print(tables(result))
 

@@ -287,6 +287,24 @@ def test_starts_side_by_side_keep_what_one_after_another_keeps(small):
         MiniVec2Vec(n_jobs=0).fit(A, B)
 
 
+def test_a_start_abandoned_by_the_search_stops_at_its_first_check(small):
+    """A start running beside others stops once the search has settled on an earlier one (its event set): the
+    centroid matching checks before every run, Refine-1 before every iteration."""
+    import threading
+
+    from vecbridge.align.minivec2vec import _Stopped
+
+    A, B, _, _ = small
+    stop = threading.Event()
+    stop.set()
+    est = MiniVec2Vec(random_state=0, vecmap_sample=500, vecmap_iter=5, **FAST)
+    rng = np.random.default_rng(0)
+    for kind in ("centroids", "vecmap"):
+        with pytest.raises(_Stopped):
+            est._start(1, kind, 20, A, B, rng, rng, rng, None, stop)
+    assert est._stop is None        # the estimator itself is never marked: each start runs on a copy
+
+
 def test_a_clear_pass_stops_the_restarts_early(small):
     A, B, _, _ = small
     est = MiniVec2Vec(random_state=0, **dict(FAST, n_restarts=4, init="auto", restart_margin=0.0)).fit(A, B)

@@ -101,7 +101,7 @@ So:
   similarity kept with probability 0.1, doubled after 3 iterations without an objective gain; the paper waits 50
   iterations, too slow for a polish), which lets the polish leave the first fixed point it meets. Measured at 45
   iterations on every sentence-encoder pair of both corpora, 3 seeds: 23 of 36 fits up (WordNet median +0.004,
-  FOLDOC +0.011), 5 down by at most 0.004, for 26-46 s more per 10,000 + 10,000 fit. The transport phase below
+  FOLDOC +0.011), 5 down by at most 0.004, for 36-47 s more per 10,000 + 10,000 fit. The transport phase below
   gains more in less time, so this phase was the default before it and is off now.
 * **Transport polish** (``transport_iter``, default 10; ``transport_beta``, default 20): after the CSLS polish, for
   a start the validation accepts, Procrustes on the entropic optimal-transport plan between the mapped polish rows
@@ -111,8 +111,7 @@ So:
   mass over its plausible matches with each row's total fixed, so the refit averages out the error of any single
   match. Measured on the same 36 fits, against the stochastic polish it replaces as the default: 27 up, 2 down
   (WordNet minilm3 -> mpnet -0.022 on one seed, mpnet -> minilm3 -0.008), the 7 refused fits unchanged; medians
-  WordNet 0.970 -> 0.978, FOLDOC 0.890 -> 0.912. It costs 4-9 s per fit (10,000 + 10,000 on one thread: WordNet
-  minilm6 -> mpnet 81 -> 57 s, FOLDOC minilm6 -> minilm3 127 -> 96 s, with the stochastic phase off).
+  WordNet 0.970 -> 0.978, FOLDOC 0.890 -> 0.912. It costs 4-8 s of a 10,000 + 10,000 fit.
 
 What limits every label-free refinement here (measured, ``bench/unsupervised_restarts.py --ceiling``): with disjoint
 items on the two sides, a dictionary pairs each row with a *similar* item, never its partner, so the fixed points of
@@ -127,6 +126,7 @@ and VecMap's whitening, symmetric re-weighting and de-whitening on the final dic
 """
 from __future__ import annotations
 
+import contextlib
 import copy
 import math
 import os
@@ -280,6 +280,26 @@ class _Judge:
         return validate_map(_Fixed(W), self.X, self.Y, null=self.null, random_state=self.seed, backend=self.backend)
 
 
+class _Laps:
+    """Wall seconds per stage, summed: ``lap(stage)`` charges the time since the previous lap (or ``restart``)."""
+
+    def __init__(self):
+        self.seconds: dict[str, float] = {}
+        self.restart()
+
+    def restart(self):
+        self._clock = time.perf_counter()
+
+    def __call__(self, stage: str):
+        now = time.perf_counter()
+        self.seconds[stage] = self.seconds.get(stage, 0.0) + now - self._clock
+        self._clock = now
+
+    def add(self, seconds: dict):
+        for stage, t in seconds.items():
+            self.seconds[stage] = self.seconds.get(stage, 0.0) + t
+
+
 class _Stopped(Exception):
     """A start that runs beside others is abandoned: the search already stopped at an earlier start."""
 
@@ -408,8 +428,8 @@ class MiniVec2Vec(LinearTransform):
     n_jobs : int or None, default 2
         When the first start does not settle the search, the other starts run this many at a time (threads, at most
         one per core), each on one BLAS thread; their results are taken in schedule order, so the search keeps the
-        start a one-after-another search keeps and the maps equal those of a one-thread run. Two VecMap starts of a
-        10,000 + 10,000 fit take 27 s side by side against 44 s one after the other on two BLAS threads (2 cores).
+        start a one-after-another search keeps and the maps equal those of a one-thread run. The 10,000 + 10,000 fit
+        that tries every start takes a median 110 s against 135 s one after another (2 cores, two BLAS threads).
         1 or None: one after another, on the BLAS threads the process has.
 
     Attributes
@@ -549,14 +569,8 @@ class MiniVec2Vec(LinearTransform):
         B = l2_normalize(X_tgt - mu_b.astype(np.float32))
         A, B = self._cap(A, r_cap), self._cap(B, r_cap)
 
-        clock = time.perf_counter()
-        self.timings_ = {}
-
-        def lap(stage):
-            nonlocal clock
-            now = time.perf_counter()
-            self.timings_[stage] = self.timings_.get(stage, 0.0) + now - clock
-            clock = now
+        lap = _Laps()
+        self.timings_ = lap.seconds
 
         # 2-5. starts (the paper's: matching, pseudo-pairs, initial transformation), each through Refine-1; with
         # restarts, the label-free validation picks one (ours, not in the paper)
@@ -577,8 +591,7 @@ class MiniVec2Vec(LinearTransform):
             """Take one start's result in schedule order; True when the search stops there."""
             nonlocal best
             W, state, record, seconds = result
-            for stage, t in seconds.items():
-                self.timings_[stage] = self.timings_.get(stage, 0.0) + t
+            lap.add(seconds)
             self.restarts_.append(record)
             if best is None or _restart_key(record) > _restart_key(best[2]):
                 best = (W, state, record)
@@ -587,27 +600,32 @@ class MiniVec2Vec(LinearTransform):
         def start(i, stop=None):
             return self._start(i, *schedule[i], A, B, *streams[i], diag[i], judge, stop)
 
-        done = decide(start(0))
-        workers = min(self._workers(), len(schedule) - 1)
-        if not done and workers > 1:
-            # the other starts side by side, one BLAS thread each (the second core mostly idles otherwise), their
-            # results taken in schedule order: the search stops where a one-after-another search would
-            stop = threading.Event()
-            with one_blas_thread(), ThreadPoolExecutor(workers) as pool:
-                futures = [pool.submit(start, i, stop) for i in range(1, len(schedule))]
-                try:
-                    for future in futures:
-                        if decide(future.result()):
-                            break
-                finally:
-                    stop.set()
-                    for future in futures:
-                        future.cancel()
-        elif not done:
-            for i in range(1, len(schedule)):
-                if decide(start(i)):
-                    break
-        clock = time.perf_counter()
+        rest = range(1, len(schedule))
+        if not decide(start(0)):
+            with contextlib.ExitStack() as side_by_side:
+                workers = min(self._workers(), len(rest))
+                if workers > 1:
+                    # the other starts side by side, one BLAS thread each (the second core mostly idles otherwise);
+                    # their results are still taken in schedule order, so the search stops where it would one after
+                    # another; on leaving, the starts not needed stop at their next check
+                    stop = threading.Event()
+                    side_by_side.enter_context(one_blas_thread())
+                    pool = side_by_side.enter_context(ThreadPoolExecutor(workers))
+                    futures = [pool.submit(start, i, stop) for i in rest]
+
+                    def abandon():
+                        stop.set()
+                        for future in futures:
+                            future.cancel()
+
+                    side_by_side.callback(abandon)
+                    results = (f.result() for f in futures)
+                else:
+                    results = (start(i) for i in rest)
+                for result in results:
+                    if decide(result):
+                        break
+        lap.restart()
         W, state, chosen = best
         self._restore_run_state(state)
         self.restart_ = int(chosen["restart"])
@@ -702,15 +720,8 @@ class MiniVec2Vec(LinearTransform):
         can run side by side). Returns ``(W, run state, record, seconds per stage)``; raises :class:`_Stopped` once
         ``stop`` is set."""
         run = copy.copy(self)
-        run._stop, run.timings_ = stop, {}
-        clock = time.perf_counter()
-
-        def lap(stage):
-            nonlocal clock
-            now = time.perf_counter()
-            run.timings_[stage] = run.timings_.get(stage, 0.0) + now - clock
-            clock = now
-
+        run._stop = stop
+        lap = _Laps()
         run._reset_run_state()
         if kind == "centroids":
             W = run._centroid_start(A, B, n_clusters, r_start, r_diag, lap)
@@ -726,12 +737,13 @@ class MiniVec2Vec(LinearTransform):
             v = judge.validate(W)
             lap("validation")
             record.update(score=v.score, gain=v.gain, agreement=v.agreement, passed=v.passed)
-        record["seconds"] = float(sum(run.timings_.values()))
-        return W, run._run_state(), record, run.timings_
+        record["seconds"] = float(sum(lap.seconds.values()))
+        return W, run._run_state(), record, lap.seconds
+
+    _stop = None   # the event a start running beside others checks (set on its copy of the estimator)
 
     def _check_stop(self):
-        stop = getattr(self, "_stop", None)
-        if stop is not None and stop.is_set():
+        if self._stop is not None and self._stop.is_set():
             raise _Stopped
 
     def _workers(self) -> int:

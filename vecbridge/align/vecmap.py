@@ -79,8 +79,8 @@ def similarity_profiles(X: np.ndarray) -> np.ndarray:
 
 def _transposed(S: np.ndarray, block: int = 256) -> np.ndarray:
     """A C-contiguous copy of ``S.T``, tile by tile: the same values as ``np.ascontiguousarray(S.T)``, whose strided
-    copy misses the cache on every element (3,000 x 3,000 float32 on one core: 55 ms against 9 ms; 5,000 x 5,000:
-    164 ms against 45 ms; the strided copy was a quarter of one self-learning iteration)."""
+    copy of a whole similarity matrix misses the cache on almost every element (several times slower at 3,000 x
+    3,000, a large share of one self-learning iteration)."""
     n, m = S.shape
     out = np.empty((m, n), dtype=S.dtype)
     for i in range(0, n, block):
