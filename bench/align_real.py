@@ -26,6 +26,7 @@ import warnings
 from pathlib import Path
 
 import numpy as np
+from _corpora import DATA, embeddings
 
 from vecbridge import metrics
 from vecbridge.align import Alignment, FewPairsWarning, LinearMap, NoMap, OrthogonalProcrustes
@@ -43,13 +44,9 @@ N_FIT = [100, 300, 1000, 3000]
 N_EVAL = 5000
 
 
-def load(data: Path, model: str, kind: str) -> np.ndarray:
-    return np.load(data / f"{model}_{kind}.npy").astype(np.float32)
-
-
 def quality(data: Path, n_fit_list, out: list):
     for src, tgt in PAIRS:
-        Xd, Yd, Yq = load(data, src, "docs"), load(data, tgt, "docs"), load(data, tgt, "queries")
+        Xd, Yd, Yq = embeddings(data, src, "docs"), embeddings(data, tgt, "docs"), embeddings(data, tgt, "queries")
         held = slice(len(Xd) - N_EVAL, len(Xd))
         Xh, Yh, Qh = Xd[held], Yd[held], Yq[held]
         native_recall = metrics.recall_at_k(Qh, Yh, k=10)
@@ -85,14 +82,14 @@ def speed(data: Path, repeats: int, n_transform: int) -> dict:
     from scipy.linalg import orthogonal_procrustes
 
     rng = np.random.default_rng(0)
-    X = load(data, "mpnet", "docs")[:10_000]
+    X = embeddings(data, "mpnet", "docs")[:10_000]
     Q = np.linalg.qr(rng.normal(size=(768, 768)))[0]
     Y = (X @ Q + 0.05 * rng.normal(size=X.shape)).astype(np.float32)
     ours, ours_all = timed(lambda: OrthogonalProcrustes().fit(X, Y), repeats)
     scipy_t, scipy_all = timed(lambda: orthogonal_procrustes(X.astype(np.float64), Y.astype(np.float64)), repeats)
 
-    src = load(data, "minilm6", "docs")
-    tgt = load(data, "mpnet", "docs")
+    src = embeddings(data, "minilm6", "docs")
+    tgt = embeddings(data, "mpnet", "docs")
     alignment = Alignment.from_estimator(OrthogonalProcrustes().fit(src[:5000], tgt[:5000]))
     big = np.tile(src, (n_transform // len(src) + 1, 1))[:n_transform]
     R32 = alignment.tensors["matrix"].astype(np.float32)
@@ -151,7 +148,7 @@ def markdown(rows: list, sp: dict | None) -> str:
 
 def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--data", default=str(ROOT.parent / "shared" / "data" / "wordnet"))
+    p.add_argument("--data", default=str(DATA / "wordnet"))
     p.add_argument("--quick", action="store_true", help="n=1000 only, 200k transform, 3 repeats")
     p.add_argument("--repeats", type=int, default=5)
     p.add_argument("--skip-speed", action="store_true")

@@ -1,6 +1,6 @@
-"""GEH vector linking on real embeddings (../shared/data/wordnet): seed 003's protocol, baselines, ablations, timing.
+"""GEH vector linking on real embeddings (../shared/data/wordnet): the Vector Linking paper's protocol, baselines, ablations, timing.
 
-Protocol (seed 003, section 5.1): the 10,000 wordnet items are the corpus D. An overlap Omega of alpha * |D| items is
+Protocol ("Vector Linking via Cross-Model Local Isometric Consistency", 2026, section 5.1): the 10,000 wordnet items are the corpus D. An overlap Omega of alpha * |D| items is
 drawn at random, the rest is split uniformly into U1 and U2 (so alpha = |Omega| / |D1 u D2|; at alpha 0.3 each
 collection holds 6,500 items, 46% of them shared). E1 = model A(Omega u U1) and E2 = model B(Omega u U2), rows shuffled;
 the seeds are drawn uniformly from Omega. Docs embeddings (raw float16 outputs; GEH normalises). Precision / recall /
@@ -11,7 +11,7 @@ Methods, all on the same splits and seeds:
   optional Procrustes refinement stage (``geh_links_``), i.e. the paper's method with our stabilisers.
 * Procrustes (seeds) / ridge (seeds): the paper's baselines -- a map fitted on the seed pairs only (orthogonal
   Procrustes with the zero-padding convention for unequal dimensions; ridge with alpha 0.01 relative), then CSLS mutual
-  nearest neighbours (k = 10) over the full collections, as seed 003 adapts alignment methods (section 5.1).
+  nearest neighbours (k = 10) over the full collections, as the paper adapts alignment methods (section 5.1).
 * Ablations (section 5.3), refinement off so they isolate GEH's components: no bootstrapping (one iteration on S),
   single view (m_t = 1, A = L_{t-1}), random views instead of FPS, raw distance hashes instead of the kernel, and the
   paper's defaults read literally (m0 = 5 views, Otsu alone, cumulative posterior, no growth cap, exact search).
@@ -37,6 +37,7 @@ import warnings
 from pathlib import Path
 
 import numpy as np
+from _corpora import DATA, embeddings
 
 from vecbridge.align import LinearMap, OrthogonalProcrustes
 from vecbridge.linking.geh import GEH
@@ -49,12 +50,8 @@ ALPHAS = [0.15, 0.3]
 SEEDS = [15, 30]
 
 
-def load(data: Path, model: str) -> np.ndarray:
-    return np.load(data / f"{model}_docs.npy").astype(np.float32)
-
-
 def make_split(n_items: int, alpha: float, n_seeds: int, seed: int):
-    """Seed 003 section 5.1: Omega, U1, U2; returns row lists of both collections, the true pairs and the seeds."""
+    """The paper's section 5.1: Omega, U1, U2; returns row lists of both collections, the true pairs and the seeds."""
     rng = np.random.default_rng(seed)
     perm = rng.permutation(n_items)
     n_omega = int(round(alpha * n_items))
@@ -124,7 +121,7 @@ def part_grid(data, pairs, alphas, seed_counts, out):
     for a, b in pairs:
         for m in (a, b):
             if m not in cache:
-                cache[m] = load(data, m)
+                cache[m] = embeddings(data, m)
         for alpha in alphas:
             for ns in seed_counts:
                 rows1, rows2, truth, seeds = make_split(len(cache[a]), alpha, ns, 0)
@@ -142,7 +139,7 @@ def part_grid(data, pairs, alphas, seed_counts, out):
 
 
 def part_repeat(data, out, split_seeds=(0, 1, 2)):
-    A, B = load(data, "minilm6"), load(data, "mpnet")
+    A, B = embeddings(data, "minilm6"), embeddings(data, "mpnet")
     print("\n### Headline setting over split seeds (minilm6 -> mpnet, alpha 0.3, 15 seeds)\n")
     print("| split seed | GEH (refined) P / R / F1 | GEH (bootstrap only) | s | load |")
     print("|---|---|---|---|---|")
@@ -170,7 +167,7 @@ ABLATIONS = {
 
 
 def part_ablations(data, out, alphas=(0.15, 0.3), names=None):
-    A, B = load(data, "minilm6"), load(data, "mpnet")
+    A, B = embeddings(data, "minilm6"), embeddings(data, "mpnet")
     print("\n### Ablations (minilm6 -> mpnet, 15 seeds, refinement off; P / R / F1)\n")
     print("| variant | " + " | ".join(f"alpha {a}" for a in alphas) + " | s (per alpha) |")
     print("|---|" + "---|" * len(alphas) + "---|")
@@ -203,7 +200,7 @@ def grow(A: np.ndarray, B: np.ndarray, n_items: int, seed: int = 0):
 
 
 def part_timing(data, out, sizes, time_cap):
-    A, B = load(data, "minilm6"), load(data, "mpnet")
+    A, B = embeddings(data, "minilm6"), embeddings(data, "mpnet")
     print("\n### Time to link (minilm6 -> mpnet, alpha 0.3, 15 seeds; beyond 10,000 items the corpus is SYNTHETIC "
           "growth)\n")
     print("| items | |E1| x |E2| | path | fit s | iterations | P / R / F1 (refined) | load |")
@@ -245,7 +242,7 @@ def part_calibration(root: Path, corpora, alphas, split_seeds, out: dict):
     default_cut = GEH().votes.min_confidence
     runs = []
     for corpus in corpora:
-        A, B = load(root / corpus, "minilm6"), load(root / corpus, "mpnet")
+        A, B = embeddings(root / corpus, "minilm6"), embeddings(root / corpus, "mpnet")
         for alpha in alphas:
             for sd in split_seeds:
                 rows1, rows2, truth, seeds = make_split(len(A), alpha, 15, sd)
@@ -351,7 +348,7 @@ def part_calibration(root: Path, corpora, alphas, split_seeds, out: dict):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--data", default=str(ROOT.parent / "shared" / "data" / "wordnet"))
+    ap.add_argument("--data", default=str(DATA / "wordnet"))
     ap.add_argument("--parts", default="grid,repeat,ablations,timing")
     ap.add_argument("--quick", action="store_true", help="one pair, alpha 0.3, 15 seeds; timing up to 20k items")
     ap.add_argument("--time-cap", type=float, default=300.0)

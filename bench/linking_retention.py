@@ -6,7 +6,7 @@ re-embedded docs of the same 2,000 items). The other 8,000 items are all the lin
 
 * shared ids: all 8,000 true pairs;
 * re-embedded sample: 2,000 of them (a realistic re-embedding budget);
-* GEH: seed 003's split of the 8,000 (overlap alpha 0.3: each collection holds Omega plus its own half of the rest),
+* GEH: the Vector Linking paper's split of the 8,000 (overlap alpha 0.3: each collection holds Omega plus its own half of the rest),
   15 seed pairs grown by ``GEH()`` into links; Procrustes on the links;
 * unsupervised: mini-vec2vec on two disjoint halves (4,000 old-model vectors, 4,000 other items' new-model vectors),
   its own map, and the map refitted on its CSLS mutual-nearest-neighbour links (what ``vecbridge link --mode
@@ -24,6 +24,7 @@ import warnings
 from pathlib import Path
 
 import numpy as np
+from _corpora import DATA, embeddings
 
 from vecbridge import metrics
 from vecbridge.align import MiniVec2Vec, OrthogonalProcrustes
@@ -31,10 +32,6 @@ from vecbridge.linking import GEH
 from vecbridge.numeric.neighbors import mutual_nearest_neighbours
 
 ROOT = Path(__file__).resolve().parents[1]
-
-
-def load(data: Path, name: str) -> np.ndarray:
-    return np.load(data / f"{name}.npy").astype(np.float32)
 
 
 def procrustes(X, Y):
@@ -52,7 +49,7 @@ def evaluate(est, A_eval, B_eval, Qb_eval, k=10) -> dict:
 
 
 def run_pair(data: Path, a: str, b: str, seed: int) -> list[dict]:
-    A, B, Qb = load(data, f"{a}_docs"), load(data, f"{b}_docs"), load(data, f"{b}_queries")
+    A, B, Qb = embeddings(data, a), embeddings(data, b), embeddings(data, b, "queries")
     rng = np.random.default_rng(seed)
     perm = rng.permutation(len(A))
     ev, pool = perm[:2000], perm[2000:]
@@ -71,7 +68,7 @@ def run_pair(data: Path, a: str, b: str, seed: int) -> list[dict]:
     t0 = time.perf_counter()
     record("re-embedded sample (2,000)", procrustes(A[sub], B[sub]), time.perf_counter() - t0, links=len(sub))
 
-    # GEH: seed 003 section 5.1 split of the pool, alpha 0.3, 15 seeds
+    # GEH: the Vector Linking paper's section 5.1 split of the pool, alpha 0.3, 15 seeds
     p = rng.permutation(pool)
     n_omega = int(round(0.3 * len(p)))
     omega, rest = p[:n_omega], p[n_omega:]
@@ -102,7 +99,7 @@ def run_pair(data: Path, a: str, b: str, seed: int) -> list[dict]:
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--data", type=Path, default=ROOT.parent / "shared" / "data" / "wordnet")
+    ap.add_argument("--data", type=Path, default=DATA / "wordnet")
     ap.add_argument("--pairs", default="minilm6:mpnet,minilm6:minilm3")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "linking_retention.json")

@@ -55,6 +55,7 @@ import warnings
 from pathlib import Path
 
 import numpy as np
+from _corpora import DATA, embeddings
 
 from vecbridge import metrics
 from vecbridge.align import FewPairsWarning, OrthogonalProcrustes, validation
@@ -71,10 +72,6 @@ PRECISIONS = (0.5, 0.3, 0.2, 0.1)
 MV_SEEDS = (0, 1)
 N_GEH_SEEDS = 15
 WORKS = 0.5     # top-1 at or above this is a working map
-
-
-def load(data: Path, corpus: str, model: str) -> np.ndarray:
-    return np.load(data / corpus / f"{model}_docs.npy").astype(np.float32)
 
 
 def loadavg() -> float:
@@ -175,7 +172,7 @@ def candidates(X, Y, split, seed: int, quick: bool):
 def run_cell(data: Path, corpus: str, src_m: str, tgt_m: str, split_no: int, quick: bool):
     """Every map of one corpus, model pair and split, validated; returns (rows, nulls)."""
     warnings.simplefilter("ignore", FewPairsWarning)
-    X, Y = load(data, corpus, src_m), load(data, corpus, tgt_m)
+    X, Y = embeddings(data / corpus, src_m), embeddings(data / corpus, tgt_m)
     split = splits()[split_no]
     name, a, b, vs, vt, _ = split
     held = np.arange(8000, 10_000)
@@ -327,7 +324,7 @@ def rule() -> dict:
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--data", type=Path, default=ROOT.parent / "shared" / "data")
+    ap.add_argument("--data", type=Path, default=DATA)
     ap.add_argument("--quick", action="store_true", help="one split, two pairs, fewer maps (a smoke run)")
     ap.add_argument("--jobs", type=int, default=2, help="cells run in parallel (one BLAS thread each)")
     ap.add_argument("--summary-only", action="store_true",

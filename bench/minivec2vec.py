@@ -1,6 +1,6 @@
-"""Unsupervised alignment (mini-vec2vec, seed 002) on real embeddings (../shared/data/wordnet). A benchmark, not a test.
+"""Unsupervised alignment ("mini-vec2vec: Scaling Universal Geometry Alignment with Linear Transformations", Dar, 2025) on real embeddings (../shared/data/wordnet). A benchmark, not a test.
 
-Protocol (seed 002 section 4, scaled to the 10,000 wordnet items): rows are already a seeded random order. The last
+Protocol (the paper's section 4, scaled to the 10,000 wordnet items): rows are already a seeded random order. The last
 2,000 items are held out (embedded by both models, never used in fitting). Of the other 8,000, the source model
 embeds items 0..3,999 and the target model items 4,000..7,999: two disjoint halves, no item on both sides, no pair.
 ``MiniVec2Vec(random_state=seed).fit(src_half, tgt_half)`` with the library defaults, 3 seeds per pair.
@@ -44,6 +44,7 @@ import warnings
 from pathlib import Path
 
 import numpy as np
+from _corpora import DATA, embeddings
 
 from vecbridge import metrics
 from vecbridge.align import FewPairsWarning, OrthogonalProcrustes
@@ -55,10 +56,6 @@ PAIRS = [("minilm6", "minilm3"), ("minilm3", "minilm6"), ("minilm6", "mpnet"), (
 N_HELD = 2000
 HALF = 4000
 SUPERVISED_PAIRS = 1000
-
-
-def load(data: Path, model: str, kind: str) -> np.ndarray:
-    return np.load(data / f"{model}_{kind}.npy").astype(np.float32)
 
 
 def machine() -> dict:
@@ -75,10 +72,10 @@ def centred_quality(W, mu_a, mu_b, Xh, Yh) -> metrics.PairQuality:
 
 def quality(data: Path, seeds, pairs, out: list, kw: dict, with_queries: bool = False):
     for src, tgt in pairs:
-        X, Y, Qy = load(data, src, "docs"), load(data, tgt, "docs"), load(data, tgt, "queries")
+        X, Y, Qy = embeddings(data, src, "docs"), embeddings(data, tgt, "docs"), embeddings(data, tgt, "queries")
         A, B = X[:HALF], Y[HALF:2 * HALF]
         if with_queries:  # more unpaired data per side: each half's items embedded as doc AND as query
-            A = np.vstack([A, load(data, src, "queries")[:HALF]])
+            A = np.vstack([A, embeddings(data, src, "queries")[:HALF]])
             B = np.vstack([B, Qy[HALF:2 * HALF]])
         held = slice(len(X) - N_HELD, len(X))
         Xh, Yh, Qh = X[held], Y[held], Qy[held]
@@ -132,7 +129,7 @@ def quality(data: Path, seeds, pairs, out: list, kw: dict, with_queries: bool = 
 
 def speed(data: Path, repeats: int, out: list, kw: dict, pairs=(("minilm6", "mpnet"), ("minilm6", "minilm3"))):
     for src, tgt in pairs:
-        X, Y = load(data, src, "docs"), load(data, tgt, "docs")
+        X, Y = embeddings(data, src, "docs"), embeddings(data, tgt, "docs")
         runs = []
         for r in range(repeats):
             load0 = os.getloadavg()[0]
@@ -159,7 +156,7 @@ def grow(X: np.ndarray, n: int, rng: np.random.Generator) -> np.ndarray:
 
 
 def growth(data: Path, sizes, out: list, kw: dict, src="minilm6", tgt="mpnet", uncapped_max: int = 0):
-    X, Y = load(data, src, "docs"), load(data, tgt, "docs")
+    X, Y = embeddings(data, src, "docs"), embeddings(data, tgt, "docs")
     rng = np.random.default_rng(0)
     for n in sizes:
         Xn, Yn = grow(X, n, rng), grow(Y, n, rng)
@@ -244,7 +241,7 @@ def _speed_tables(result: dict, lines: list) -> str:
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--data", type=Path, default=ROOT.parent / "shared" / "data" / "wordnet")
+    ap.add_argument("--data", type=Path, default=DATA / "wordnet")
     ap.add_argument("--quick", action="store_true", help="one seed, one speed run, growth to 20k")
     ap.add_argument("--only", choices=["quality", "speed", "growth"], action="append")
     ap.add_argument("--seeds", default="0,1,2")

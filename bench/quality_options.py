@@ -32,6 +32,7 @@ import warnings
 from pathlib import Path
 
 import numpy as np
+from _corpora import DATA, embeddings
 from adapters import ResidualMLPAdapter
 
 from vecbridge.align import FewPairsWarning, LinearMap, OrthogonalProcrustes
@@ -61,10 +62,6 @@ README_ENCODE_S = {"mpnet": 417.4 / 10000, "minilm6": 84.9 / 10000, "minilm3": 4
 README_QUERY_S = {"mpnet": 143.7 / 10000, "minilm6": 33.3 / 10000, "minilm3": 19.6 / 10000}
 
 
-def load(data: Path, model: str, kind: str) -> np.ndarray:
-    return np.load(data / f"{model}_{kind}.npy").astype(np.float32)
-
-
 def fit_quiet(est, X, Y):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", FewPairsWarning)
@@ -75,8 +72,8 @@ class Pair:
     def __init__(self, data: Path, src: str, tgt: str):
         self.name = f"{src}->{tgt}"
         self.src, self.tgt = src, tgt
-        Xd, Yd = load(data, src, "docs"), load(data, tgt, "docs")
-        Qn, Qo = load(data, tgt, "queries"), load(data, src, "queries")
+        Xd, Yd = embeddings(data, src, "docs"), embeddings(data, tgt, "docs")
+        Qn, Qo = embeddings(data, tgt, "queries"), embeddings(data, src, "queries")
         ev = slice(len(Xd) - N_EVAL, len(Xd))
         self.Xf, self.Yf = Xd[:N_FIT], Yd[:N_FIT]
         self.Xe, self.Ye, self.Qe, self.Qo = Xd[ev], Yd[ev], Qn[ev], Qo[ev]
@@ -204,7 +201,7 @@ def timed(fn, repeats=3):
 
 def speed(data: Path, quick: bool) -> dict:
     """Per-1M costs of the maps and the hub penalty (measured on fewer vectors, scaled: labelled as such)."""
-    X, Y = load(data, "minilm6", "docs"), load(data, "mpnet", "docs")
+    X, Y = embeddings(data, "minilm6", "docs"), embeddings(data, "mpnet", "docs")
     n_tr = 50_000 if quick else 200_000
     big = np.tile(X, (n_tr // len(X) + 1, 1))[:n_tr]
     out = {"n_transform": n_tr}
@@ -222,7 +219,7 @@ def speed(data: Path, quick: bool) -> dict:
                                                + 2 * est.matrix_.size))
     n_hub = 20_000 if quick else 100_000
     docs = est.transform(big[:n_hub])
-    log = load(data, "mpnet", "queries")[:N_FIT]
+    log = embeddings(data, "mpnet", "queries")[:N_FIT]
     out["hub_penalty_s_per_1M"] = timed(lambda: hub_penalty(docs, log, HUB_K), 1) * 1e6 / n_hub
     out["hub_n"] = n_hub
     return out
@@ -397,7 +394,7 @@ def markdown(res: dict) -> str:
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--data", default=str(ROOT.parent / "shared" / "data" / "wordnet"))
+    ap.add_argument("--data", default=str(DATA / "wordnet"))
     ap.add_argument("--quick", action="store_true", help="two pairs, no sweeps, small speed runs")
     ap.add_argument("--skip-mlp", action="store_true")
     ap.add_argument("--skip-speed", action="store_true")

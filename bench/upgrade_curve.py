@@ -64,6 +64,7 @@ import time  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 import numpy as np  # noqa: E402
+from _corpora import DATA, embeddings  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -77,7 +78,6 @@ from vecbridge.numeric.neighbors import knn  # noqa: E402
 from vecbridge.numeric.ranking import best_first, ranks_of  # noqa: E402
 from vecbridge.vectors import l2_normalize  # noqa: E402
 
-DATA = ROOT.parent / "shared" / "data"
 CORPORA = ("wordnet", "foldoc")
 PAIRS = [("minilm6", "mpnet"), ("mpnet", "minilm6"), ("minilm6", "minilm3"), ("minilm3", "minilm6")]
 N_FIT, K, K_CAND = 2000, 10, 100
@@ -97,10 +97,6 @@ README_ENCODE_S = {
 CORE_HOURS_PER_WALL_HOUR = 2  # the encoders ran with both cores of the machine
 
 
-def load(corpus: str, model: str, side: str) -> np.ndarray:
-    return np.load(DATA / corpus / f"{model}_{side}.npy").astype(np.float32)
-
-
 def machine() -> dict:
     try:
         load_avg = [round(x, 2) for x in os.getloadavg()]
@@ -116,8 +112,8 @@ class Pair:
 
     def __init__(self, corpus: str, old: str, new: str, halves):
         self.name = f"{old}->{new}"
-        X, Y = load(corpus, old, "docs"), load(corpus, new, "docs")
-        self.Qn_raw, self.Qo_raw, self.X_raw, self.Y_raw = load(corpus, new, "queries"), load(corpus, old, "queries"), X, Y
+        X, Y = embeddings(DATA / corpus, old, "docs"), embeddings(DATA / corpus, new, "docs")
+        self.Qn_raw, self.Qo_raw, self.X_raw, self.Y_raw = embeddings(DATA / corpus, new, "queries"), embeddings(DATA / corpus, old, "queries"), X, Y
         n = len(X)
         self.n = n
         self.fit = np.sort(np.random.default_rng(0).choice(n, N_FIT, replace=False))
@@ -358,8 +354,8 @@ def speed() -> dict:
     rng = np.random.default_rng(0)
     n_t = 100_000
     for old, new in PAIRS:
-        X = load("wordnet", old, "docs")
-        Y = load("wordnet", new, "docs")
+        X = embeddings(DATA / "wordnet", old, "docs")
+        Y = embeddings(DATA / "wordnet", new, "docs")
         est = OrthogonalProcrustes().fit(X[:N_FIT], Y[:N_FIT])
         big = np.tile(X, (n_t // len(X), 1))
         t = median_time(lambda: est.transform(big))
@@ -368,14 +364,14 @@ def speed() -> dict:
     # dual-query fusion: the second (old-model) search, exact, over 10,000 docs, scaled to 1M; the re-scoring loop
     search = {}
     for model in ("minilm6", "mpnet", "minilm3"):
-        D = l2_normalize(load("wordnet", model, "docs"))
-        Q = l2_normalize(load("wordnet", model, "queries")[:1000])
+        D = l2_normalize(embeddings(DATA / "wordnet", model, "docs"))
+        Q = l2_normalize(embeddings(DATA / "wordnet", model, "queries")[:1000])
         t = median_time(lambda: np.argpartition(-(Q @ D.T), K_CAND - 1, axis=1)[:, :K_CAND])
         # t seconds for 1,000 queries = t ms per query (throughput of a batched exact search, not one query's latency)
         search[model] = {"queries": 1000, "docs": len(D), "ms_per_query": t, "ms_per_query_per_1M": t * 1e6 / len(D)}
     out["exact_search"] = search
-    Xn, Xo = load("wordnet", "mpnet", "docs"), load("wordnet", "minilm6", "docs")
-    qn, qo = l2_normalize(load("wordnet", "mpnet", "queries")[:200]), l2_normalize(load("wordnet", "minilm6", "queries")[:200])
+    Xn, Xo = embeddings(DATA / "wordnet", "mpnet", "docs"), embeddings(DATA / "wordnet", "minilm6", "docs")
+    qn, qo = l2_normalize(embeddings(DATA / "wordnet", "mpnet", "queries")[:200]), l2_normalize(embeddings(DATA / "wordnet", "minilm6", "queries")[:200])
     ids = [(rng.choice(len(Xn), K_CAND, replace=False), rng.choice(len(Xn), K_CAND, replace=False)) for _ in range(200)]
     t = median_time(lambda: [fused_rescore(qn[i], qo[i], *ids[i], Xn, Xo) for i in range(200)])
     out["rescore_ms_per_query"] = t / 200 * 1000

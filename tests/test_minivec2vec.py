@@ -289,7 +289,8 @@ def test_starts_side_by_side_keep_what_one_after_another_keeps(small):
 
 def test_a_start_abandoned_by_the_search_stops_at_its_first_check(small):
     """A start running beside others stops once the search has settled on an earlier one (its event set): the
-    centroid matching checks before every run, Refine-1 before every iteration."""
+    centroid matching checks before every run, VecMap before every self-learning iteration, Refine-1 before every
+    iteration."""
     import threading
 
     from vecbridge.align.minivec2vec import _Stopped

@@ -70,6 +70,37 @@ def test_alignment_maps_a_batch_as_migrate_does():
         align(X)
 
 
+def test_our_error_is_found_inside_what_ray_raised():
+    """A task's error arrives wrapped (``RayTaskError``, its ``cause``), and Ray Data chains it further; the one-line
+    error raised to the user is ours wherever it sits in that chain, else Ray's own exception."""
+    from types import SimpleNamespace
+
+    from vecbridge.jobs.distributed import task_error
+
+    class TaskError(Exception):   # stands in for ray.exceptions.RayTaskError: the unwrapping is our own logic
+        def __init__(self, cause):
+            super().__init__("traceback of the worker ...")
+            self.cause = cause
+
+    fake_ray = SimpleNamespace(exceptions=SimpleNamespace(RayTaskError=TaskError))
+    ours = StoreError("collection not found")
+    try:
+        try:
+            raise TaskError(ours)
+        except TaskError as exc:
+            raise RuntimeError("a Ray Data operator failed") from exc
+    except RuntimeError as exc:
+        chained = exc
+    assert task_error(fake_ray, chained) is ours
+    assert task_error(fake_ray, TaskError(OSError("disk full"))).args == ("disk full",)
+    foreign = TaskError(ValueError("not ours"))
+    assert task_error(fake_ray, foreign) is foreign
+    loop = RuntimeError("a cycle")
+    loop.__context__ = RuntimeError("back")
+    loop.__context__.__context__ = loop
+    assert task_error(fake_ray, loop) is loop
+
+
 def test_import_cli_does_not_import_ray():
     code = "import sys, vecbridge, vecbridge.cli; print('ray' in sys.modules, 'vecbridge.ray' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)

@@ -6,7 +6,14 @@ import numpy as np
 import pytest
 
 from vecbridge import metrics
-from vecbridge.align.vecmap import VecMap, _transposed, csls_dictionary, profile_dictionary, similarity_profiles
+from vecbridge.align.vecmap import (
+    VecMap,
+    _transposed,
+    csls_dictionary,
+    profile_dictionary,
+    self_learning,
+    similarity_profiles,
+)
 from vecbridge.errors import InputError
 from vecbridge.vectors import l2_normalize
 
@@ -129,3 +136,26 @@ def test_determinism_parameters_and_refusals(planted):
         VecMap().fit(A[:10], B[:10])
     with pytest.raises(InputError, match="not fitted"):
         VecMap().transform(A)
+
+
+def test_self_learning_stops_at_its_check():
+    """The caller's cancellation point: ``check`` runs before every iteration, and what it raises ends the run there
+    (a start the search abandoned stops within one iteration instead of finishing its self-learning)."""
+    rng = np.random.default_rng(0)
+    A = l2_normalize(rng.normal(size=(300, 16)).astype(np.float32))
+    B = l2_normalize(rng.normal(size=(300, 16)).astype(np.float32))
+    calls = []
+
+    class Abandoned(Exception):
+        pass
+
+    def check():
+        calls.append(1)
+        if len(calls) == 3:
+            raise Abandoned
+
+    with pytest.raises(Abandoned):
+        self_learning(A, B, np.eye(16, dtype=np.float32), rng, max_iter=50, stochastic_interval=50, check=check)
+    assert len(calls) == 3
+    W, objectives, n_iter = self_learning(A, B, np.eye(16, dtype=np.float32), rng, max_iter=4, check=lambda: None)
+    assert n_iter == len(objectives) == 4

@@ -42,8 +42,8 @@ from ray.data.extensions import ArrowTensorArray
 
 from .connectors import connect
 from .connectors.base import Collection, VectorBatch, check_metric
-from .errors import CheckFailed, InputError, StoreError, VecbridgeError
-from .jobs.distributed import Sealed
+from .errors import CheckFailed, InputError, StoreError
+from .jobs.distributed import Sealed, task_error
 from .jobs.guard import exclusive_writer, refuse_inputs_as_target
 from .jobs.rewrite import create_target, store_batch_size
 from .results import JobResult
@@ -340,23 +340,6 @@ def _sources(ds) -> list[CollectionDatasource]:
     return found
 
 
-def _one_line(exc: BaseException) -> BaseException:
-    """vecbridge's own error inside what Ray raised (a task's error arrives wrapped, with its traceback as text)."""
-    stack, seen = [exc], set()
-    while stack:
-        e = stack.pop()
-        if e is None or id(e) in seen:
-            continue
-        seen.add(id(e))
-        if isinstance(e, ray.exceptions.RayTaskError):
-            stack.append(getattr(e, "cause", None))
-            continue
-        if isinstance(e, VecbridgeError):
-            return e
-        stack.extend([e.__cause__, e.__context__])
-    return exc
-
-
 def write_collection(ds: "ray.data.Dataset", url, *, dim: int | None = None, metric: str | None = None,
                      mode: str = "create", batch_size: int | None = None, into_source: bool = False,
                      build_index: bool = True, concurrency: int | None = None) -> WriteSummary:
@@ -399,7 +382,7 @@ def write_collection(ds: "ray.data.Dataset", url, *, dim: int | None = None, met
             if sink.created:
                 with contextlib.suppress(Exception):
                     connect(sink.url.url, read_only=False).drop()
-            cause = _one_line(exc)
+            cause = task_error(ray, exc)
             if cause is exc:
                 raise
             raise cause from None

@@ -1,7 +1,7 @@
 """The Procrustes-bounds paper's (2025) diagnostics, computed from streamed moments (no N x N Gram matrix is ever
 formed).
 
-Identities (``../shared/papers/000_procrustes.notes.md`` section 2.1, rows as samples):
+Identities (rows as samples):
 
 * dot-product discrepancy ``eps^2 = ||X X^T - Y Y^T||_F^2 = ||X^T X||_F^2 + ||Y^T Y||_F^2 - 2 ||X^T Y||_F^2`` and
   ``delta = eps / N`` (Corollary 1's per-sample form, the RMS gap between the two models' dot products over all

@@ -88,7 +88,8 @@ So:
   (fresh k-means and QAP, ``n_clusters``, then 1.5x, 1x, 2x clusters) and VecMap starts: c, v, v, c, v, v, ...
 * **Starts side by side** (``n_jobs``, default 2): once the first start has not settled the search, the others run
   two at a time (threads, one BLAS thread each); their results are taken in schedule order, so the kept start and
-  its map are those of a one-after-another search.
+  its map are those of a one-after-another search. A start still running when an earlier one settles the search
+  stops at its next check (every centroid matching run, self-learning or Refine-1 iteration).
 * **VecMap starts** (:mod:`vecbridge.align.vecmap`; "A robust self-learning method for fully unsupervised
   cross-lingual mappings of word embeddings", Artetxe et al., ACL 2018): similarity-distribution profiles and
   stochastic self-learning, which need no centroid matching at all.
@@ -798,7 +799,7 @@ class MiniVec2Vec(LinearTransform):
     def _vecmap_start(self, A, B, rng, r_diag):
         """VecMap's similarity-distribution initialisation and stochastic self-learning (:mod:`.vecmap`)."""
         W, info = fit_vecmap(A, B, rng, n_init=self.vecmap_sample, n_sample=self.vecmap_sample,
-                             max_iter=self.vecmap_iter)
+                             max_iter=self.vecmap_iter, check=self._check_stop)
         self.vecmap_n_iter_ = info["n_iter"]
         self.n_pairs_ = int(2 * min(self.vecmap_sample, len(A), len(B)))
         self.history_.append(self._diagnose("initial", A, B, W, None, r_diag))

@@ -49,6 +49,7 @@ Departures from the paper, each for sentence embeddings of unpaired collections 
 from __future__ import annotations
 
 import time
+from typing import Callable
 
 import numpy as np
 
@@ -139,12 +140,15 @@ def profile_dictionary(A: np.ndarray, B: np.ndarray, *, k: int = 10):
 
 def self_learning(A: np.ndarray, B: np.ndarray, W: np.ndarray, rng: np.random.Generator, *, max_iter: int = 80,
                   k: int = 10, stochastic_initial: float = 0.1, stochastic_multiplier: float = 2.0,
-                  stochastic_interval: int = 50, threshold: float = 1e-6):
+                  stochastic_interval: int = 50, threshold: float = 1e-6, check: Callable[[], None] | None = None):
     """VecMap's self-learning from the map ``W`` (d_src x d_tgt) between samples ``A`` and ``B`` (unit rows):
     Procrustes on the dictionary, stochastic bidirectional CSLS induction, ``p`` raised when the objective stalls.
+    ``check`` runs before every iteration; an exception it raises abandons the run (a caller's cancellation point).
     Returns ``(W, objectives, n_iter)``."""
     p, best, stall, objectives = float(stochastic_initial), -np.inf, 0, []
     for _ in range(int(max_iter)):
+        if check is not None:
+            check()
         src, tgt, obj = csls_dictionary(*mapped_factors(A, B, W), k=k, keep=p, rng=rng)
         objectives.append(obj)
         W = procrustes_rotation(A[src], B[tgt])
@@ -252,9 +256,11 @@ class VecMap(LinearTransform):
 
 def fit_vecmap(A: np.ndarray, B: np.ndarray, rng: np.random.Generator, *, n_init: int = 3000, n_sample: int = 3000,
                csls_k: int = 10, max_iter: int = 80, stochastic_initial: float = 0.1,
-               stochastic_multiplier: float = 2.0, stochastic_interval: int = 50, threshold: float = 1e-6):
+               stochastic_multiplier: float = 2.0, stochastic_interval: int = 50, threshold: float = 1e-6,
+               check: Callable[[], None] | None = None):
     """The whole method on centred unit rows ``A`` (source) and ``B`` (target): profile initialisation on
-    ``n_init`` sampled rows per side, then self-learning on ``n_sample`` rows per side. Returns ``(W, info)``."""
+    ``n_init`` sampled rows per side, then self-learning on ``n_sample`` rows per side (``check``: as
+    :func:`self_learning`'s). Returns ``(W, info)``."""
     t0 = time.perf_counter()
     sa = rng.choice(len(A), min(int(n_sample), len(A)), replace=False)
     sb = rng.choice(len(B), min(int(n_sample), len(B)), replace=False)
@@ -265,6 +271,7 @@ def fit_vecmap(A: np.ndarray, B: np.ndarray, rng: np.random.Generator, *, n_init
     t1 = time.perf_counter()
     W, objective, n_iter = self_learning(
         a, b, W0, rng, max_iter=max_iter, k=csls_k, stochastic_initial=stochastic_initial,
-        stochastic_multiplier=stochastic_multiplier, stochastic_interval=stochastic_interval, threshold=threshold)
+        stochastic_multiplier=stochastic_multiplier, stochastic_interval=stochastic_interval, threshold=threshold,
+        check=check)
     timings = {"init": t1 - t0, "self_learning": time.perf_counter() - t1}
     return W, {"initial": W0, "objective": objective, "n_iter": n_iter, "timings": timings}

@@ -94,16 +94,35 @@ class Sealed:
         return Sealed, (self.url,)
 
 
+def task_error(ray, exc: BaseException) -> BaseException:
+    """Our own error (or an OSError) inside what Ray raised, to be raised as one line as in a local run: a task's
+    error arrives as ``RayTaskError`` with the worker's traceback as text, and Ray Data chains it further. ``exc``
+    itself where none is inside."""
+    stack, seen = [exc], set()
+    while stack:
+        e = stack.pop()
+        if e is None or id(e) in seen:
+            continue
+        seen.add(id(e))
+        if isinstance(e, ray.exceptions.RayTaskError):
+            stack.append(getattr(e, "cause", None))
+        elif isinstance(e, (VecbridgeError, OSError)):
+            return e
+        else:
+            stack.extend([e.__cause__, e.__context__])
+    return exc
+
+
 def task_reply(ray, ref):
-    """A task's reply; where the task failed with one of our errors (or an OSError), that error itself, one line as
-    in a local run, not Ray's wrapper with the worker's traceback."""
+    """A task's reply; where the task failed with one of our errors (or an OSError), that error itself
+    (:func:`task_error`)."""
     try:
         return ray.get(ref)
     except ray.exceptions.RayTaskError as exc:
-        cause = getattr(exc, "cause", None)
-        if isinstance(cause, (VecbridgeError, OSError)):
-            raise cause from None
-        raise
+        cause = task_error(ray, exc)
+        if cause is exc:
+            raise
+        raise cause from None
 
 
 def refuse_single_process_store(*colls: tuple[Collection, str]) -> None:

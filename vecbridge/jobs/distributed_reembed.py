@@ -28,7 +28,7 @@ import os
 from typing import Any
 
 from ..errors import InputError, StoreError, VecbridgeError
-from .distributed import MAX_RETRIES, Sealed, _connected, _ray
+from .distributed import MAX_RETRIES, Sealed, _connected, _ray, task_error
 from .reembed import load_model
 from .upgrade import Upgrade, embed_and_write, open_target
 
@@ -89,13 +89,10 @@ class Reembedder:
 def _cause(ray, exc: BaseException) -> BaseException:
     """What the driver raises for a failed batch: the worker's own error where it is one of ours (one line, as in a
     local run), else one line saying what Ray lost."""
-    cause = getattr(exc, "cause", None)
-    if isinstance(exc, ray.exceptions.RayTaskError) and isinstance(cause, (VecbridgeError, OSError)):
-        return cause
     if isinstance(exc, ray.exceptions.RayActorError):
         return StoreError(f"a Ray worker re-embedding batches died ({type(exc).__name__}): run the same command "
                           f"again: the batches it held were not stamped and are re-done")
-    return exc
+    return task_error(ray, exc)
 
 
 class ActorPool:

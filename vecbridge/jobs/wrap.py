@@ -1,8 +1,9 @@
 """Use an old collection with the new model without rewriting it: translate queries at search time.
 
-Seed 000: ``(x R) . q = x . (q R^T)``, so searching the untouched old index with ``q R^T`` ranks exactly as
-searching a rewritten index with ``q``. The wrapper returns scores *in the new space* (what the rewritten collection
-would return), so they can be merged with a native new-model collection (see :func:`federated_search`).
+``(x R) . q = x . (q R^T)`` ("When Embedding Models Meet: Procrustes Bounds and Applications", 2025), so searching
+the untouched old index with ``q R^T`` ranks exactly as searching a rewritten index with ``q``. The wrapper returns
+scores *in the new space* (what the rewritten collection would return), so they can be merged with a native
+new-model collection (see :func:`federated_search`).
 
 When is it exact? With ``x' = s (x - mu_x) M + mu_y`` the map of the old vectors:
 

@@ -5,7 +5,7 @@ Two collections embedded by two models (dimensions may differ) hold partly the s
 the true pairs. GEH grows those seeds into one-to-one links with a posterior confidence each, without ever mapping
 one space into the other: items are compared through their *distances to paired anchors* (each model measures
 distances in its own space, and two good encoders are locally isometric up to a scale). The five components of the
-paper's section 4, as the extraction beside it (``003_vector_linking.notes.md`` section 2) lays them out:
+paper's section 4:
 
 1. **Views** by furthest point sampling over the E1 side of the current link pool, seeds in every view.
 2. **Kernelised distance-to-anchor hashes** ``h(u) = normalize(exp(-(1 - <u, a_j>) / sigma))`` with the median
