@@ -66,6 +66,7 @@ from vecbridge import metrics
 from vecbridge.align import FewPairsWarning, OrthogonalProcrustes, validation
 from vecbridge.align.minivec2vec import MiniVec2Vec
 from vecbridge.align.validation import decide, null_distribution, random_orthogonal, validate_map
+from vecbridge.errors import CheckFailed
 from vecbridge.linking.geh import GEH
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -134,7 +135,8 @@ def noisy_pairs(rows: np.ndarray, p: float, rng) -> tuple[np.ndarray, np.ndarray
 
 
 def geh_map(X, Y, src_rows, tgt_rows, wrong: bool, seed: int):
-    """GEH from 15 seed pairs (true, or with shuffled partners), then Procrustes on its links."""
+    """GEH from 15 seed pairs (true, or with shuffled partners), then Procrustes on its links; no map (None) where
+    GEH itself refuses its links."""
     rng = np.random.default_rng(seed)
     shared = np.intersect1d(src_rows, tgt_rows)
     pos_s = {r: i for i, r in enumerate(src_rows)}
@@ -142,7 +144,10 @@ def geh_map(X, Y, src_rows, tgt_rows, wrong: bool, seed: int):
     items = rng.choice(shared, N_GEH_SEEDS, replace=False)
     partners = np.roll(items, 1) if wrong else items
     seeds = np.array([[pos_s[i], pos_t[j]] for i, j in zip(items, partners)])
-    g = GEH(random_state=seed).fit(X[src_rows], Y[tgt_rows], seeds)
+    try:
+        g = GEH(random_state=seed).fit(X[src_rows], Y[tgt_rows], seeds)
+    except CheckFailed as exc:   # GEH's own refusal (bootstrapping never took off): no map reaches the validation
+        return None, {"refused_by_geh": str(exc)}
     links = g.links_
     return procrustes(X[src_rows][links[:, 0]], Y[tgt_rows][links[:, 1]]), {"n_links": int(len(links))}
 
@@ -192,6 +197,11 @@ def run_cell(data: Path, corpus: str, src_m: str, tgt_m: str, split_no: int, qui
                       "refined": null[mode].refined.tolist(), "random": null[mode].random.tolist(),
                       "seconds": round(time.perf_counter() - t, 2), "load": loadavg()})
     for family, intended, m, extra in candidates(X, Y, split, name, quick):
+        if m is None:   # refused before the validation: kept in the JSON, left out of the validation's figures
+            rows.append({"corpus": corpus, "pair": f"{src_m}->{tgt_m}", "split": name, "family": family,
+                         "intended": intended, **extra})
+            print(f"{corpus} {src_m}->{tgt_m} split {name} {family:38s} refused by GEH itself", flush=True)
+            continue
         top1 = metrics.pair_quality(m.transform(X[held]), Y[held]).top1
         row = {"corpus": corpus, "pair": f"{src_m}->{tgt_m}", "split": name, "family": family,
                "intended": intended, "top1": top1, **extra}
@@ -271,6 +281,7 @@ def right_range(rows, key) -> list | None:
 
 
 def summarize(rows: list, threshold: float) -> dict:
+    rows = [r for r in rows if "held_apart" in r]   # maps refused before the validation have no score
     groups = {c: [r for r in rows if r["corpus"] == c] for c in CORPORA}
     groups["pooled"] = rows
     out = {"threshold": threshold, "works_at_top1": WORKS, "n_fits": len(rows),
