@@ -197,19 +197,17 @@ def run_cell(data: Path, corpus: str, src_m: str, tgt_m: str, split_no: int, qui
                       "refined": null[mode].refined.tolist(), "random": null[mode].random.tolist(),
                       "seconds": round(time.perf_counter() - t, 2), "load": loadavg()})
     for family, intended, m, extra in candidates(X, Y, split, name, quick):
+        row = {"corpus": corpus, "pair": f"{src_m}->{tgt_m}", "split": name, "family": family,
+               "intended": intended, **extra}
+        rows.append(row)
         if m is None:   # refused before the validation: kept in the JSON, left out of the validation's figures
-            rows.append({"corpus": corpus, "pair": f"{src_m}->{tgt_m}", "split": name, "family": family,
-                         "intended": intended, **extra})
             print(f"{corpus} {src_m}->{tgt_m} split {name} {family:38s} refused by GEH itself", flush=True)
             continue
-        top1 = metrics.pair_quality(m.transform(X[held]), Y[held]).top1
-        row = {"corpus": corpus, "pair": f"{src_m}->{tgt_m}", "split": name, "family": family,
-               "intended": intended, "top1": top1, **extra}
+        row["top1"] = top1 = metrics.pair_quality(m.transform(X[held]), Y[held]).top1
         for mode, (Xv, Yv) in samples.items():
             t = time.perf_counter()
             v = validate_map(m, Xv, Yv, null=null[mode], random_state=name)
             row["in_sample" if mode else "held_apart"] = {**v.as_dict(), "seconds": round(time.perf_counter() - t, 2)}
-        rows.append(row)
         h = row["held_apart"]
         print(f"{corpus} {src_m}->{tgt_m} split {name} {family:38s} top1={top1:.3f} score={h['score']:.2f} "
               f"gain={h['gain']:+.3f} agree={h['agreement']:.3f} muse={h['mnn_similarity']:.3f} "

@@ -75,10 +75,10 @@ def machine() -> dict:
             "shared": "2 cores shared with two other workers' jobs (load averages recorded per fit)"}
 
 
-def held_out_quality(est, Xh, Yh):
+def held_out_quality(mu_a, mu_b, Xh, Yh):
     """The paper's protocol as a function of a map W: ``normalize(x - mu_A) @ W`` against ``y - mu_B``."""
-    xs = l2_normalize(Xh - est.source_mean_.astype(np.float32))
-    ys = Yh - est.target_mean_.astype(np.float32)
+    xs = l2_normalize(Xh - np.asarray(mu_a, dtype=np.float32))
+    ys = Yh - np.asarray(mu_b, dtype=np.float32)
     return lambda W: metrics.pair_quality(xs @ np.asarray(W, dtype=np.float32), ys)
 
 
@@ -93,7 +93,7 @@ def one_fit(corpus, src, tgt, seed, method, params, items="disjoint"):
     t, c = time.perf_counter(), time.process_time()
     est = MiniVec2Vec(random_state=seed, **{**METHODS[method], **params}).fit(A, B)
     wall, cpu = time.perf_counter() - t, time.process_time() - c
-    paper_quality = held_out_quality(est, Xh, Yh)
+    paper_quality = held_out_quality(est.source_mean_, est.target_mean_, Xh, Yh)
     paper = paper_quality(est.matrix_)
     user = metrics.pair_quality(est.procrustes_.transform(Xh), Yh)
     stage_top1 = {k: paper_quality(M).top1 for k, M in est.stage_matrices_.items()
@@ -111,11 +111,12 @@ def ceiling(corpus, src, tgt):
     X, Y = embeddings(DATA / corpus, src), embeddings(DATA / corpus, tgt)
     Xh, Yh = X[-N_HELD:], Y[-N_HELD:]
     out = {"corpus": corpus, "pair": f"{src}->{tgt}", "n_pairs": HALF}
+    true_map = {}
     for n, name in ((HALF, "top1"), (2 * HALF, "top1_8k")):
         P, Q = X[:n], Y[:n]
         mu_p, mu_q = P.mean(axis=0), Q.mean(axis=0)
-        W = procrustes_rotation(l2_normalize(P - mu_p), l2_normalize(Q - mu_q)).astype(np.float32)
-        q = metrics.pair_quality(l2_normalize(Xh - mu_p) @ W, Yh - mu_q)
+        true_map[n] = W = procrustes_rotation(l2_normalize(P - mu_p), l2_normalize(Q - mu_q)).astype(np.float32)
+        q = held_out_quality(mu_p, mu_q, Xh, Yh)(W)
         out[name] = q.top1
         if n == HALF:
             out["rank"] = q.mean_rank
@@ -126,11 +127,11 @@ def ceiling(corpus, src, tgt):
     A, B = X[:HALF], Y[HALF:2 * HALF]
     mu_a, mu_b = A.mean(axis=0), B.mean(axis=0)
     a, b = l2_normalize(A - mu_a), l2_normalize(B - mu_b)
-    W = procrustes_rotation(l2_normalize(A - mu_a), l2_normalize(Y[:HALF] - Y[:HALF].mean(axis=0))).astype(np.float32)
-    score = lambda W: metrics.pair_quality(l2_normalize(Xh - mu_a) @ W, Yh - mu_b).top1   # noqa: E731
+    W = true_map[HALF]
+    score = held_out_quality(mu_a, mu_b, Xh, Yh)
     W10 = transport_procrustes(a, b, W, n_iter=10)
-    out["from_true_map"] = {"true_map": score(W), "transport_10": score(W10),
-                            "transport_30": score(transport_procrustes(a, b, W10, n_iter=20))}
+    out["from_true_map"] = {"true_map": score(W).top1, "transport_10": score(W10).top1,
+                            "transport_30": score(transport_procrustes(a, b, W10, n_iter=20)).top1}
     return out
 
 
@@ -168,7 +169,7 @@ def transport_sweep(corpus, src, tgt, seed):
     est = MiniVec2Vec(random_state=seed, polish_stochastic_iter=0, transport_iter=0).fit(X[:HALF], Y[HALF:2 * HALF])
     a = l2_normalize(X[:HALF] - est.source_mean_.astype(np.float32))     # the polish rows (all: HALF <= polish_sample)
     b = l2_normalize(Y[HALF:2 * HALF] - est.target_mean_.astype(np.float32))
-    quality = held_out_quality(est, X[-N_HELD:], Y[-N_HELD:])
+    quality = held_out_quality(est.source_mean_, est.target_mean_, X[-N_HELD:], Y[-N_HELD:])
     W = est.stage_matrices_["polish"]
     out = {"corpus": corpus, "pair": f"{src}->{tgt}", "seed": seed, "polish": quality(W).top1, "variants": []}
     for beta, n in SWEEP:

@@ -43,7 +43,7 @@ from ray.data.extensions import ArrowTensorArray
 from .connectors import connect
 from .connectors.base import Collection, VectorBatch, check_metric
 from .errors import CheckFailed, InputError, StoreError
-from .jobs.distributed import Sealed, task_error
+from .jobs.distributed import Sealed, raise_one_line
 from .jobs.guard import exclusive_writer, refuse_inputs_as_target
 from .jobs.rewrite import create_target, store_batch_size
 from .results import JobResult
@@ -382,10 +382,7 @@ def write_collection(ds: "ray.data.Dataset", url, *, dim: int | None = None, met
             if sink.created:
                 with contextlib.suppress(Exception):
                     connect(sink.url.url, read_only=False).drop()
-            cause = task_error(ray, exc)
-            if cause is exc:
-                raise
-            raise cause from None
+            raise_one_line(ray, exc)
         if build_index and sink.created and coll.supports_deferred_index:
             coll.build_index()
         held = coll.info().count

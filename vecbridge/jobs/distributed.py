@@ -30,7 +30,7 @@ import copy
 import os
 import time
 from dataclasses import dataclass
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterator, NoReturn
 
 from ..align.artifact import Alignment
 from ..connectors import connect
@@ -113,16 +113,22 @@ def task_error(ray, exc: BaseException) -> BaseException:
     return exc
 
 
+def raise_one_line(ray, exc: BaseException) -> NoReturn:
+    """Raise what :func:`task_error` finds inside ``exc`` without Ray's wrapper (one line, as in a local run), else
+    ``exc`` itself. Call it from the ``except`` block that caught ``exc``."""
+    cause = task_error(ray, exc)
+    if cause is exc:
+        raise exc
+    raise cause from None
+
+
 def task_reply(ray, ref):
     """A task's reply; where the task failed with one of our errors (or an OSError), that error itself
-    (:func:`task_error`)."""
+    (:func:`raise_one_line`)."""
     try:
         return ray.get(ref)
     except ray.exceptions.RayTaskError as exc:
-        cause = task_error(ray, exc)
-        if cause is exc:
-            raise
-        raise cause from None
+        raise_one_line(ray, exc)
 
 
 def refuse_single_process_store(*colls: tuple[Collection, str]) -> None:
