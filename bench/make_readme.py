@@ -305,6 +305,15 @@ def migrate(d: dict) -> dict:
          for r in d["rows"]])}
 
 
+def rowwise(d: dict) -> dict:
+    return {"timing": table(
+        ["corpus", "pair", "dims", "row-stable (10,000 rows)", "float32 BLAS", "ratio", "max relative error",
+         "float32 BLAS's"],
+        [[r["corpus"], arrow(r["pair"]), r["dims"], f"{r['stable_s'] * 1000:.0f} ms", f"{r['blas_s'] * 1000:.0f} ms",
+          f"{r['ratio']:.2f}x", f"{r['stable_max_rel_err']:.1e}", f"{r['blas_max_rel_err']:.1e}"]
+         for r in d["rows"]])}
+
+
 def report_calibration(d: list) -> dict:
     return {"pairs": table(
         ["pair (old -> new)", "predicted retention@10", "measured after migrating all 10,000", "error",
@@ -506,6 +515,7 @@ def ray_scale(d: dict) -> dict:
 RENDERERS = {"align_real": align_real, "geh": geh, "geh_calibration": geh_calibration, "geh_timing": geh_timing,
              "unsupervised_robust": unsupervised_robust, "minivec2vec": minivec2vec,
              "linking_retention": linking_retention, "quality_options": quality_options, "migrate": migrate,
+             "rowwise": rowwise,
              "report_calibration": report_calibration, "connectors": connectors,
              "upgrade_curve": upgrade_curve, "map_validation": map_validation, "ray_scale": ray_scale}
 
