@@ -108,7 +108,7 @@ def test_bad_pairs_spec_and_unknown_scheme(tmp_path, sample_stores):
             "-o", tmp_path / "a.vb")
     assert_one_line_error(r, 3, "unknown pairing")
     r = run("info", "nosuchstore://x/y")
-    assert_one_line_error(r, 3, "unknown store scheme")
+    assert_one_line_error(r, 2, "unknown store scheme")   # a usage error, as the README says
 
 
 def test_missing_client_library_names_the_extra(monkeypatch):

@@ -14,7 +14,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "vecbridge"
 #: layer of each top-level part of the package (module or sub-package), bottom first
 LAYERS = {
     "base": ["_version", "_blas", "_deprecated", "errors", "fs", "results", "validation", "vectors", "metrics", "numeric",
-             "sample"],
+             "sample", "faultpoint"],
     "stores": ["connectors"],
     "pairs": ["linking"],
     "estimators": ["align"],

@@ -122,8 +122,9 @@ def test_report_falls_back_to_unsupervised_and_never_says_go(tmp_path, sample):
     new = write_collection(f"file://{tmp_path}/new", [f"h{i}" for i in range(1500)], sample.docs_old @ Q)
     queries = write_collection(f"file://{tmp_path}/q", sample.ids[1000:], sample.queries_old @ Q)
     queries_old = write_collection(f"file://{tmp_path}/qo", sample.ids[1000:], sample.queries_old)
-    r = compatibility_report(old.url, new.url, queries_new=queries.url, queries_old=queries_old.url, sample=1500,
-                             unsupervised_params=FAST_UNSUPERVISED)
+    with pytest.warns(UserWarning, match="without labels"):   # said before minutes of work, never silently
+        r = compatibility_report(old.url, new.url, queries_new=queries.url, queries_old=queries_old.url, sample=1500,
+                                 unsupervised_params=FAST_UNSUPERVISED)
     c = r["correspondences"]
     assert c["mode"] == "unsupervised" and c["pseudo"] and c["mutual_fraction"] > 0.6
     t = r["three_way"]

@@ -9,13 +9,14 @@ from __future__ import annotations
 import functools
 import json
 import os
+import sqlite3
 import sys
 import warnings
 
 import click
 
 from ._version import __version__
-from .errors import StoreError, VecbridgeError
+from .errors import InputError, StoreError, VecbridgeError
 from .jobs.fit import METHODS
 from .jobs.upgrade_state import PRIORITIES
 
@@ -24,6 +25,10 @@ EXIT_INTERRUPTED = 130
 
 #: counts and sizes: zero or a negative number is a usage error (exit 2), never silently "the default"
 POSITIVE_INT = click.IntRange(min=1)
+
+#: every command's --json, defined once
+json_option = click.option("--json", "as_json", is_flag=True,
+                           help="Print the result as one JSON document on stdout (machine-readable), no tables.")
 
 #: commands whose interrupted runs continue with --resume
 _RESUMABLE = ("migrate", "merge")
@@ -73,6 +78,13 @@ def handle_errors(fn):
         except PermissionError as exc:   # a file we were not allowed to touch: the user's to fix, not a bug
             where = f" {exc.filename}" if exc.filename else ""
             _emit_error(f"permission denied:{where} ({exc.strerror or exc})", StoreError.exit_code)
+        except sqlite3.OperationalError as exc:   # a state or history database that cannot be opened or written
+            _emit_error(f"cannot open or write a database file ({exc}): check that the file and its folder are "
+                        f"writable", StoreError.exit_code)
+        except sqlite3.DatabaseError as exc:   # not a database, or a damaged one: the user's file, not a bug
+            _emit_error(f"a database file is damaged or is not one ({exc})", InputError.exit_code)
+        except json.JSONDecodeError as exc:   # JSON read from a file the user gave: bad input, not a bug
+            _emit_error(f"invalid JSON in an input file ({exc})", InputError.exit_code)
         except click.exceptions.Exit:
             raise
         except click.ClickException:
@@ -166,8 +178,8 @@ _STORED_PAIRS = ("ids", "field", "file")
               help="Fraction of pairs kept out of the fit (by id hash) for 'vecbridge evaluate'.")
 @click.option("--max-pairs", type=POSITIVE_INT, default=None,
               help="Fit on a uniform sample of at most N source records.")
-@click.option("--seed", type=int, default=0, show_default=True)
-@click.option("--batch-size", type=POSITIVE_INT, default=2000, show_default=True)
+@click.option("--seed", type=int, default=0, show_default=True, help="Seeds the holdout split and any sampling.")
+@click.option("--batch-size", type=POSITIVE_INT, default=2000, show_default=True, help="Records read per store call.")
 @click.option("--source-model", default=None, help="Name of the old model (recorded in the artifact).")
 @click.option("--target-model", default=None, help="Name of the new model (recorded in the artifact).")
 @click.option("--param", "params", multiple=True, metavar="KEY=VALUE",
@@ -177,7 +189,7 @@ _STORED_PAIRS = ("ids", "field", "file")
 @click.option("-o", "--output", required=True, type=click.Path(dir_okay=False), help="Where to write the alignment.")
 @engine_options("every stored pair streamed into sums by Ray tasks over key ranges of the source, one fit from "
                 "their total (no --max-pairs, unsupervised or clustered)")
-@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+@json_option
 @handle_errors
 def fit(source_url, target_url, pairs, method, center, scale, alpha, normalize, holdout, max_pairs, seed,
         batch_size, source_model, target_model, params, force, output, engine, ray_address, workers, as_json):
@@ -259,14 +271,14 @@ def _parse_params(items) -> dict:
 @click.option("--text-field", default="text", show_default=True, help="Payload field with the stored text.")
 @click.option("--sample", type=POSITIVE_INT, default=10_000, show_default=True,
               help="Records to sample per collection.")
-@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--seed", type=int, default=0, show_default=True, help="Seeds the sample and the linking method.")
 @click.option("--param", "params", multiple=True, metavar="KEY=VALUE",
               help="Estimator parameter for --pairs geh / unsupervised (repeatable), e.g. --param n_runs=10.")
 @click.option("--force", is_flag=True,
               help="--pairs geh / unsupervised: write the links even when their map fails validation.")
 @click.option("-o", "--output", required=True, type=click.Path(dir_okay=False),
               help="Links file: .csv or .json (id links) or .npz (any pairing; needed when links carry vectors).")
-@click.option("--json", "as_json", is_flag=True)
+@json_option
 @handle_errors
 def link(source_url, target_url, pairs, seeds, model, old_model, text_field, sample, seed, params, force, output,
          as_json):
@@ -302,19 +314,23 @@ def link(source_url, target_url, pairs, seeds, model, old_model, text_field, sam
 
 
 @main.command()
-@click.option("--alignment", "alignment_path", required=True, type=click.Path(dir_okay=False))
+@click.option("--alignment", "alignment_path", required=True, type=click.Path(dir_okay=False),
+              help="The alignment artifact (.vb) written by `fit` or `link`.")
 @click.option("--source", "source_url", required=True, help="Collection in the OLD model's space.")
 @click.option("--target", "target_url", required=True, help="Collection in the NEW model's space.")
 @pairs_option(*_STORED_PAIRS)
 @click.option("--queries", "queries_url", default=None,
-              help="New-model query vectors whose ids equal their relevant document's id (for recall retention).")
-@click.option("-k", "k", type=POSITIVE_INT, default=10, show_default=True)
-@click.option("--max-pairs", type=POSITIVE_INT, default=10000, show_default=True)
+              help="New-model query vectors (a collection), each query's id = its relevant document's id in "
+                   "--source (whatever --pairs links by): recall retention.")
+@click.option("-k", "k", type=POSITIVE_INT, default=10, show_default=True,
+              help="Neighbours retrieved per query (recall@k).")
+@click.option("--max-pairs", type=POSITIVE_INT, default=10000, show_default=True,
+              help="Evaluate on at most this many held-out pairs.")
 @click.option("--all-pairs", is_flag=True, help="Also evaluate on pairs used in the fit (ignore the holdout split).")
 @click.option("--min-top1", type=float, default=None, help="Exit 1 if held-out top-1 falls below this.")
 @click.option("--min-retention", type=float, default=None, help="Exit 1 if recall retention@k falls below this.")
 @engine_options("a uniform sample of --max-pairs of all the pairs, drawn by Ray tasks over key ranges of the source")
-@click.option("--json", "as_json", is_flag=True)
+@json_option
 @handle_errors
 def evaluate(alignment_path, source_url, target_url, pairs, queries_url, k, max_pairs, all_pairs, min_top1,
              min_retention, engine, ray_address, workers, as_json):
@@ -371,7 +387,8 @@ def _print_evaluation(result):
 
 @main.command()
 @click.argument("source_url")
-@click.option("--alignment", "alignment_path", required=True, type=click.Path(dir_okay=False))
+@click.option("--alignment", "alignment_path", required=True, type=click.Path(dir_okay=False),
+              help="The alignment artifact (.vb) written by `fit` or `link`.")
 @click.option("--to", "target_url", default=None,
               help="New collection to write (must not exist unless --resume/--overwrite; never the source).")
 @click.option("--field", default=None, help="Instead of a new collection, add this vector field to SOURCE in place.")
@@ -385,13 +402,16 @@ def _print_evaluation(result):
 @click.option("--index/--no-index", "build_index", default=True, show_default=True,
               help="Build the target's vector index after the load (stores that defer it: pgvector).")
 @engine_options("key ranges of the source copied by Ray tasks")
-@click.option("--json", "as_json", is_flag=True)
+@json_option
 @handle_errors
 def migrate(source_url, alignment_path, target_url, field, batch_size, resume, overwrite, dry_run, checkpoint_path,
             build_index, engine, ray_address, workers, as_json):
     """Rewrite SOURCE_URL (old model) into the new model's space through an alignment."""
     from .jobs import migrate as run_migration
 
+    if target_url is None and field is None:
+        raise click.UsageError("say where the mapped vectors go: --to URL (a new collection) or --field NAME (a "
+                               "vector field added to SOURCE_URL in place)")
     if engine == "ray":
         from .errors import InputError
 
@@ -460,12 +480,14 @@ def migrate(source_url, alignment_path, target_url, field, batch_size, resume, o
 @pairs_option("ids", "file", aliases=("--links",))
 @click.option("--policy", type=click.Choice(["keep-b", "keep-a", "keep-both"]), default="keep-b", show_default=True,
               help="Vector kept for a linked pair (keep-both: A's mapped vector in a second field).")
-@click.option("--batch-size", type=POSITIVE_INT, default=None)
-@click.option("--resume", is_flag=True)
-@click.option("--overwrite", is_flag=True)
-@click.option("--checkpoint", "checkpoint_path", default=None, type=click.Path(dir_okay=False))
+@click.option("--batch-size", type=POSITIVE_INT, default=None,
+              help="Records per write (default: what the store prefers).")
+@click.option("--resume", is_flag=True, help="Continue an interrupted merge from its checkpoint.")
+@click.option("--overwrite", is_flag=True, help="Drop and recreate the --into collection first (never an input).")
+@click.option("--checkpoint", "checkpoint_path", default=None, type=click.Path(dir_okay=False),
+              help="Checkpoint file (default: beside the alignment, named after the --into collection).")
 @engine_options("key ranges of B and of A merged by Ray tasks")
-@click.option("--json", "as_json", is_flag=True)
+@json_option
 @handle_errors
 def merge(a_url, b_url, into_url, alignment_path, pairs, policy, batch_size, resume, overwrite, checkpoint_path,
           engine, ray_address, workers, as_json):
@@ -494,14 +516,16 @@ def merge(a_url, b_url, into_url, alignment_path, pairs, policy, batch_size, res
 @main.command()
 @click.argument("source_url")
 @click.argument("target_url")
-@click.option("--alignment", "alignment_path", required=True, type=click.Path(dir_okay=False))
+@click.option("--alignment", "alignment_path", required=True, type=click.Path(dir_okay=False),
+              help="The alignment artifact (.vb) written by `fit` or `link`.")
 @click.option("--field", default=None, help="Verify an in-place vector field of TARGET_URL.")
 @click.option("--sample", type=POSITIVE_INT, default=1000, show_default=True,
               help="Records whose mapping is recomputed (--engine ray: every record).")
-@click.option("--tolerance", type=float, default=1e-5, show_default=True)
+@click.option("--tolerance", type=float, default=1e-5, show_default=True,
+              help="Largest difference allowed between a stored and a recomputed vector element.")
 @engine_options("every record checked (id, vector, payload) by Ray tasks over key ranges of the source, no id set "
                 "held")
-@click.option("--json", "as_json", is_flag=True)
+@json_option
 @handle_errors
 def verify(source_url, target_url, alignment_path, field, sample, tolerance, engine, ray_address, workers, as_json):
     """Check a migration: counts, ids, and a sample of mapped vectors and payloads. Exit 1 on any mismatch."""
@@ -540,15 +564,16 @@ def verify(source_url, target_url, alignment_path, field, sample, tolerance, eng
 @click.option("--rerank-model", default=None,
               help="Re-score the wrapped collections' top candidates with this new model's vectors of their stored "
                    "texts (name, path or module:function).")
-@click.option("--text-field", default="text", show_default=True, help="Payload field with the text (--rerank-model).")
+@click.option("--text-field", default="text", show_default=True,
+              help="Payload field with the text: shown beside each hit, and re-scored by --rerank-model.")
 @click.option("--hub-log", "hub_log_path", default=None, type=click.Path(exists=True, dir_okay=False),
               help="New-model vectors of logged queries (.npy): candidates pay the hub penalty.")
 @click.option("--hub-weight", type=click.FloatRange(min=0), default=0.5, show_default=True,
               help="Weight of the hub penalty (with --hub-log).")
 @click.option("--candidates", "k_candidates", type=POSITIVE_INT, default=50, show_default=True,
               help="Candidates per query that fusion, the hub penalty or re-ranking re-scores.")
-@click.option("-k", "k", type=POSITIVE_INT, default=10, show_default=True)
-@click.option("--json", "as_json", is_flag=True)
+@click.option("-k", "k", type=POSITIVE_INT, default=10, show_default=True, help="Results per query.")
+@json_option
 @handle_errors
 def search(wrapped, native, vectors_path, old_vectors_path, beta, rerank_model, text_field, hub_log_path,
            hub_weight, k_candidates, k, as_json):
@@ -575,15 +600,26 @@ def search(wrapped, native, vectors_path, old_vectors_path, beta, rerank_model, 
     results = search_collections(pairs, native, load(vectors_path), k,
                                  old_queries=load(old_vectors_path) if old_vectors_path else None, beta=beta,
                                  rerank_model=rerank_model, text_field=text_field, k_candidates=k_candidates,
-                                 hub_log=load(hub_log_path) if hub_log_path else None, hub_weight=hub_weight)
+                                 hub_log=load(hub_log_path) if hub_log_path else None, hub_weight=hub_weight,
+                                 show_field=text_field)
     if as_json:
         _print_json(results)
         return
+    from rich.markup import escape
+
     con = _console()
     for qi, rows in enumerate(results):
         con.print(f"[bold]query {qi}[/]", markup=True)
         for rank, r in enumerate(rows, 1):
-            con.print(f"  {rank:3d}. {r['id']}  {r['score']:.4f}  [dim]{r['source']}[/]", markup=True)
+            text = f"  {escape(_snippet(r['text']))}" if "text" in r else ""
+            con.print(f"  {rank:3d}. {escape(str(r['id']))}  {r['score']:.4f}{text}  [dim]{r['source']}[/]",
+                      markup=True)
+
+
+def _snippet(value, width: int = 80) -> str:
+    """A stored text on one line, cut to ``width`` characters."""
+    text = " ".join(str(value).split())
+    return text if len(text) <= width else text[:width - 1] + "…"
 
 
 @main.command()
@@ -598,12 +634,15 @@ def search(wrapped, native, vectors_path, old_vectors_path, beta, rerank_model, 
 @click.option("--seeds", default=None, type=click.Path(dir_okay=False),
               help="CSV/JSON of seed id pairs (as --pairs geh:PATH).")
 @click.option("--queries", "queries_url", default=None,
-              help="New-model query vectors (ids = the relevant document's id): recall retention.")
+              help="New-model query vectors (a collection), each query's id = its relevant document's id in "
+                   "OLD_URL (whatever --pairs links by): recall retention.")
 @click.option("--old-queries", "old_queries_url", default=None,
               help="The same queries in the old model: three-way comparison (stay / mapped / re-embed).")
-@click.option("--sample", type=POSITIVE_INT, default=5000, show_default=True)
-@click.option("--seed", type=int, default=0, show_default=True)
-@click.option("--center/--no-center", default=False, show_default=True)
+@click.option("--sample", type=POSITIVE_INT, default=5000, show_default=True,
+              help="Records sampled from the collections.")
+@click.option("--seed", type=int, default=0, show_default=True, help="Seeds the sample and the held-out split.")
+@click.option("--center/--no-center", default=False, show_default=True,
+              help="Centre both sides before fitting the map.")
 @click.option("--target", "target_retention", type=float, default=0.95, show_default=True,
               help="Retention@k the recommended option must keep (measured with --queries).")
 @click.option("--unsupervised/--no-unsupervised", default=True, show_default=True,
@@ -616,7 +655,7 @@ def search(wrapped, native, vectors_path, old_vectors_path, beta, rerank_model, 
               help="Exit 1 when the verdict is this bad (for CI gates).")
 @engine_options("a uniform sample of --sample of all the pairs sharing an id or a payload key, drawn by Ray tasks "
                 "over key ranges of OLD")
-@click.option("--json", "as_json", is_flag=True)
+@json_option
 @handle_errors
 def report(old_url, new_url, pairs, method, key, model, text_field, seeds, queries_url, old_queries_url, sample, seed,
            center, target_retention, unsupervised, old_model_retired, html_path, fail_on, engine, ray_address, workers,
@@ -728,7 +767,7 @@ def _print_drift(result: dict, as_json: bool):
 
 @drift.command("run")
 @click.argument("config", type=click.Path(dir_okay=False))
-@click.option("--json", "as_json", is_flag=True)
+@json_option
 @handle_errors
 def drift_run(config, as_json):
     """Run the check once (for cron or CI); exit 1 on a breach."""
@@ -746,7 +785,7 @@ def drift_run(config, as_json):
 @click.option("--every", default="1h", show_default=True, help="Interval: 30s, 15m, 1h, 1d.")
 @click.option("--max-runs", type=POSITIVE_INT, default=None, help="Stop after this many runs.")
 @click.option("--stop-on-breach", is_flag=True, help="Exit 1 at the first breach instead of continuing.")
-@click.option("--json", "as_json", is_flag=True)
+@json_option
 @handle_errors
 def drift_watch(config, every, max_runs, stop_on_breach, as_json):
     """Run the check on a schedule until interrupted."""
@@ -773,7 +812,7 @@ def drift_watch(config, every, max_runs, stop_on_breach, as_json):
 @drift.command("history")
 @click.argument("config", type=click.Path(dir_okay=False))
 @click.option("--plot", "plot_path", default=None, type=click.Path(dir_okay=False), help="Write an HTML plot.")
-@click.option("--json", "as_json", is_flag=True)
+@json_option
 @handle_errors
 def drift_history(config, plot_path, as_json):
     """Show past runs (and plot them)."""
@@ -813,7 +852,7 @@ def drift_history(config, plot_path, as_json):
 
 @main.command()
 @click.argument("target")
-@click.option("--json", "as_json", is_flag=True)
+@json_option
 @handle_errors
 def info(target, as_json):
     """Describe a collection (URL) or an alignment file."""
@@ -829,7 +868,7 @@ def info(target, as_json):
 @main.command()
 @click.option("--workdir", default="vecbridge-demo", show_default=True, type=click.Path(file_okay=False),
               help="Where the demo's collections and alignment are written.")
-@click.option("--json", "as_json", is_flag=True)
+@json_option
 @handle_errors
 def demo(workdir, as_json):
     """Upgrade a bundled real MiniLM collection to MPNet without re-embedding it: fit, migrate, verify, measure."""
@@ -866,6 +905,11 @@ def _print_demo(r: dict):
               f"{r['wrapped_equals_migrated']}")
     con.print(f"recall retention@10 vs a full re-embed: [bold]{r['recall_retention_at_10']:.3f}[/]; "
               f"top-10 overlap with the re-embedded index {r['top10_overlap']:.3f}")
+    if rec["new_queries_migrated"] < rec["stay_on_old_model"]:
+        con.print(f"[yellow]note:[/] mapped vectors alone serve {rec['new_queries_migrated']:.3f}, below staying on "
+                  f"the old model ({rec['stay_on_old_model']:.3f}): a map keeps most, not all, of what a re-embed "
+                  f"gives, so switching queries to the new model over mapped vectors alone would lose recall here. "
+                  f"The staged upgrade below serves fused queries instead, then re-embeds in the background.")
     table = Table(title="vecbridge upgrade, stage by stage: what it serves (Recall@10, same 500 queries)")
     for col in ("stage", "native vectors", "new-model queries", "fused with old-model queries"):
         table.add_column(col, justify="left" if col == "stage" else "right")
@@ -878,6 +922,8 @@ def _print_demo(r: dict):
     con.print(f"staying on the old model serves {rec['stay_on_old_model']:.3f}: with fused queries the upgrade serves "
               f"{first['recall_fused']:.3f} from the first day, and once re-embedded {last['recall_new_queries']:.3f}, "
               f"the full re-embed's {rec['full_re_embed']:.3f}, without a day of downtime")
+    con.print(f"the demo's files take {r['workdir_bytes'] / 1e6:.0f} MB in {r['workdir']}: remove the folder when "
+              f"done")
 
 
 @main.group()
@@ -887,10 +933,13 @@ def upgrade():
 
 def _state_option(required: bool = True):
     return click.option("--state", "state_path", required=required, type=click.Path(dir_okay=False),
-                        help="The upgrade's state file (default for start: <collection>.upgrade.sqlite here).")
+                        help="The upgrade's state file" + (" (the one `upgrade start` wrote)." if required else
+                                                           " (default: <collection>.upgrade.sqlite here)."))
 
 
 def _print_upgrade(status: dict, as_json: bool, headline: str | None = None):
+    from rich.markup import escape
+
     if as_json:
         _print_json(status)
         return
@@ -898,11 +947,28 @@ def _print_upgrade(status: dict, as_json: bool, headline: str | None = None):
     if headline:
         con.print(headline, markup=True)
     c = status["counts"]
-    con.print(f"upgrade of {status['source']} to {status['model']}: stage [bold]{status['stage']}[/], serving the "
-              f"{status['serving']} model's vectors", markup=True)
+    switched = not str(status.get("serving_via") or "").startswith("nothing switched")
+    con.print(f"upgrade of {escape(status['source'])} to {escape(status['model'])}: stage [bold]{status['stage']}[/], "
+              + ("serving" if switched else "clients are to query") + f" the {status['serving']} model's vectors",
+              markup=True)
     con.print(f"  {status['total']:,} records: {c['native']:,} native, {c['mapped']:,} mapped, "
               f"{c['pending']:,} new or changed in the source, {c['no-text']:,} without text "
               f"({status['native_fraction']:.1%} native); new vectors in {status['vectors']}")
+    if c["no-text"]:
+        con.print(f"  {c['no-text']:,} records without text in {status.get('text_field', 'the text field')!r} keep "
+                  f"their mapped vectors (no native vector until they get text)")
+    if status.get("serving_via"):
+        con.print(f"  served through: {escape(status['serving_via'])}")
+    if status.get("switching"):
+        con.print(f"  [yellow]a switch to the {status['switching']['serving']} model's vectors was interrupted[/]: "
+                  f"run `vecbridge upgrade cutover` or `rollback` to complete it", markup=True)
+    ch = status.get("source_changes")
+    if ch:
+        con.print(f"  the source since the last sync: {ch['added']:,} added, {ch['changed']:,} changed, "
+                  f"{ch['removed']:,} removed" + (" (picked up by the next reembed or cutover)"
+                                                  if any(ch.values()) else ""))
+    if status.get("credentials"):
+        con.print(f"  {status['credentials']}")
     if status.get("dropped"):
         con.print(f"  dropped {status['dropped']}")
     p = status.get("probe")
@@ -931,10 +997,18 @@ def _print_plan(p: dict, con) -> None:
             table.add_row(name, f"{f:.0%}", f"{st['recall']:.3f}", f"{st['recall_fused']:.3f}", str(st["beta"]))
         con.print(table)
         at = pr["new_model_alone_from"]
-        con.print("the new model alone serves as well as staying " + (
-            "from the start" if at == 0 else f"from about {at:.0%} re-embedded" if at is not None
-            else "only after a full re-embed") + "; before that, serve fused (`upgrade search --old-model`). "
-            "Recall within a pool is higher than within the whole collection: compare the stages, not the levels.")
+        full = pr["stages"][-1]
+        if at is None:
+            con.print(f"the new model alone never serves as well as staying, not even after a full re-embed "
+                      f"({full['recall']:.3f} against {pr['staying']:.3f}): serve fused (`upgrade search "
+                      f"--old-model`) or stay on the old model.")
+        else:
+            con.print("the new model alone serves as well as staying " + (
+                "from the start" if at == 0 else "only after a full re-embed" if at == 1
+                else f"from about {at:.0%} re-embedded") + (
+                "" if at == 0 else "; before that, serve fused (`upgrade search --old-model`)") + ".")
+        con.print("Recall within a pool is higher than within the whole collection: compare the stages, not the "
+                  "levels.")
     else:
         con.print("quality at each stage: give --queries and --old-queries (queries with known answers)")
     for s in p["stages"]:
@@ -955,7 +1029,7 @@ def _print_plan(p: dict, con) -> None:
               help="Records re-embedded to fit the map, as `upgrade start` will.")
 @click.option("--method", type=click.Choice(list(METHODS)), default="orthogonal", show_default=True,
               help="The alignment method `upgrade start` will fit.")
-@click.option("--json", "as_json", is_flag=True)
+@json_option
 @handle_errors
 def upgrade_plan(source_url, model, text_field, sample, queries_url, old_queries_url, pool, fit_sample, method,
                  as_json):
@@ -983,18 +1057,20 @@ def upgrade_plan(source_url, model, text_field, sample, queries_url, old_queries
               help="Stored texts re-embedded to fit the map (they are kept as native vectors).")
 @click.option("--method", type=click.Choice(list(METHODS)), default="orthogonal", show_default=True,
               help="Alignment method fitted on the re-embedded sample (clustered keeps more quality).")
+@click.option("--overwrite", is_flag=True,
+              help="Drop and recreate the --to collection if it exists (never the source, nor a field of it).")
 @_state_option(required=False)
-@click.option("--json", "as_json", is_flag=True)
+@json_option
 @handle_errors
-def upgrade_start(source_url, model, text_field, field, target_url, alignment_path, fit_sample, method, state_path,
-                  as_json):
+def upgrade_start(source_url, model, text_field, field, target_url, alignment_path, fit_sample, method, overwrite,
+                  state_path, as_json):
     """Fit the map, write mapped vectors beside the old ones and stamp every record (the old vectors stay)."""
     from .jobs.upgrade import start
 
     step = _steps(as_json)
     status = start(source_url, model=model, text_field=text_field, field=field, to=target_url,
                    alignment=alignment_path, method=method, fit_sample=fit_sample, state_path=state_path,
-                   on_step=step)
+                   overwrite=overwrite, on_step=step)
     _print_upgrade(status, as_json, f"[bold green]started[/]: state in {status['state']}")
 
 
@@ -1009,7 +1085,7 @@ def upgrade_start(source_url, model, text_field, field, target_url, alignment_pa
               help="Order of re-embedding: a fixed shuffle; the mapped vectors expected to be worst (residual) or "
                    "attracting the most queries (hubs) first; the records a query log retrieves most (queries; "
                    "after `upgrade query-log`).")
-@click.option("--batch-size", type=POSITIVE_INT, default=64, show_default=True)
+@click.option("--batch-size", type=POSITIVE_INT, default=64, show_default=True, help="Texts per call to the model.")
 @click.option("--max-per-second", type=click.FloatRange(min=0, min_open=True), default=None,
               help="Rate limit (texts per second), e.g. for an API model.")
 @click.option("--price-per-1k", type=click.FloatRange(min=0), default=None,
@@ -1017,7 +1093,7 @@ def upgrade_start(source_url, model, text_field, field, target_url, alignment_pa
 @click.option("--spend-cap", type=click.FloatRange(min=0), default=None,
               help="Stop before the upgrade's total spend would exceed this (with --price-per-1k).")
 @engine_options("batches embedded and written by Ray actors, each loading the model once")
-@click.option("--json", "as_json", is_flag=True)
+@json_option
 @handle_errors
 def upgrade_reembed(state_path, limit, until, budget_seconds, priority, batch_size, max_per_second, price_per_1k,
                     spend_cap, engine, ray_address, workers, as_json):
@@ -1040,6 +1116,8 @@ def upgrade_reembed(state_path, limit, until, budget_seconds, priority, batch_si
                                     f"{result['seconds']:.1f} s (the source: {result['new_in_source']:,} added, "
                                     f"{result['changed_in_source']:,} changed, {result['removed_from_source']:,} "
                                     f"removed since the last run)"
+                   + (f"; {result['without_text']:,} without text in {result['text_field']!r} keep their mapped "
+                      f"vectors" if result["without_text"] else "")
                    + (f"; stopped by the {result['stopped_by']}" if result["stopped_by"] != "done" else "")
                    + (f"; spent {result['spent']:.2f} in all" if price_per_1k is not None else ""))
 
@@ -1049,7 +1127,7 @@ def upgrade_reembed(state_path, limit, until, budget_seconds, priority, batch_si
 @click.option("--queries", "queries_url", default=None,
               help="Measure quality now on these new-model queries (id = each query's relevant record's id).")
 @click.option("--old-queries", "old_queries_url", default=None, help="The same queries in the old model.")
-@click.option("--json", "as_json", is_flag=True)
+@json_option
 @handle_errors
 def upgrade_status(state_path, queries_url, old_queries_url, as_json):
     """Stage, serving model, how many records are native, mapped or waiting, and the quality last measured."""
@@ -1061,13 +1139,16 @@ def upgrade_status(state_path, queries_url, old_queries_url, as_json):
         _print_upgrade(measure(state_path, queries_url, old_queries_url), as_json)
         return
     with open_upgrade(state_path) as up:
-        _print_upgrade(up.status(), as_json)
+        status = up.status()
+        if status["stage"] not in ("starting", "finalized"):
+            status["source_changes"] = up.changes()
+        _print_upgrade(status, as_json)
 
 
 @upgrade.command("search")
 @_state_option()
 @click.argument("texts", nargs=-1, required=True)
-@click.option("-k", "k", type=POSITIVE_INT, default=10, show_default=True)
+@click.option("-k", "k", type=POSITIVE_INT, default=10, show_default=True, help="Results per query.")
 @click.option("--old-model", default=None,
               help="Also encode each query with the old model and fuse the scores (keeps more quality while the "
                    "old model is the better retriever).")
@@ -1075,23 +1156,29 @@ def upgrade_status(state_path, queries_url, old_queries_url, as_json):
               help="Weight of the old-model query in the fusion (default: the one `upgrade tune` chose, else 1).")
 @click.option("--hub-weight", type=click.FloatRange(min=0), default=None,
               help="Hub penalty: subtract this times each record's hub score (default: what `upgrade tune` chose).")
-@click.option("--json", "as_json", is_flag=True)
+@json_option
 @handle_errors
 def upgrade_search(state_path, texts, k, old_model, beta, hub_weight, as_json):
     """Search the upgrade's vectors with query TEXTS encoded by the new model, at any stage."""
+    from rich.markup import escape
+
     from .jobs.upgrade import open_upgrade
+    from .jobs.wrap import attach_field
 
     with open_upgrade(state_path) as up:
         ids, scores = up.search(list(texts), k, old_model=old_model, beta=beta, hub_weight=hub_weight)
-    rows = [[{"id": i, "score": float(s)} for i, s in zip(r, sc)] for r, sc in zip(ids, scores)]
+        rows = [[{"id": i, "score": float(s), "source": up.source.display_url} for i, s in zip(r, sc)]
+                for r, sc in zip(ids, scores)]
+        attach_field(rows, {up.source.display_url: up.source}, up.meta["text_field"])
     if as_json:
         _print_json(rows)
         return
     con = _console()
     for text, hits in zip(texts, rows):
-        con.print(f"[bold]{text}[/]", markup=True)
+        con.print(f"[bold]{escape(text)}[/]", markup=True)
         for rank, h in enumerate(hits, 1):
-            con.print(f"  {rank:3d}. {h['id']}  {h['score']:.4f}")
+            shown = f"  {escape(_snippet(h['text']))}" if "text" in h else ""
+            con.print(f"  {rank:3d}. {escape(str(h['id']))}  {h['score']:.4f}{shown}", markup=True)
 
 
 @upgrade.command("tune")
@@ -1099,8 +1186,8 @@ def upgrade_search(state_path, texts, k, old_model, beta, hub_weight, as_json):
 @click.option("--queries", "queries_url", required=True,
               help="New-model query vectors (id = the id of each query's relevant record).")
 @click.option("--old-queries", "old_queries_url", required=True, help="The same queries in the old model.")
-@click.option("-k", "k", type=POSITIVE_INT, default=10, show_default=True)
-@click.option("--json", "as_json", is_flag=True)
+@click.option("-k", "k", type=POSITIVE_INT, default=10, show_default=True, help="Results per query.")
+@json_option
 @handle_errors
 def upgrade_tune(state_path, queries_url, old_queries_url, k, as_json):
     """Choose the fusion and hub-penalty weights on queries with known answers, never below staying."""
@@ -1120,8 +1207,8 @@ def upgrade_tune(state_path, queries_url, old_queries_url, k, as_json):
 @_state_option()
 @click.option("--queries", "queries_url", required=True,
               help="A sample of your query log, encoded by the new model (a collection of query vectors).")
-@click.option("-k", "k", type=POSITIVE_INT, default=10, show_default=True)
-@click.option("--json", "as_json", is_flag=True)
+@click.option("-k", "k", type=POSITIVE_INT, default=10, show_default=True, help="Results per query.")
+@json_option
 @handle_errors
 def upgrade_query_log(state_path, queries_url, k, as_json):
     """Score every record against logged queries: the hubs and queries priorities, and the hub penalty."""
@@ -1136,14 +1223,20 @@ def upgrade_query_log(state_path, queries_url, k, as_json):
 def _upgrade_move(name: str, doc: str):
     @upgrade.command(name, help=doc)
     @_state_option()
-    @click.option("--json", "as_json", is_flag=True)
+    @json_option
     @handle_errors
     def command(state_path, as_json):
+        from rich.markup import escape
+
         from .jobs.upgrade import open_upgrade
 
         with open_upgrade(state_path) as up:
             status = getattr(up, name)()
-        _print_upgrade(status, as_json, f"[bold green]{name}[/]")
+        via = escape(status["serving_via"])
+        headline = (f"[bold green]{name}[/]: the {status['serving']} model's vectors are served through {via}"
+                    if not via.startswith("nothing switched") else
+                    f"[bold yellow]{name}[/] recorded, but {via}")
+        _print_upgrade(status, as_json, headline)
 
     return command
 
@@ -1155,15 +1248,19 @@ _upgrade_move("rollback", "Serve the old model's vectors again, exactly as befor
 @click.option("--drop-old", is_flag=True,
               help="Also remove the old vectors: the old vector column (pgvector) or the old collection.")
 @click.option("--yes", is_flag=True, help="With --drop-old: do not ask for confirmation.")
-@click.option("--json", "as_json", is_flag=True)
+@json_option
 @handle_errors
 def upgrade_finalize(state_path, drop_old, yes, as_json):
     """End the upgrade after a cutover, once every record is native (the old vectors stay unless --drop-old)."""
     from .jobs.upgrade import open_upgrade
 
     if drop_old and not yes:
-        click.confirm("Drop the old model's vectors for good? Rollback will no longer be possible", abort=True,
-                      err=True)
+        if not sys.stdin.isatty():
+            raise click.UsageError("--drop-old removes the old model's vectors for good: pass --yes to confirm "
+                                   "(there is no terminal to ask)")
+        if not click.confirm("Drop the old model's vectors for good? Rollback will no longer be possible",
+                             err=True):
+            _emit_error("nothing dropped: not confirmed", 1)
     with open_upgrade(state_path) as up:
         status = up.finalize(drop_old=drop_old)
     _print_upgrade(status, as_json, "[bold green]finalize[/]")

@@ -24,6 +24,13 @@ class InputError(VecbridgeError, ValueError):
     exit_code = 3
 
 
+class UsageError(InputError):
+    """The command line or the API was called wrong (an unknown store scheme, a missing required choice): exit 2,
+    as click's own usage errors."""
+
+    exit_code = 2
+
+
 class StoreError(VecbridgeError):
     """A store cannot be used: unreachable, wrong credentials, missing or empty collection, unsupported feature."""
 

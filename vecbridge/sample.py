@@ -14,6 +14,8 @@ from importlib import resources
 
 import numpy as np
 
+from .errors import InputError
+
 N_ITEMS = 1500
 N_QUERIES = 500
 OLD_MODEL = "sentence-transformers/all-MiniLM-L6-v2"
@@ -61,7 +63,8 @@ def _lookup(table: dict, texts, model: str) -> np.ndarray:
     try:
         return np.stack([table[t] for t in texts])
     except KeyError as exc:
-        raise KeyError(f"{model}: the bundled sample has no recorded output for {exc.args[0]!r}") from None
+        raise InputError(f"{model} (the bundled sample's recorded outputs) knows only the sample's own texts and "
+                         f"queries, not {exc.args[0]!r}") from None
 
 
 def recorded_old_model(texts) -> np.ndarray:

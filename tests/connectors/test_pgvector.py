@@ -183,3 +183,10 @@ def test_a_second_writer_of_a_table_is_refused_by_the_server(server, monkeypatch
                 pass
     with second.writer_lock():   # released with its session
         pass
+
+
+def test_a_misspelled_url_option_is_bad_input_before_any_connection():
+    with pytest.raises(InputError, match=r'"vectr".*own options: table, vector') as err:
+        connect("postgresql://postgres:hunter2@127.0.0.1:1/postgres?table=items&vectr=emb")
+    assert "hunter2" not in str(err.value) and "\n" not in str(err.value)
+    connect("postgresql://postgres@127.0.0.1:1/postgres?table=items&sslmode=disable&connect_timeout=2")   # libpq's

@@ -146,9 +146,10 @@ def test_different_collections_are_different(tmp_path):
     """The guard must not refuse what is really another collection."""
     pairs = [("file:///data/a", "file:///data/b"), ("milvus:///d/x.db/a", "milvus:///d/x.db/b"),
              ("milvus:///d/x.db/a", "milvus:///d/y.db/a"), ("qdrant:///d/q/a", "qdrant:///d/q/b"),
-             ("postgresql://u@h1/db?table=t", "postgresql://u@h1/db2?table=t"),
-             ("postgresql://u@h1/db?table=t", "postgresql://u@h1/db?table=other.t"),
-             ("postgresql://u@127.0.0.1:5432/db?table=t", "postgresql://u@127.0.0.1:5433/db?table=t"),
+             # schema-qualified: an unqualified table's schema is the server's answer (see test_pgvector_inplace.py)
+             ("postgresql://u@h1/db?table=public.t", "postgresql://u@h1/db2?table=public.t"),
+             ("postgresql://u@h1/db?table=public.t", "postgresql://u@h1/db?table=other.t"),
+             ("postgresql://u@127.0.0.1:5432/db?table=public.t", "postgresql://u@127.0.0.1:5433/db?table=public.t"),
              ("chroma:///d/c/a", "chroma:///d/c/b"), ("chroma:///d/c/a", "chroma:///d/c/a?database=other")]
     for a, b in pairs:
         try:

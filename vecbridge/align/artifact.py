@@ -22,7 +22,9 @@ from typing import Any
 import numpy as np
 
 from .._version import __version__
-from ..errors import ArtifactError, InputError
+from ..errors import ArtifactError, InputError, StoreError
+from ..fs import require_writable
+from ..numeric.rowwise import AffineRows, RowStableProducts, exact_offset
 from ..vectors import l2_normalize
 from .base import LinearAlignment, apply_linear
 from .methods import METHODS, kind_of
@@ -172,14 +174,38 @@ class Alignment:
                                self.tensor(mean_in, dtype), self.tensor(mean_out, dtype),
                                assignment=c["assignment"], temperature=c["temperature"], top_m=c["top_m"],
                                inverse=inverse, global_rotation=self.tensor("matrix", dtype),
-                               name="target vectors" if inverse else "source vectors")
+                               name="target vectors" if inverse else "source vectors",
+                               product=self._cached("products", RowStableProducts))
+
+    def _cached(self, key, build):
+        if key not in self._cast:
+            self._cast[key] = build()
+        return self._cast[key]
+
+    def _affine(self, X, inverse: bool) -> np.ndarray:
+        """A linear kind's map of float32 rows, each row's bits independent of its batch, the BLAS kernel and the
+        machine (:class:`~vecbridge.numeric.rowwise.AffineRows`): what a resumed or distributed migration relies on."""
+        def build():
+            matrix, mean_in, mean_out = (("inverse_matrix", "target_mean", "source_mean") if inverse
+                                         else ("matrix", "source_mean", "target_mean"))
+            scale = 1.0 / self.metadata["scale"] if inverse else self.metadata["scale"]
+            M = self.tensors[matrix] * scale
+            return AffineRows(M, exact_offset(M, self.tensors[mean_in], self.tensors[mean_out]))
+
+        single = X.ndim == 1
+        out = self._cached(("affine", inverse), build)(X[None, :] if single else X)
+        return out[0] if single else out
 
     def transform(self, X) -> np.ndarray:
-        """Source-model vectors -> target space (float32 in, float32 out; float64 in, float64 out)."""
+        """Source-model vectors -> target space (float32 in, float32 out; float64 in, float64 out).
+
+        Float32 (and float16) rows map to the same bits whatever batch they arrive in, on any processor."""
         X = self._prepare(X, self.source_dim, "source vectors")
         dtype = np.float64 if X.dtype == np.float64 else np.float32
         if self.kind == "clustered":
             return self._apply_clustered(X, dtype, inverse=False)
+        if dtype == np.float32:
+            return self._affine(X, inverse=False)
         return apply_linear(X, self.tensor("matrix", dtype), self.tensor("source_mean", dtype),
                             self.tensor("target_mean", dtype), self.metadata["scale"], "source vectors")
 
@@ -189,6 +215,8 @@ class Alignment:
         dtype = np.float64 if Q.dtype == np.float64 else np.float32
         if self.kind == "clustered":
             return self._apply_clustered(Q, dtype, inverse=True)
+        if dtype == np.float32:
+            return self._affine(Q, inverse=True)
         return apply_linear(Q, self.tensor("inverse_matrix", dtype), self.tensor("target_mean", dtype),
                             self.tensor("source_mean", dtype), 1.0 / self.metadata["scale"], "target vectors")
 
@@ -197,44 +225,50 @@ class Alignment:
         hands over (``ds.map_batches(alignment)``): the batch with its vectors in the target space, every other
         column as it was.
 
-        Vectors are mapped as float32 (what stores hold), and a one-row batch as two copies of its row: BLAS rounds
-        a matrix-vector product differently from a matrix-matrix one, so without that a record's mapped vector
-        would depend on how the rows fell into batches. The result is thus bit-identical to a migration's."""
+        Vectors are mapped as float32 (what stores hold), each row to the same bits as a migration maps it."""
         if not isinstance(batch, dict) or "vector" not in batch:
             raise InputError("an alignment maps a batch given as a dict of columns with a 'vector' column (Ray Data's "
                              "batch_format='numpy')")
         vectors = np.asarray(batch["vector"])
         if vectors.dtype == object:   # one array per row
             vectors = np.stack(list(vectors)) if len(vectors) else vectors.reshape(0, self.source_dim)
+        return {**batch, "vector": self.map_records(vectors, batch.get("id"))}
+
+    def map_records(self, vectors, ids=None) -> np.ndarray:
+        """Stored vectors -> float32 target vectors, as every writer maps them: a NaN or inf vector is refused
+        (naming its record's id), and each row's result is independent of the rest of the batch."""
         vectors = np.asarray(vectors, dtype=np.float32)
         if vectors.ndim != 2 or vectors.shape[1] != self.source_dim:
             raise InputError(f"source vectors: expected vectors of dimension {self.source_dim}, got shape "
                              f"{vectors.shape}")
         if len(vectors) == 0:
-            return {**batch, "vector": np.zeros((0, self.target_dim), dtype=np.float32)}
+            return np.zeros((0, self.target_dim), dtype=np.float32)
         finite = np.isfinite(vectors).all(axis=1)
         if not finite.all():
             row = int(np.flatnonzero(~finite)[0])
-            name = f"source record {batch['id'][row]!r}" if "id" in batch else f"row {row} of the batch"
+            name = f"source record {ids[row]!r}" if ids is not None else f"row {row} of the batch"
             raise InputError(f"{name} has a NaN or inf vector")
-        if len(vectors) == 1:
-            return {**batch, "vector": self.transform(np.concatenate([vectors, vectors]))[:1]}
-        return {**batch, "vector": self.transform(vectors)}
+        return self.transform(vectors)
 
     # --- persistence ------------------------------------------------------------------------------------------------
     def save(self, path) -> Path:
         """Write atomically (temporary file + rename): a crash never leaves a half-written artifact at ``path``."""
+        from safetensors import SafetensorError
         from safetensors.numpy import save_file
 
         path = Path(path)
         meta = dict(self.metadata)
         meta["sha256"] = _digest(meta, self.tensors)
         tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+        require_writable(path, f"the alignment {path.name}")   # one line (exit 4), not the writer's own error
         path.parent.mkdir(parents=True, exist_ok=True)
         try:
             save_file({k: np.ascontiguousarray(v) for k, v in self.tensors.items()}, str(tmp),
                       metadata={"vecbridge": json.dumps(meta, sort_keys=True)})
             os.replace(tmp, path)
+        except SafetensorError as exc:   # its own I/O errors: one line, as an OSError of ours would be
+            reason = str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__
+            raise StoreError(f"cannot write the alignment {path}: {reason}") from None
         finally:
             if tmp.exists():
                 tmp.unlink()
@@ -262,6 +296,8 @@ class Alignment:
         except (KeyError, ValueError):
             raise ArtifactError(f"{path} is a safetensors file but not a vecbridge alignment (no vecbridge "
                                 f"metadata)") from None
+        if not isinstance(meta, dict):
+            raise ArtifactError(f"{path}: the vecbridge metadata is a JSON {type(meta).__name__}, not an object")
         if meta.get("format") != FORMAT:
             raise ArtifactError(f"{path}: unknown format {meta.get('format')!r}")
         version = meta.get("schema_version")
@@ -275,23 +311,56 @@ class Alignment:
         return alignment
 
     def _validate(self, path):
+        """The values, not only the checksum: a file edited with its checksum recomputed must still describe a map
+        that can be applied (known settings, positive dimensions and scale, finite tensors of matching shapes)."""
+        meta = self.metadata
+
+        def bad(what: str):
+            raise ArtifactError(f"{path}: {what}; refit it, or restore the file that was saved")
+
+        def number(value, *, integer: bool = False) -> bool:
+            types = (int,) if integer else (int, float)
+            return isinstance(value, types) and not isinstance(value, bool) and bool(np.isfinite(value))
+
+        for key in ("source_dim", "target_dim"):
+            if not number(meta.get(key), integer=True) or meta[key] <= 0:
+                bad(f"{key} must be a positive integer, got {meta.get(key)!r}")
+        if meta.get("kind") not in KINDS:
+            bad(f"unknown alignment kind {meta.get('kind')!r} (known: {', '.join(KINDS)})")
+        if meta.get("normalization") not in NORMALIZATIONS:
+            bad(f"unknown normalization {meta.get('normalization')!r} (known: {', '.join(NORMALIZATIONS)})")
+        if meta.get("metric") not in METRICS:
+            bad(f"unknown metric {meta.get('metric')!r} (known: {', '.join(METRICS)})")
+        if not number(meta.get("scale")) or meta["scale"] <= 0:
+            bad(f"scale must be a positive finite number, got {meta.get('scale')!r}")
+        for key in ("fit", "anchors"):
+            if not isinstance(meta.get(key, {}), dict):
+                bad(f"{key} must be a JSON object, got {type(meta[key]).__name__}")
+        for key in ("centered", "is_projection"):
+            if not isinstance(meta.get(key, False), bool):
+                bad(f"{key} must be true or false, got {meta[key]!r}")
         d_in, d_out = self.source_dim, self.target_dim
         expected = {"matrix": (d_in, d_out), "inverse_matrix": (d_out, d_in), "source_mean": (d_in,),
                     "target_mean": (d_out,)}
+        if self.kind == "clustered":
+            c = (meta.get("fit") or {}).get("clustered")
+            if not isinstance(c, dict) or c.get("assignment") not in ("soft", "hard"):
+                bad("clustered alignment without its assignment settings")
+            k = c.get("n_clusters")
+            if not number(k, integer=True) or k <= 0:
+                bad(f"clustered n_clusters must be a positive integer, got {k!r}")
+            if not number(c.get("temperature")) or c["temperature"] <= 0:
+                bad(f"clustered temperature must be a positive finite number, got {c.get('temperature')!r}")
+            if not number(c.get("top_m"), integer=True) or c["top_m"] <= 0:
+                bad(f"clustered top_m must be a positive integer, got {c.get('top_m')!r}")
+            expected.update(centroids=(k, d_in), rotations=(k, d_in, d_out), translations=(k, d_out))
         for name, shape in expected.items():
             if name not in self.tensors or self.tensors[name].shape != shape:
-                raise ArtifactError(f"{path}: tensor {name!r} missing or of the wrong shape")
-        if self.kind not in KINDS:
-            raise ArtifactError(f"{path}: unknown alignment kind {self.kind!r}")
-        if self.kind == "clustered":
-            c = (self.metadata.get("fit") or {}).get("clustered")
-            if not isinstance(c, dict) or c.get("assignment") not in ("soft", "hard"):
-                raise ArtifactError(f"{path}: clustered alignment without its assignment settings")
-            k = int(c.get("n_clusters", -1))
-            shapes = {"centroids": (k, d_in), "rotations": (k, d_in, d_out), "translations": (k, d_out)}
-            for name, shape in shapes.items():
-                if name not in self.tensors or self.tensors[name].shape != shape:
-                    raise ArtifactError(f"{path}: tensor {name!r} missing or of the wrong shape")
+                got = self.tensors[name].shape if name in self.tensors else "missing"
+                bad(f"tensor {name!r} must have shape {shape} for {d_in}d -> {d_out}d, got {got}")
+        for name, tensor in self.tensors.items():
+            if not np.isfinite(tensor).all():
+                bad(f"tensor {name!r} holds NaN or inf values")
 
     def summary(self) -> dict:
         """The metadata a report shows (no tensors)."""

@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import importlib
 
-from ..errors import InputError, MissingDependency
+from ..errors import InputError, MissingDependency, UsageError
 from .base import Collection, CollectionInfo, VectorBatch, check_metric
-from .url import redact, scheme_of
+from .url import check_url, redact, scheme_of
 
 #: scheme -> (import path "module:Class", pip extra that provides its client)
 REGISTRY: dict[str, tuple[str, str | None]] = {
@@ -40,7 +40,7 @@ def connector_class(scheme: str) -> type[Collection]:
         target, extra = REGISTRY[scheme]
     except KeyError:
         known = ", ".join(f"{s}://" for s in sorted(REGISTRY))
-        raise InputError(f"unknown store scheme {scheme!r}:// (known: {known})") from None
+        raise UsageError(f"unknown store scheme {scheme!r}:// (known: {known})") from None
     module_name, _, class_name = target.partition(":")
     try:
         module = importlib.import_module(module_name)
@@ -57,7 +57,11 @@ def connect(url: str, **options) -> Collection:
     """Open the collection a URL names (it need not exist yet: ``create`` makes it)."""
     if not isinstance(url, str) or not url:
         raise InputError("a store URL is required, e.g. file://./vectors or qdrant://localhost:6333/collection")
-    return connector_class(scheme_of(url))(url, **options)
+    scheme = scheme_of(url)
+    cls = connector_class(scheme)
+    if scheme != "file":   # a bare path is taken as it is written
+        check_url(url)
+    return cls(url, **options)
 
 
 __all__ = ["connect", "register", "REGISTRY", "Collection", "CollectionInfo", "VectorBatch", "check_metric",

@@ -18,7 +18,7 @@ import abc
 import contextlib
 import time
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterator, Sequence
+from typing import Any, Callable, Iterable, Iterator, Sequence
 
 import numpy as np
 
@@ -159,6 +159,20 @@ def first_line(exc: BaseException) -> str:
     return " ".join(lines[0].split()) if lines else type(exc).__name__
 
 
+def first_duplicate(ids: Iterable, seen: set | None = None):
+    """The first id that ``ids`` holds twice, or that ``seen`` (ids met before, added to) holds already; None if
+    none. An id that cannot be a key (a list, a dict) is refused as bad input."""
+    seen = set() if seen is None else seen
+    for i in ids:
+        try:
+            if i in seen:
+                return i
+            seen.add(i)
+        except TypeError:
+            raise InputError(f"id {i!r} is not a string or an integer") from None
+    return None
+
+
 def check_metric(metric: str) -> str:
     metric = metric.lower()
     aliases = {"ip": "dot", "inner_product": "dot", "euclid": "l2", "euclidean": "l2", "cos": "cosine"}
@@ -230,6 +244,12 @@ class Collection(abc.ABC):
 
     #: name of the vector field this handle reads and writes (None: the collection's only or default one)
     vector_field: str | None = None
+
+    @property
+    def local_path(self) -> str | None:
+        """The file or directory on this machine that holds the collection's data (an embedded store's directory or
+        database file, a file store's folder), where nothing else may be written; None for a server."""
+        return None
 
     def check_writable(self) -> None:
         """Raise :class:`StoreError` now if a write would fail for lack of permission (called before a job creates
@@ -325,8 +345,9 @@ class Collection(abc.ABC):
         """Refuse a wrong-dimension or non-finite batch before anything is written."""
         if len(batch) == 0:
             return batch.vectors
-        if len(set(batch.ids)) != len(batch.ids):
-            raise InputError("batch contains duplicate ids")
+        dup = first_duplicate(batch.ids)
+        if dup is not None:
+            raise InputError(f"duplicate id {dup!r} in one batch of records (in a migration: in the source)")
         return check_vectors(batch.vectors, "vectors", dim=dim, allow_zero_rows=True, dtype=np.float32)
 
     # --- client calls: one retry schedule, one mapping of failures to one-line errors ---------------------------

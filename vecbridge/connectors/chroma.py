@@ -70,8 +70,11 @@ from .base import (
     quantile_positions,
     ranges_from_bounds,
 )
-from .url import canonical_host, query_params, resolved_path
+from .readonly import readable_path
+from .url import canonical_host, known_params, resolved_path
 
+#: the URL query options this store knows (any other is refused)
+OPTIONS = ("collection", "tenant", "database", "ssl")
 _SPACE_OF_METRIC = {"cosine": "cosine", "dot": "ip", "l2": "l2"}
 _METRIC_OF_SPACE = {v: k for k, v in _SPACE_OF_METRIC.items()}
 _DIM_KEY = "vecbridge:dim"
@@ -128,7 +131,7 @@ class ChromaCollection(Collection):
 
     def __init__(self, url: str, *, read_only: bool = False):
         super().__init__(url, read_only=read_only)
-        self.params = query_params(url)
+        self.params = known_params(url, OPTIONS, "chroma")
         rest = url.split("://", 1)[1].split("?", 1)[0]
         self.path: Path | None = None
         if rest.startswith(("/", ".", "~")):
@@ -162,6 +165,11 @@ class ChromaCollection(Collection):
         """A persistent directory: not process-safe (see the module notes)."""
         return self.path is not None
 
+    @property
+    def local_path(self) -> str | None:
+        """A persistent directory (every collection of that client lives in it)."""
+        return resolved_path(self.path) if self.path is not None else None
+
     def check_writable(self) -> None:
         if self.path is not None:
             require_writable(self.path, "the Chroma directory")
@@ -182,7 +190,8 @@ class ChromaCollection(Collection):
         database = self.params.get("database", chromadb.DEFAULT_DATABASE)
         with self._failures("connect"):  # chromadb raises ValueError, httpx and its own errors here
             if self.path is not None:
-                self._client = chromadb.PersistentClient(path=str(self.path), settings=self._settings(),
+                where = readable_path(self.path, read_only=self.read_only, what="the Chroma directory")
+                self._client = chromadb.PersistentClient(path=str(where), settings=self._settings(),
                                                          tenant=tenant, database=database)
             else:
                 with socket.create_connection((self.host, self.port), timeout=_CONNECT_TIMEOUT):

@@ -39,11 +39,14 @@ from .base import (
     CollectionInfo,
     KeyRange,
     VectorBatch,
+    first_duplicate,
     quantile_positions,
     ranges_from_bounds,
 )
-from .url import query_params, resolved_path
+from .url import known_params, resolved_path
 
+#: the URL query options this store knows (any other is refused)
+OPTIONS = ("payloads", "metric")
 FORMAT = "vecbridge.file"
 VERSION = 1
 _SEG = re.compile(r"^(\d{6,})\.meta\.npz$")
@@ -125,15 +128,21 @@ class _Segment:
     """One committed segment: ids, memory-mapped vectors, payloads decoded on demand."""
 
     def __init__(self, ids: list, vectors: np.ndarray, payload_json: np.ndarray | None = None,
-                 payload_list: list | None = None):
+                 payload_list: list | None = None, name: str = ""):
         self.ids = ids
         self.vectors = vectors
+        self.name = name
         self._json, self._list = payload_json, payload_list
 
     def payloads(self, rows: np.ndarray) -> list[dict]:
         if self._list is None:
             # one json.loads per segment (C speed), on first use only
-            self._list = json.loads(self._json.tobytes()) if self._json is not None else [{}] * len(self.ids)
+            try:
+                self._list = json.loads(self._json.tobytes()) if self._json is not None else [{}] * len(self.ids)
+            except (UnicodeDecodeError, ValueError) as exc:
+                raise StoreError(f"segment {self.name} is damaged: its payloads are not UTF-8 JSON ({exc})") from None
+            if not isinstance(self._list, list) or len(self._list) != len(self.ids):
+                raise StoreError(f"segment {self.name} is damaged: it does not hold one payload per record")
             self._json = None
         return [dict(self._list[r]) for r in rows]   # copies: callers may edit what they get
 
@@ -149,7 +158,7 @@ class FileCollection(Collection):
         raw = url[len("file://"):] if is_url else url
         path, _, _ = raw.partition("?")
         self.path = Path(unquote(path) if is_url else path).expanduser()  # a URL's %20 is a space; a bare path as is
-        self.params = query_params(url)
+        self.params = known_params(url, OPTIONS, "file")
         self._cache_key = None
         self._plain = self.path.suffix == ".npy" or (self.path / "vectors.npy").is_file()
         if self._plain:
@@ -158,6 +167,10 @@ class FileCollection(Collection):
     @property
     def identity(self) -> CollectionIdentity:
         return CollectionIdentity("file", resolved_path(self.path))
+
+    @property
+    def local_path(self) -> str:
+        return resolved_path(self.path)
 
     def check_writable(self) -> None:
         require_writable(self.path, "the collection")
@@ -203,15 +216,53 @@ class FileCollection(Collection):
         if vectors.ndim != 2:
             raise StoreError(f"{self.display_url}: {vec_path.name} is not a 2-D array of vectors")
         ids_path = self.path / "ids.json"
-        ids = json.loads(ids_path.read_text()) if ids_path.is_file() else list(range(vectors.shape[0]))
+        ids = self._plain_ids(ids_path) if ids_path.is_file() else list(range(vectors.shape[0]))
         payload_path = self.params.get("payloads") or (self.path / "payloads.jsonl" if self.path.is_dir() else None)
         payloads = None
         if payload_path and Path(payload_path).is_file():
-            with open(payload_path, encoding="utf-8") as fh:
-                payloads = [json.loads(line) for line in fh if line.strip()]
+            payloads = self._plain_payloads(Path(payload_path))
         if len(ids) != vectors.shape[0] or (payloads is not None and len(payloads) != vectors.shape[0]):
-            raise StoreError(f"{self.display_url}: ids/payloads do not have one entry per vector row")
+            raise InputError(f"{self.display_url}: ids/payloads do not have one entry per vector row "
+                             f"({vectors.shape[0]:,} vectors, {len(ids):,} ids"
+                             + (f", {len(payloads):,} payloads)" if payloads is not None else ")"))
         return [_Segment(ids, vectors, payload_list=payloads)]
+
+    def _plain_ids(self, path: Path) -> list:
+        """``ids.json`` of a plain layout, checked before any job creates anything: a JSON list of distinct strings
+        or integers (a truncated file, an id that is a list or a duplicate would otherwise surface mid-run)."""
+        try:
+            ids = json.loads(path.read_bytes().decode("utf-8"))
+        except (OSError, UnicodeDecodeError, ValueError) as exc:
+            raise InputError(f"{self.display_url}: {path.name} is not a readable JSON list of ids ({exc})") from None
+        if not isinstance(ids, list):
+            raise InputError(f"{self.display_url}: {path.name} must hold a JSON list of ids")
+        for i in ids:
+            if isinstance(i, bool) or not isinstance(i, (str, int)):
+                raise InputError(f"{self.display_url}: {path.name}: id {i!r} is not a string or an integer")
+        dup = first_duplicate(ids)
+        if dup is not None:
+            raise InputError(f"{self.display_url}: duplicate id {dup!r} in the source ({path.name})")
+        return ids
+
+    def _plain_payloads(self, path: Path) -> list[dict]:
+        """A plain layout's JSONL payloads, one JSON object per line, checked as :meth:`_plain_ids` is."""
+        payloads = []
+        try:
+            with open(path, "rb") as fh:
+                for n, raw in enumerate(fh, 1):
+                    if not raw.strip():
+                        continue
+                    try:
+                        payload = json.loads(raw.decode("utf-8"))
+                    except (UnicodeDecodeError, ValueError) as exc:
+                        raise InputError(f"{self.display_url}: {path.name} line {n} is not valid UTF-8 JSON "
+                                         f"({exc})") from None
+                    if not isinstance(payload, dict):
+                        raise InputError(f"{self.display_url}: {path.name} line {n} is not a JSON object")
+                    payloads.append(payload)
+        except OSError as exc:
+            raise StoreError(f"{self.display_url}: cannot read {path.name} ({exc.strerror or exc})") from None
+        return payloads
 
     def _segments(self) -> list[_Segment]:
         if self._plain:
@@ -235,7 +286,7 @@ class FileCollection(Collection):
             vectors = np.load(seg_dir / f"{name}.npy", mmap_mode="r", allow_pickle=False)
         except (OSError, ValueError, KeyError) as exc:
             raise StoreError(f"{self.display_url}: segment {name} is unreadable ({exc})") from None
-        return _Segment(ids, vectors, payload_json)
+        return _Segment(ids, vectors, payload_json, name=f"{self.path / 'segments' / name}")
 
     def _build_index(self) -> None:
         """id -> (segment, row) for the live record of every id; live rows sorted in (segment, row) order."""

@@ -62,8 +62,11 @@ from pymilvus.exceptions import DataNotMatchException, ErrorCode, MilvusExceptio
 from ..errors import InputError, NotFound, StoreError
 from ..fs import require_writable
 from .base import Collection, CollectionIdentity, CollectionInfo, KeyRange, VectorBatch, check_metric, ranges_from_keys
-from .url import canonical_host, query_params, resolved_path
+from .readonly import readable_path
+from .url import canonical_host, known_params, resolved_path
 
+#: the URL query options this store knows (any other is refused)
+OPTIONS = ("vector", "secure", "timeout", "db", "collection", "metric", "id_type", "index")
 #: payload key marking a record whose original id is an int stored in a VARCHAR primary key
 INT_ID_KEY = "_vb_int_id"
 PAYLOAD_FIELD = "payload"
@@ -156,6 +159,34 @@ def _lite_access_problem(path: Path) -> str | None:
     return f"cannot write {parent}: no such directory"
 
 
+def _short(id_) -> str:
+    """An id as a message shows it: its repr, cut to 80 characters."""
+    text = repr(id_)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def _oversized(rows: Sequence[dict], ids: Sequence, message: str) -> str | None:
+    """Which record a refused write was refused for, when Milvus said a value "exceeds max length (N)" (a JSON
+    payload or a VARCHAR over the collection's limit; the server names neither the record nor, for JSON, its row):
+    ``"ID: its field F holds B bytes, the store's limit is N"`` for the first row holding a longer value; None when
+    the message is about something else or no row is to blame."""
+    m = re.search(r"exceeds max length \((\d+)\)", message)
+    if not m:
+        return None
+    limit = int(m.group(1))
+    for id_, row in zip(ids, rows):
+        for name, value in row.items():
+            if isinstance(value, str):
+                size = len(value.encode("utf-8"))
+            elif isinstance(value, (dict, list)):
+                size = len(json.dumps(value, ensure_ascii=False, separators=(",", ":"), default=str).encode("utf-8"))
+            else:
+                continue
+            if size > limit:
+                return f"{_short(id_)}: its field {name!r} holds {size:,} bytes, the store's limit is {limit:,}"
+    return None
+
+
 def _levels(strong_first: bool = True) -> Iterator[str]:
     """Consistency levels for the requests of one read: the first is Strong (it waits until every write
     acknowledged before it is visible, ~one time tick), the rest are Bounded: what the first one saw stays visible
@@ -176,7 +207,7 @@ class MilvusCollection(Collection):
 
     def __init__(self, url: str, *, read_only: bool = False):
         super().__init__(url, read_only=read_only)
-        self.params = query_params(url)
+        self.params = known_params(url, OPTIONS, "milvus")
         parts = urlsplit(url)
         self.lite_path: Path | None = None
         if parts.netloc in ("", ".", "..", "~") or re.search(r"\.db(/|$)", parts.path):
@@ -211,6 +242,11 @@ class MilvusCollection(Collection):
     def single_process(self) -> bool:
         """A Milvus Lite database is locked by the one process that opens it."""
         return self.lite_path is not None
+
+    @property
+    def local_path(self) -> str | None:
+        """A Lite database (every collection of it lives there)."""
+        return resolved_path(self.lite_path) if self.lite_path is not None else None
 
     def check_writable(self) -> None:
         if self.lite_path is not None:
@@ -284,7 +320,8 @@ class MilvusCollection(Collection):
             with self._failures("connecting"):
                 try:
                     if self.lite_path is not None:
-                        self._client_obj = MilvusClient(str(self.lite_path))
+                        self._client_obj = MilvusClient(readable_path(
+                            self.lite_path, read_only=self.read_only, what="the Milvus Lite database"))
                     else:
                         options = {"db_name": self.params["db"]} if self.params.get("db") else {}
                         self._client_obj = MilvusClient(uri=self.address, token=self._token,
@@ -338,6 +375,7 @@ class MilvusCollection(Collection):
         indexes = {name: self._index_of(name) for name in vectors}
         self._schema = {
             "pk": pk["name"], "pk_str": pk["type"] == DataType.VARCHAR, "vector": vector, "dim": vectors[vector],
+            "pk_max": int((pk.get("params") or {}).get("max_length") or _VARCHAR_MAX),
             "vectors": vectors, "payload": PAYLOAD_FIELD if has_payload else None,
             "scalars": [s for s in scalars if s != PAYLOAD_FIELD or not has_payload],
             "dynamic": bool(desc.get("enable_dynamic_field")),
@@ -575,6 +613,10 @@ class MilvusCollection(Collection):
             if key is None or (not pk_str and not _INT64_RANGE[0] <= key <= _INT64_RANGE[1]):
                 kind = "strings or integers" if pk_str else "64-bit integers"
                 raise InputError(f"{self.display_url}: ids must be {kind} for this collection, got {id_!r}")
+            if pk_str and len(key.encode("utf-8")) > schema["pk_max"]:
+                raise InputError(f"{self.display_url}: record {_short(id_)} is too large for the store: its id has "
+                                 f"{len(key.encode('utf-8')):,} bytes, the key field holds at most "
+                                 f"{schema['pk_max']:,}")
             if not isinstance(payload, dict):
                 raise InputError(f"payloads must be dicts, got {type(payload).__name__}")
             row = {pk: key, vec: vector}
@@ -610,7 +652,14 @@ class MilvusCollection(Collection):
         rows = self._rows(batch, vectors, schema)
         step = self._rows_per_request(batch, schema)
         for lo in range(0, len(rows), step):
-            self._request("writing records", "upsert", self.name, rows[lo:lo + step])
+            try:
+                self._request("writing records", "upsert", self.name, rows[lo:lo + step])
+            except (InputError, StoreError) as exc:
+                culprit = _oversized(rows[lo:lo + step], batch.ids[lo:lo + step], str(exc))
+                if culprit is None:
+                    raise
+                raise InputError(f"{self.display_url}: record {culprit} is too large for the store "
+                                 f"(nothing of this batch was written): remove or shorten it") from None
         return len(batch)
 
     def delete(self, ids: Sequence) -> int:

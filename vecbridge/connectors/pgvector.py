@@ -26,8 +26,13 @@ batch is written whole or not at all and writing it twice changes nothing; a bat
 new table being filled) is copied straight into the table, which halves the server's work.
 
 Rows whose vector column is NULL (e.g. a field added after they were written) are not part of that field's
-collection; :meth:`with_vector_field` gives the collection of another vector column of the same table, whose
-upserts leave existing payloads alone.
+collection; :meth:`with_vector_field` gives the collection of another vector column of the same table. Its upserts
+are in-place writes into the application's rows: ``UPDATE ... FROM`` a staged batch sets that column of the rows
+that exist and nothing else, so a row the application deleted meanwhile stays deleted and other ``NOT NULL``
+columns are never in the way (an insert would need their values); they return how many rows they updated.
+
+Identity: an unqualified ``table`` is the table PostgreSQL finds for this connection (its ``search_path``), so
+``?table=docs`` and ``?table=bob.docs`` are one collection for a role ``bob`` whose own schema comes first.
 """
 from __future__ import annotations
 
@@ -46,6 +51,7 @@ import numpy as np
 import psycopg
 from pgvector.psycopg import register_vector
 from psycopg import sql
+from psycopg.conninfo import conninfo_to_dict
 
 from ..errors import InputError, NotFound, StoreError
 from .base import Collection, CollectionIdentity, CollectionInfo, KeyRange, VectorBatch, first_line, ranges_from_keys
@@ -126,8 +132,13 @@ class PgVectorCollection(Collection):
         libpq.setdefault("connect_timeout", "5")
         self._conninfo = urlunsplit((parts.scheme, parts.netloc, parts.path, urlencode(libpq), ""))
         self._passwords = [s for s in {parts.password, unquote(parts.password or "")} if s]
-        #: set on views from with_vector_field: upserts then leave the payloads of existing rows alone
-        self.keep_payloads = False
+        try:   # libpq's own parse, no connection: a misspelled option (?vectr=) is bad input, not a failed connect
+            conninfo_to_dict(self._conninfo)
+        except psycopg.ProgrammingError as exc:
+            raise InputError(f"{self.display_url}: {self._masked(first_line(exc))} (vecbridge's own options: "
+                             f"{', '.join(_OWN_PARAMS)}; the others go to libpq)") from None
+        #: set on views from with_vector_field: upserts then update the vector of existing rows, never insert
+        self.updates_only = False
         self._conn: psycopg.Connection | None = None
         self._schema_cache: _Schema | None = None
         #: optimistic bulk load: COPY straight into the table until an id conflict shows the rows may exist
@@ -135,8 +146,10 @@ class PgVectorCollection(Collection):
 
     @property
     def identity(self) -> CollectionIdentity:
-        """Server (host or socket directory, port), database and schema-qualified table, as libpq would resolve
-        them from the URL and its defaults (an unqualified table is taken to be in ``public``)."""
+        """Server (host or socket directory, port) and database as libpq resolves them from the URL and its
+        defaults, and the schema-qualified table. The schema of an unqualified table is the server's answer for this
+        connection (:meth:`_resolved_schema`), so every spelling of one table is one identity whatever the role's
+        ``search_path``; a server that cannot be reached is a :class:`StoreError`, never a guess."""
         parts = urlsplit(self.url)
         params = query_params(self.url)
         host = params.get("host") or parts.hostname or os.environ.get("PGHOST") or "localhost"
@@ -149,7 +162,15 @@ class PgVectorCollection(Collection):
         database = (unquote(parts.path.strip("/")) or params.get("dbname") or os.environ.get("PGDATABASE")
                     or user)
         schema, _, table = self.table.rpartition(".")
-        return CollectionIdentity("postgresql", f"{where}:{port}/{database}", f"{schema or 'public'}.{table}")
+        return CollectionIdentity("postgresql", f"{where}:{port}/{database}",
+                                  f"{schema or self._resolved_schema()}.{table}")
+
+    def _resolved_schema(self) -> str:
+        """The schema PostgreSQL puts this URL's unqualified table in: that of the table the name finds through the
+        connection's ``search_path``, else the one ``CREATE TABLE`` would use (``current_schema()``)."""
+        return self._with_conn("look up the table's schema", lambda conn: conn.execute(
+            "SELECT coalesce((SELECT n.nspname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
+            "WHERE c.oid = to_regclass(%s)), current_schema(), 'public')", [self._quoted_table(conn)]).fetchone()[0])
 
     @property
     def vector_field(self) -> str | None:
@@ -565,16 +586,19 @@ class PgVectorCollection(Collection):
     def with_vector_field(self, name: str) -> "PgVectorCollection":
         """The same table seen through vector column ``name`` (the URL with ``vector=name``).
 
-        Its upserts set that column only: existing rows keep their payloads and their other vectors.
+        Its upserts set that column of the rows that exist and touch nothing else (an in-place write: ids without
+        a row, e.g. rows the application deleted during the write, are skipped, and no row is ever added).
         """
         parts = urlsplit(self.url)
         query = [(k, v) for k, v in parse_qsl(parts.query, keep_blank_values=True) if k != "vector"]
         view = PgVectorCollection(urlunsplit(parts._replace(query=urlencode(query + [("vector", name)]))),
                                   read_only=self.read_only)
-        view.keep_payloads = True
+        view.updates_only = True
         return view
 
     def upsert(self, batch: VectorBatch) -> int:
+        """Insert or replace the batch's rows (see the module's notes on the bulk path). On a
+        :meth:`with_vector_field` view: set the vector of the rows that exist, and return how many those were."""
         self._writable()
         schema = self._schema()
         dim = schema.vector_fields[self.vector_column][0]
@@ -584,19 +608,22 @@ class PgVectorCollection(Collection):
         keys = self._keys(batch.ids, schema)
         if len(set(keys)) != len(keys):
             raise InputError("batch contains duplicate ids")
-        payloads = batch.payloads if schema.has_payload else None
+        with_payload = schema.has_payload and not self.updates_only
+        payloads = batch.payloads if with_payload else None
         vec, ident = sql.Identifier(self.vector_column), sql.Identifier(self.id_column)
         payload = sql.Identifier(self.payload_column)
         stage = sql.Identifier("_vecbridge_stage")
-        columns = sql.SQL("{}, {}, {}").format(vec, ident, payload) if schema.has_payload else \
+        columns = sql.SQL("{}, {}, {}").format(vec, ident, payload) if with_payload else \
             sql.SQL("{}, {}").format(vec, ident)
-        stage_columns = sql.SQL("v, id, p" if schema.has_payload else "v, id")
-        update = sql.SQL("{} = EXCLUDED.{}").format(vec, vec)
-        if schema.has_payload and not self.keep_payloads:
-            update = sql.SQL("{}, {} = EXCLUDED.{}").format(update, payload, payload)
+        stage_columns = sql.SQL("v, id, p" if with_payload else "v, id")
         merge = sql.SQL("INSERT INTO {} ({}) SELECT v, id::{}{} FROM {} ON CONFLICT ({}) DO UPDATE SET {}").format(
-            self.table_ident, columns, sql.SQL(schema.id_type), sql.SQL(", p" if schema.has_payload else ""),
-            stage, ident, update)
+            self.table_ident, columns, sql.SQL(schema.id_type), sql.SQL(", p" if with_payload else ""),
+            stage, ident, sql.SQL(", ").join(sql.SQL("{} = EXCLUDED.{}").format(c, c)
+                                             for c in ([vec, payload] if with_payload else [vec])))
+        # an in-place write: rows that exist get the vector, and nothing is inserted (an INSERT ... ON CONFLICT
+        # would bring back rows deleted meanwhile, and fails on any other NOT NULL column before it sees the key)
+        update = sql.SQL("UPDATE {} t SET {} = s.v FROM {} s WHERE t.{} = s.id::{}").format(
+            self.table_ident, vec, stage, ident, sql.SQL(schema.id_type))
         any_exists = sql.SQL("SELECT EXISTS (SELECT 1 FROM {} WHERE {} = ANY(%s::{}[]))").format(
             self.table_ident, ident, sql.SQL(schema.id_type))
 
@@ -612,27 +639,28 @@ class PgVectorCollection(Collection):
                     cp.write(_copy_rows(vectors[lo:hi], keys[lo:hi], chunk, schema.int_ids))
                 cp.write(_COPY_TRAILER)
 
-        def work(conn: psycopg.Connection) -> None:
+        def work(conn: psycopg.Connection) -> int:
             with conn.transaction(), conn.cursor() as cur:
-                # a field view writes into rows that exist: straight to the merge
-                direct = schema.binary_compatible and not self.keep_payloads
                 # While every batch so far was new (filling a new table, the usual bulk case) COPY straight in and
                 # let the primary key catch a repeat; after a conflict, look before writing (one indexed probe).
+                direct = schema.binary_compatible and not self.updates_only
                 if direct and (self._rows_are_new or not cur.execute(any_exists, [keys]).fetchone()[0]):
                     try:
                         with conn.transaction():
                             copy_in(cur, sql.SQL("COPY {} ({}) FROM STDIN (FORMAT BINARY)").format(
                                 self.table_ident, columns))
-                        return
+                        return len(keys)
                     except psycopg.errors.UniqueViolation:
                         self._rows_are_new = False  # some ids exist (a resumed or repeated write): merge
                 cur.execute(sql.SQL("CREATE TEMP TABLE {} (v vector({}), id {}, p jsonb) ON COMMIT DROP").format(
                     stage, sql.Literal(dim), sql.SQL("int8" if schema.int_ids else "text")))
                 copy_in(cur, sql.SQL("COPY {} ({}) FROM STDIN (FORMAT BINARY)").format(stage, stage_columns))
+                if self.updates_only:
+                    return cur.execute(update).rowcount
                 cur.execute(merge)
+                return len(keys)
 
-        self._with_conn("write vectors", work)
-        return len(batch)
+        return self._with_conn("write vectors", work)
 
     def delete(self, ids: Sequence) -> int:
         """``DELETE FROM table WHERE id = ANY(%s::<id type>[])``, 10,000 ids per statement (each its own

@@ -69,8 +69,11 @@ from ..fs import require_writable
 from .base import CollectionIdentity, CollectionInfo, VectorBatch, first_line
 from .qdrant_points import ID_KEY, QdrantPointsCollection, json_point_id, stored_points
 from .qdrant_points import TO_METRIC as _TO_METRIC
-from .url import canonical_host, query_params, resolved_path
+from .readonly import readable_path
+from .url import canonical_host, known_params, resolved_path
 
+#: the URL query options this store knows (any other is refused)
+OPTIONS = ("vector", "api_key", "timeout", "grpc", "https")
 _TO_DISTANCE = {"cosine": models.Distance.COSINE, "dot": models.Distance.DOT, "l2": models.Distance.EUCLID}
 _TRANSIENT_HTTP = {429, 502, 503, 504}
 _TRANSIENT_GRPC = {"UNAVAILABLE", "DEADLINE_EXCEEDED", "RESOURCE_EXHAUSTED"}
@@ -115,7 +118,7 @@ class QdrantCollection(QdrantPointsCollection):
 
     def __init__(self, url: str, *, read_only: bool = False):
         super().__init__(url, read_only=read_only)
-        self.params = query_params(url)
+        self.params = known_params(url, OPTIONS, "qdrant")
         rest = url.split("://", 1)[1].split("?", 1)[0].split("#", 1)[0]
         netloc, _, path = rest.partition("/")
         self.vector_name: str | None = self.params.get("vector")
@@ -161,6 +164,11 @@ class QdrantCollection(QdrantPointsCollection):
         """Local mode: the directory is locked by one client, and ``:memory:`` is this process's own."""
         return self.mode != "server"
 
+    @property
+    def local_path(self) -> str | None:
+        """The local mode's directory (every collection of that client lives in it)."""
+        return resolved_path(self.location) if self.mode == "local" else None
+
     def check_writable(self) -> None:
         if self.mode == "local":
             require_writable(self.location, "the Qdrant directory")
@@ -173,7 +181,8 @@ class QdrantCollection(QdrantPointsCollection):
         if self.mode == "server":
             self._client_obj = self._server_client()
             return self._client_obj
-        key = self.location if self.mode == "memory" else os.path.realpath(self.location)
+        key = self.location if self.mode == "memory" else os.path.realpath(
+            readable_path(self.location, read_only=self.read_only, what="the local Qdrant directory"))
         with _LOCAL_LOCK:
             if key not in _LOCAL_CLIENTS:
                 if self.mode == "local" and not create and not os.path.isdir(key):

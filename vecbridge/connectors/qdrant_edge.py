@@ -46,8 +46,11 @@ from .base import CollectionIdentity, CollectionInfo, VectorBatch, first_line
 from .qdrant_points import ID_KEY, QdrantPointsCollection, stored_points
 from .qdrant_points import TO_METRIC as _TO_METRIC
 from .qdrant_points import json_point_id as _pid
-from .url import query_params, resolved_path
+from .readonly import readable_path
+from .url import known_params, resolved_path
 
+#: the URL query options this store knows (any other is refused)
+OPTIONS = ("vector",)
 CONFIG_FILE = "edge_config.json"
 
 _TO_DISTANCE = {"cosine": qe.Distance.Cosine, "dot": qe.Distance.Dot, "l2": qe.Distance.Euclid}
@@ -80,7 +83,7 @@ class QdrantEdgeCollection(QdrantPointsCollection):
 
     def __init__(self, url: str, *, read_only: bool = False):
         super().__init__(url, read_only=read_only)
-        self.params = query_params(url)
+        self.params = known_params(url, OPTIONS, "qdrant-edge")
         rest = url.split("://", 1)[1].split("?", 1)[0].split("#", 1)[0]
         netloc, _, path = rest.partition("/")
         if netloc and netloc not in (".", "..") and not netloc.startswith("~"):
@@ -98,6 +101,10 @@ class QdrantEdgeCollection(QdrantPointsCollection):
     @property
     def vector_field(self) -> str | None:
         return self.vector_name
+
+    @property
+    def local_path(self) -> str:
+        return resolved_path(self.path)
 
     def check_writable(self) -> None:
         require_writable(self.path, "the shard")
@@ -121,11 +128,13 @@ class QdrantEdgeCollection(QdrantPointsCollection):
 
     def _shard(self) -> qe.EdgeShard:
         with _SHARDS_LOCK:
-            shard = _SHARDS.get(self._key)
+            where = readable_path(self.path, read_only=self.read_only, what="the Qdrant Edge shard")
+            key = os.path.realpath(where)   # this shard's own key, or its read-only copy's
+            shard = _SHARDS.get(key)
             if shard is None:
                 if not self.exists():
                     raise NotFound(f"collection not found: {self.display_url} (no {CONFIG_FILE})")
-                shard = _SHARDS[self._key] = self._call("opening the shard", qe.EdgeShard.load, str(self.path))
+                shard = _SHARDS[key] = self._call("opening the shard", qe.EdgeShard.load, str(where))
             return shard
 
     def _fields(self) -> dict[str, tuple[int, str]]:

@@ -6,7 +6,10 @@ import ipaddress
 import os
 import re
 import socket
+from typing import Iterable
 from urllib.parse import parse_qs, urlsplit, urlunsplit
+
+from ..errors import InputError
 
 _SECRET_KEYS = re.compile(r"(password|passwd|pwd|api[_-]?key|token|secret)", re.I)
 
@@ -35,6 +38,29 @@ def redact(url: str) -> str:
 def query_params(url: str) -> dict[str, str]:
     """Single-valued query parameters (the last one wins)."""
     return {k: v[-1] for k, v in parse_qs(urlsplit(url).query, keep_blank_values=True).items()}
+
+
+def known_params(url: str, known: Iterable[str], store: str) -> dict[str, str]:
+    """The URL's query parameters (as :func:`query_params`), refusing any that ``known`` does not list: a misspelled
+    option (``?vectr=``) would otherwise be ignored silently and the job would run on the default."""
+    params = query_params(url)
+    known = tuple(known)
+    unknown = sorted(set(params) - set(known))
+    if unknown:
+        raise InputError(f"unknown option{'s' * (len(unknown) > 1)} {', '.join(repr(k) for k in unknown)} in "
+                         f"{redact(url)} ({store} URLs know: {', '.join(known)})")
+    return params
+
+
+def check_url(url: str) -> None:
+    """Refuse a URL that cannot be parsed (a port that is not a number, a broken IPv6 address) as bad input, before
+    a client tries to connect to it (``:memory:``, Qdrant's in-memory form, is no port)."""
+    try:
+        parts = urlsplit(url)
+        if parts.netloc != ":memory:":
+            parts.port
+    except ValueError as exc:
+        raise InputError(f"invalid URL {redact(url)}: {exc} (expected SCHEME://HOST[:PORT]/...)") from None
 
 
 def scheme_of(url: str) -> str:

@@ -20,8 +20,11 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import InputError
+from ..faultpoint import fault_point
 
 VERSION = 1
+#: no checkpoint is larger (a distributed job's plan of key ranges included): a larger file is someone else's
+_MAX_BYTES = 64 << 20
 
 
 def _now() -> str:
@@ -37,6 +40,19 @@ class Checkpoint:
     # --- lifecycle ---------------------------------------------------------------------------------------------------
     def exists(self) -> bool:
         return self.path.is_file()
+
+    @staticmethod
+    def holds_one(path) -> bool:
+        """Whether the file at ``path`` is a vecbridge checkpoint (of any job): a JSON object with a version, the
+        job's identity and its phases. A job replaces and removes only such a file, never another one."""
+        try:
+            with open(path, "rb") as fh:
+                raw = fh.read(_MAX_BYTES + 1)
+            state = json.loads(raw.decode("utf-8")) if len(raw) <= _MAX_BYTES else None
+        except (OSError, ValueError):
+            return False
+        return (isinstance(state, dict) and isinstance(state.get("identity"), dict)
+                and isinstance(state.get("phases"), dict) and "version" in state)
 
     def load(self) -> "Checkpoint":
         try:
@@ -61,7 +77,20 @@ class Checkpoint:
             json.dump(self.state, fh, indent=1)
             fh.flush()
             os.fsync(fh.fileno())
+        fault_point("checkpoint.before-replace")
         os.replace(tmp, self.path)
+
+    def mark_creating(self) -> None:
+        """Saved just before the job creates its target: a run stopped while the target was being made (Ctrl-C,
+        ``kill -9``) leaves this mark, and ``--resume`` then knows that what exists of the target is the run's own
+        (it drops it and creates it again) instead of refusing it as a target that already exists."""
+        self.state["status"] = "creating"
+        self.save()
+
+    @property
+    def creating(self) -> bool:
+        """Whether the run that wrote this checkpoint stopped before its target was fully created."""
+        return self.status == "creating"
 
     def start(self) -> None:
         self.state.setdefault("started_at", _now())
@@ -103,6 +132,10 @@ class Checkpoint:
     @property
     def read(self) -> int:
         return sum(p.get("read", p["written"]) for p in self.state["phases"].values())
+
+    def total(self, key: str) -> int:
+        """A count a job keeps per phase beside its cursor (e.g. a merge's ``linked``), summed over the phases."""
+        return sum(int(p.get(key, 0)) for p in self.state["phases"].values())
 
     @property
     def batch_size(self) -> int | None:

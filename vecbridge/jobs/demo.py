@@ -57,6 +57,8 @@ def run_demo(workdir, *, step: Callable[[str], None] = lambda s: None) -> dict:
     for stale in workdir.glob("align.vb*"):
         stale.unlink()
     s = load_wordnet_sample()
+    step(f"writing the demo's collections, alignment and upgrade state into {workdir} (about 35 MB; delete the "
+         f"folder when done)")
     step("building the embedded OLD collection: 1,500 real all-MiniLM-L6-v2 vectors with their texts")
     old = _write(f"file://{workdir / 'old'}", s.ids, s.docs_old,
                  [{"text": it["doc"], "pos": it["pos"]} for it in s.items])
@@ -100,6 +102,7 @@ def run_demo(workdir, *, step: Callable[[str], None] = lambda s: None) -> dict:
         "items_re_embedded": N_FIT,
         "items_total": N_ITEMS,
         "upgrade_stages": stages,
+        "workdir_bytes": sum(f.stat().st_size for f in workdir.rglob("*") if f.is_file()),
     }
 
 

@@ -47,7 +47,8 @@ def evaluate_alignment(alignment: Alignment, source, target, *, pairs: str = "id
 
     * pair quality: top-1 accuracy and mean rank of each mapped source vector's true partner among all evaluated
       target vectors, and their mean cosine; the same for "no map" when the dimensions agree (the do-nothing baseline);
-    * with ``queries`` (a collection of new-model query vectors whose ids equal the id of their relevant document):
+    * with ``queries`` (a collection of new-model query vectors whose ids equal the id of their relevant document in
+      ``source``, whatever ``pairs`` links the collections by):
       recall retention@k (Recall@k over mapped old vectors / over the native new vectors) and top-k overlap;
       ``retention`` is None, and ``unreliable`` says why, when the native recall is too low for the ratio to mean
       anything (:func:`vecbridge.metrics.retention_ratio`).
@@ -68,11 +69,14 @@ def evaluate_alignment(alignment: Alignment, source, target, *, pairs: str = "id
     if s.dim == t.dim:
         result.no_map = PairScores.of(metrics.pair_quality(s.vectors, t.vectors, metric=metric))
     if queries is not None:
+        # a query's id is its relevant document's id in the source (old) collection: the rule of `report` and of
+        # the upgrade commands too, whatever --pairs links the two collections by
         q_coll = open_collection(queries)
-        qb = q_coll.get(list(t.ids))
+        qb = q_coll.get(list(s.ids))
         if len(qb) == 0:
-            raise InputError(f"none of the evaluated ids has a query in {q_coll.display_url}")
-        pos = {i: j for j, i in enumerate(t.ids)}
+            raise InputError(f"none of the evaluated source ids has a query in {q_coll.display_url} (a query's id "
+                             f"must be the id of its relevant document in the source collection)")
+        pos = {i: j for j, i in enumerate(s.ids)}
         relevant = np.array([pos[i] for i in qb.ids])
         ret = metrics.recall_retention(qb.vectors, mapped, t.vectors, relevant, k=k, metric=metric)
         result.retrieval = EvaluationRetrieval(

@@ -14,11 +14,13 @@ import os
 import tempfile
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
-from typing import Iterator, Sequence
+from typing import Callable, Iterator, Sequence
 
 from ..connectors.base import Collection
+from ..connectors.url import resolved_path
 from ..errors import InputError, StoreError
 from ..fs import require_writable
+from .checkpoint import Checkpoint
 
 
 def refuse_inputs_as_target(target: Collection, inputs: Sequence[tuple[Collection, str]], hint: str) -> None:
@@ -47,9 +49,18 @@ def lock_dir() -> Path:
 
 @contextmanager
 def _file_lock(target: Collection) -> Iterator[None]:
-    """An exclusive ``flock`` on a file named after the target's identity; the kernel releases it when the process
-    dies, so a ``kill -9``-ed run never leaves a stale lock behind."""
-    key = hashlib.sha256(str(target.identity).encode()).hexdigest()[:32]
+    """:func:`run_lock` on the target's identity."""
+    with run_lock(str(target.identity), lambda pid: f"another run is writing this target (pid {pid}): "
+                  f"{target.display_url}; wait for it to finish, or stop it and rerun with --resume"):
+        yield
+
+
+@contextmanager
+def run_lock(name: str, busy: Callable[[str], str]) -> Iterator[None]:
+    """An exclusive ``flock`` on a file named after ``name`` in :func:`lock_dir`; the kernel releases it when the
+    process dies, so a ``kill -9``-ed run never leaves a stale lock behind. Held: :class:`StoreError` with
+    ``busy(holder's pid)``."""
+    key = hashlib.sha256(name.encode()).hexdigest()[:32]
     path = lock_dir() / f"{key}.lock"
     try:
         fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
@@ -62,8 +73,7 @@ def _file_lock(target: Collection) -> Iterator[None]:
             if exc.errno not in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
                 raise StoreError(f"cannot take the run lock {path}: {exc.strerror or exc}") from None
             holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "unknown"
-            raise StoreError(f"another run is writing this target (pid {holder}): {target.display_url}; "
-                             f"wait for it to finish, or stop it and rerun with --resume") from None
+            raise StoreError(busy(holder)) from None
         os.ftruncate(fd, 0)
         os.pwrite(fd, str(os.getpid()).encode(), 0)
         try:
@@ -82,6 +92,25 @@ def exclusive_writer(target: Collection) -> Iterator[None]:
         stack.enter_context(_file_lock(target))
         stack.enter_context(target.writer_lock())
         yield
+
+
+def check_checkpoint_path(path, collections: Sequence[Collection], alignment_path=None) -> None:
+    """Refuse (before anything is created) a checkpoint path that a job would damage by writing and then removing a
+    file there: the alignment file, a path inside a collection's local files (a file store's folder, an embedded
+    store's directory or database), or an existing file that is not a vecbridge checkpoint."""
+    given = Path(path)
+    where = Path(resolved_path(given))
+    hint = "choose another file with --checkpoint PATH"
+    if alignment_path is not None and where == Path(resolved_path(alignment_path)):
+        raise InputError(f"refusing the checkpoint {given}: it is the alignment file; {hint}")
+    for coll in collections:
+        local = coll.local_path
+        if local is not None and (where == Path(local) or Path(local) in where.parents):
+            raise InputError(f"refusing the checkpoint {given}: it lies inside the collection {coll.display_url} "
+                             f"({local}); {hint}")
+    if os.path.lexists(where) and not Checkpoint.holds_one(where):
+        raise InputError(f"refusing the checkpoint {given}: it exists and is not a vecbridge checkpoint, and a "
+                         f"job replaces and then removes its checkpoint; {hint}")
 
 
 def check_checkpoint_writable(path: Path) -> None:

@@ -29,10 +29,11 @@ from ..align.artifact import Alignment
 from ..connectors import connect
 from ..connectors.base import Collection, VectorBatch
 from ..errors import InputError, StoreError, VecbridgeError
+from ..faultpoint import fault_point
 from ..linking.pairspec import PairSpec
 from ..results import MergeResult
 from .checkpoint import Checkpoint
-from .guard import check_checkpoint_writable, exclusive_writer, refuse_inputs_as_target
+from .guard import check_checkpoint_path, check_checkpoint_writable, exclusive_writer, refuse_inputs_as_target
 from .open import load_alignment, open_collection
 from .pairs import read_pairs_file
 from .pipeline import copy_stream
@@ -94,7 +95,7 @@ class MergeSteps:
 
     def phase_b(self, batch: VectorBatch) -> VectorBatch:
         """A batch of B with its linked A records folded in (payloads merged, B's values win; keep-a: A's mapped
-        vector; keep-both: A's mapped vector written to the second field)."""
+        vector; keep-both: :meth:`phase_a` writes A's mapped vector to the second field, once the record exists)."""
         a_recs = self._linked_a_for(list(batch.ids))
         if not len(a_recs):
             return batch
@@ -109,19 +110,36 @@ class MergeSteps:
                 payloads[j] = _merge_payload(a_recs.payloads[k], payloads[j])
                 if self.policy == "keep-a":
                     vectors[j] = mapped[k]
-        out = VectorBatch(batch.ids, vectors, payloads)
-        C_a = self._coll("a_into")
-        if C_a is not None:
-            C_a.upsert(VectorBatch(list(a_recs.ids), mapped, [{}] * len(a_recs)))
-        return out
+        return VectorBatch(batch.ids, vectors, payloads)
+
+    def counted(self, phase: str) -> Callable[[VectorBatch], tuple[VectorBatch, dict]]:
+        """The transform of ``phase`` (``"a"`` or ``"b"``) returning each batch with the counts it added, which
+        :func:`~vecbridge.jobs.pipeline.copy_stream` keeps in the checkpoint (a resumed merge reports the whole job's
+        linked and renamed records, not only its own)."""
+        step = getattr(self, f"phase_{phase}")
+
+        def transform(batch: VectorBatch) -> tuple[VectorBatch, dict]:
+            before = dict(self.stats)
+            out = step(batch)
+            return out, {k: v - before[k] for k, v in self.stats.items()}
+        return transform
 
     def phase_a(self, batch: VectorBatch) -> VectorBatch:
-        """A batch of A without its linked records (phase B wrote them), clashing ids renamed, mapped."""
+        """A batch of A without its linked records (phase B wrote them), clashing ids renamed, mapped. keep-both:
+        the linked records' mapped vectors go to the second field of their merged records, which exist by now (a
+        second field is written in place: it only updates records that exist)."""
         B = self._coll("b")
         if self.explicit is None:
             linked = {i for i in B.get(list(batch.ids)).ids}
         else:
             linked = {i for i in batch.ids if str(i) in self.explicit["a2b"]}
+        C_a = self._coll("a_into")
+        if C_a is not None and linked:   # the records phase B merged these into, linked as phase B linked them
+            b_ids = list(linked) if self.explicit is None else \
+                B.get([self.explicit["a2b"][str(i)] for i in linked]).ids
+            a_recs = self._linked_a_for(b_ids)
+            if len(a_recs):
+                C_a.upsert(VectorBatch(list(a_recs.ids), self._to_b(a_recs).vectors, [{}] * len(a_recs)))
         keep = np.array([i not in linked for i in batch.ids], dtype=bool)
         batch = batch.take(keep)
         if self.explicit is not None and len(batch):
@@ -159,6 +177,7 @@ def prepare(a, b, into, alignment, *, links: "str | PairSpec", policy: str, batc
     C_a = C.with_vector_field(A_FIELD) if policy == "keep-both" else None  # refuses before anything is written
     bs = store_batch_size(C, batch_size)
     ckpt_path = Path(checkpoint_path) if checkpoint_path else default_checkpoint_path(alignment_path, C, "merge")
+    check_checkpoint_path(ckpt_path, [A, B, C], alignment_path)
     check_checkpoint_writable(ckpt_path)
     C.check_writable()
     identity = {"kind": kind, "a": str(A.identity), "b": str(B.identity), "into": str(C.identity),
@@ -172,24 +191,35 @@ def begin(ckpt: Checkpoint, C: Collection, alignment: Alignment, b_info, policy:
           overwrite: bool, before_create: Callable[[], None] | None = None) -> tuple[bool, int]:
     """Resume the checkpoint (its batch size kept), or create the merged collection (an existing one refused unless
     ``overwrite``) after ``before_create()``; called holding the target's writer lock. Returns ``(created, batch
-    size)``."""
+    size)``. As for a migration (:func:`~vecbridge.jobs.rewrite.open_checkpoint`), the checkpoint is saved marked
+    as creating before the merged collection is made, so a run stopped meanwhile resumes by making it again."""
+    redo = False
     if ckpt.exists() and resume:
         ckpt.load()
-        return False, ckpt.batch_size or bs
-    if ckpt.exists() and not overwrite:
+        if not ckpt.creating:
+            return False, ckpt.batch_size or bs
+        bs, redo = ckpt.batch_size or bs, True
+        ckpt.state = Checkpoint(ckpt.path, ckpt.identity).state   # nothing was written: start the phases afresh
+    elif ckpt.exists() and not overwrite:
         raise InputError(f"a merge into {C.display_url} was already started (checkpoint {ckpt.path}): "
                          f"use --resume or --overwrite")
     if before_create is not None:
         before_create()
     if C.exists():
-        if not overwrite:
+        if not (overwrite or redo):
             raise StoreError(f"target already exists: {C.display_url} (choose a new collection or --overwrite)")
-        C.drop()
-    deferred = {"index": False} if C.supports_deferred_index else {}
-    C.create(dim=alignment.target_dim, metric=b_info.metric, **deferred)
-    if policy == "keep-both":
-        C.add_vector_field(A_FIELD, alignment.target_dim, b_info.metric)
+        C.drop()   # this run's own half-made collection, or one the user asked to replace
     ckpt.batch_size = bs
+    ckpt.mark_creating()
+    try:
+        deferred = {"index": False} if C.supports_deferred_index else {}
+        C.create(dim=alignment.target_dim, metric=b_info.metric, **deferred)
+        if policy == "keep-both":
+            C.add_vector_field(A_FIELD, alignment.target_dim, b_info.metric)
+    except Exception:
+        ckpt.remove()   # nothing was made that a resume could continue
+        raise
+    fault_point("merge.target-created")
     return True, bs
 
 
@@ -220,14 +250,17 @@ def _merge(A, B, C, C_a, alignment, explicit, policy, bs, resume, overwrite, che
     steps = MergeSteps(A, B, alignment, explicit=explicit, policy=policy, a_into=C_a)
     t0 = time.perf_counter()
     try:
-        written = copy_stream(B, C, transform=steps.phase_b, checkpoint=ckpt, phase="b", batch_size=bs,
+        written = copy_stream(B, C, transform=steps.counted("b"), checkpoint=ckpt, phase="b", batch_size=bs,
                               on_progress=on_progress)
-        written += copy_stream(A, C, transform=steps.phase_a, checkpoint=ckpt, phase="a", batch_size=bs,
+        fault_point("merge.between-phases")
+        written += copy_stream(A, C, transform=steps.counted("a"), checkpoint=ckpt, phase="a", batch_size=bs,
                                on_progress=on_progress)
     except (VecbridgeError, OSError) as exc:
         if created and (ckpt.written == 0 or isinstance(exc, InputError)):
             _discard(C, ckpt)   # bad input data or a refused first write: no half-merged collection left behind
         raise
+    fault_point("merge.before-finish")
+    stats = {k: ckpt.total(k) for k in ("linked", "renamed")}   # the whole job's, across resumes
     count = finish(C, ckpt)
     return MergeResult(A.display_url, B.display_url, C.display_url, policy, a_info.count, b_info.count, written,
-                       steps.stats["linked"], steps.stats["renamed"], count, time.perf_counter() - t0)
+                       stats["linked"], stats["renamed"], count, time.perf_counter() - t0)

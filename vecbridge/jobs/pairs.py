@@ -113,7 +113,10 @@ def read_pairs_file(path) -> list[tuple[str, str]]:
     path = Path(path)
     if not path.is_file():
         raise InputError(f"pairs file not found: {path}")
-    text = path.read_text(encoding="utf-8")
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise InputError(f"{path}: not a CSV or JSON text file of id pairs (byte {exc.start} is not UTF-8)") from None
     pairs: list[tuple[str, str]] = []
     if path.suffix.lower() == ".json":
         try:
@@ -122,8 +125,10 @@ def read_pairs_file(path) -> list[tuple[str, str]]:
             raise InputError(f"{path}: invalid JSON ({exc})") from None
         if isinstance(data, dict):  # the format `vecbridge link` writes: {"mode", "meta", "links": [...]}
             data = data.get("links", [])
+        if not isinstance(data, list):
+            raise InputError(f"{path}: expected a JSON list of id pairs")
         for item in data:
-            if isinstance(item, dict):
+            if isinstance(item, dict) and "source_id" in item and "target_id" in item:
                 pairs.append((item["source_id"], item["target_id"]))
             elif isinstance(item, (list, tuple)) and len(item) == 2:
                 pairs.append((item[0], item[1]))

@@ -57,6 +57,23 @@ def _quiet_model_library() -> Iterator[None]:
             hub_states.update(saved)
 
 
+def _hub_reachable(timeout: float = 3.0) -> bool:
+    """Whether the model hub answers at all: where it does not (offline machines, closed networks), a model name is
+    looked up in the local cache only, instead of minutes of retries before the same failure."""
+    import os
+    import socket
+    from urllib.parse import urlsplit
+
+    if os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes", "on"):
+        return False
+    endpoint = urlsplit(os.environ.get("HF_ENDPOINT") or "https://huggingface.co")
+    try:
+        socket.create_connection((endpoint.hostname, endpoint.port or 443), timeout=timeout).close()
+        return True
+    except OSError:
+        return False
+
+
 def load_model(spec: str, *, batch_size: int = 32, device: str | None = None) -> Embedder:
     """An embedding function from a model spec.
 
@@ -84,12 +101,14 @@ def load_model(spec: str, *, batch_size: int = 32, device: str | None = None) ->
     except ImportError:
         raise MissingDependency('loading a model by name or path needs sentence-transformers: '
                                 'pip install "vecbridge[models]"') from None
+    offline = not Path(spec).exists() and not _hub_reachable()
     try:
         with _quiet_model_library():
-            model = SentenceTransformer(spec, device=device or "cpu")
+            model = SentenceTransformer(spec, device=device or "cpu", local_files_only=offline)
     except Exception as exc:  # hub unreachable, bad path, corrupt weights
-        raise InputError(f"cannot load model {spec!r}: {str(exc).splitlines()[0][:200]} "
-                         f"(offline? pass a local model directory)") from None
+        hint = ("the model hub is unreachable and the model is not in the local cache: pass a local model "
+                "directory" if offline else "offline? pass a local model directory")
+        raise InputError(f"cannot load model {spec!r}: {str(exc).splitlines()[0][:200]} ({hint})") from None
 
     def embed(texts: Sequence[str]) -> np.ndarray:
         with _quiet_model_library():

@@ -28,6 +28,7 @@ Nothing is written to any store. The report
 from __future__ import annotations
 
 import math
+import warnings
 from dataclasses import dataclass
 from typing import Callable
 
@@ -173,6 +174,9 @@ def fallback_correspondences(old: Collection, new: Collection | None, *, sample:
     if seeds and new is not None:
         return _geh_correspondences(old, new, seeds, sample, seed)
     if unsupervised and new is not None:
+        warnings.warn("the collections share no ids or payload key and no re-embedding model or seed pairs were "
+                      "given: matching them without labels (mini-vec2vec), which takes minutes and may not succeed; "
+                      "pass --pairs to say how records correspond", UserWarning, stacklevel=2)
         return _unsupervised_correspondences(old, new, sample, seed, params)
     raise InputError("no correspondences: the collections share no ids; say how records correspond "
                      "(field:NAME, reembed with a model and a text field, or geh:FILE of seed pairs)")
@@ -298,8 +302,6 @@ def compatibility_report(old, new=None, *, sample: int = 5000, seed: int = 0, ho
     ``find_pairs`` gathers the correspondences: :func:`find_correspondences` (the default) or a function with its
     signature (:func:`vecbridge.jobs.distributed_reduce.report_on_ray` passes one that samples stored pairs on a Ray
     cluster)."""
-    import warnings
-
     chosen = method_of(method)
 
     old_c = open_collection(old)
@@ -432,10 +434,11 @@ def _too_few_queries(qn_c, qb, corr, held_ids) -> str:
               "re-embedded-sample": "the sampled old-collection items whose texts were re-embedded",
               "geh": "old-collection items linked by GEH to the new collection"}.get(corr.mode, "linked items")
     return (f"only {len(qb)} of the {n_given:,} queries in {qn_c.display_url} have a held-out relevant document "
-            f"(at least 10 are needed): a query's id must be the id of its relevant document, and that document "
-            f"must be one of the {len(corr.ids):,} sampled pairs, i.e. {shared}; {n_paired:,} of the queries name "
-            f"one of those pairs and {len(qb)} one of the {len(held_ids):,} held out. Give queries whose ids name "
-            f"documents present in both collections (the linked pairs), or sample more (--sample)")
+            f"(at least 10 are needed): a query's id must be the id of its relevant document in the old "
+            f"collection, and that document must be one of the {len(corr.ids):,} sampled pairs, i.e. {shared}; "
+            f"{n_paired:,} of the queries name one of those pairs and {len(qb)} one of the {len(held_ids):,} held "
+            f"out. Give queries whose ids name documents present in both collections (the linked pairs), or sample "
+            f"more (--sample)")
 
 
 def _old_queries(queries_old, qb):

@@ -9,15 +9,14 @@ import warnings
 from pathlib import Path
 from typing import Callable
 
-import numpy as np
-
 from ..align.artifact import Alignment
 from ..connectors import connect
-from ..connectors.base import Collection, VectorBatch
+from ..connectors.base import Collection, VectorBatch, first_duplicate
 from ..errors import CheckFailed, InputError, StoreError, VecbridgeError
+from ..faultpoint import fault_point
 from ..results import DryRun, MigrationPlan, MigrationResult
 from .checkpoint import Checkpoint
-from .guard import check_checkpoint_writable, exclusive_writer, refuse_inputs_as_target
+from .guard import check_checkpoint_path, check_checkpoint_writable, exclusive_writer, refuse_inputs_as_target
 from .open import load_alignment, open_collection
 from .pipeline import copy_stream
 
@@ -53,16 +52,7 @@ def mapper(alignment: Alignment) -> Callable[[VectorBatch], VectorBatch]:
     def transform(batch: VectorBatch) -> VectorBatch:
         if not len(batch):
             return batch
-        vectors = np.asarray(batch.vectors, dtype=np.float32)
-        if not np.isfinite(vectors).all():
-            row = int(np.flatnonzero(~np.isfinite(vectors).all(axis=1))[0])
-            raise InputError(f"source record {batch.ids[row]!r} has a NaN or inf vector")
-        if len(batch) == 1:
-            # one row would go through BLAS's matrix-vector path, whose rounding differs from the matrix-matrix
-            # path's: a second copy of the row keeps every record's result independent of how batches fall (a
-            # partitioned or resumed run is then bit-identical to a single pass)
-            return batch.with_vectors(alignment.transform(np.concatenate([vectors, vectors]))[:1])
-        return batch.with_vectors(alignment.transform(vectors))
+        return batch.with_vectors(alignment.map_records(batch.vectors, batch.ids))
     return transform
 
 
@@ -143,12 +133,15 @@ def migrate(source, alignment, target=None, *, field: str | None = None, batch_s
     with exclusive_writer(tgt):
         def create():
             if field is not None:
+                if overwrite and field in base.info().vector_fields:   # never the source's own: refused above
+                    base.drop_vector_field(field)
                 base.add_vector_field(field, alignment.target_dim, metric or info.metric)
             else:
                 create_target(tgt, alignment.target_dim, metric or info.metric, overwrite=overwrite)
+            fault_point("migrate.target-created")
 
         ckpt, created, bs = open_checkpoint(ckpt_path, identity, tgt, resume=resume, overwrite=overwrite,
-                                            batch_size=bs, create=create)
+                                            batch_size=bs, create=create, new_collection=field is None)
         ckpt.start()
         if on_start:
             on_start(info.count, ckpt.read)
@@ -162,9 +155,10 @@ def migrate(source, alignment, target=None, *, field: str | None = None, batch_s
             if created and field is None and (ckpt.written == 0 or isinstance(exc, InputError)):
                 discard_target(tgt, ckpt)
             raise
+        fault_point("migrate.before-finish")
         held = finish_target(tgt, ckpt, build_index=build_index, on_phase=on_phase, count=field is None)
     seconds = time.perf_counter() - t0
-    check_counts(tgt, read=ckpt.read, written=ckpt.written, held=held)
+    check_counts(tgt, read=ckpt.read, written=ckpt.written, held=held, source=src)
     return MigrationResult(src.display_url, tgt.display_url, info.count, ckpt.read, written,
                            ckpt.written - written, seconds, written / seconds if seconds > 0 else None, field, bs)
 
@@ -175,6 +169,7 @@ def preflight(src: Collection, tgt: Collection, alignment: Alignment, alignment_
     target can be written. Returns ``(source info, checkpoint path, the checkpoint's job identity)``."""
     info = check_source(src, alignment)
     ckpt_path = Path(checkpoint_path) if checkpoint_path else default_checkpoint_path(alignment_path, tgt)
+    check_checkpoint_path(ckpt_path, [src, tgt], alignment_path)
     check_checkpoint_writable(ckpt_path)
     tgt.check_writable()
     identity = {"kind": kind, "source": str(src.identity), "target": str(tgt.identity),
@@ -183,24 +178,44 @@ def preflight(src: Collection, tgt: Collection, alignment: Alignment, alignment_
 
 
 def open_checkpoint(path: Path, identity: dict, tgt: Collection, *, resume: bool, overwrite: bool, batch_size: int,
-                    create: Callable[[], None]) -> tuple[Checkpoint, bool, int]:
+                    create: Callable[[], None], new_collection: bool = True) -> tuple[Checkpoint, bool, int]:
     """``(checkpoint, created, batch size)`` of a write job, called holding the target's writer lock: an existing
     checkpoint is resumed (``resume``: refused if its identity differs or the target is gone; its batch size is
     kept), started over (``overwrite``) or refused; otherwise ``create()`` makes the target and a new checkpoint
-    begins."""
+    begins.
+
+    ``new_collection`` (the target is a collection the job creates, not a field of an existing one): the checkpoint
+    is saved marked :meth:`~Checkpoint.mark_creating` before ``create()``, so a run stopped while the target was
+    being made resumes by dropping what it made and creating it again."""
     ckpt = Checkpoint(path, identity)
+    redo = False
     if ckpt.exists():
         if not resume and not overwrite:
             raise InputError(f"an interrupted migration into {tgt.display_url} exists (checkpoint {ckpt.path}): "
                              f"rerun with --resume to continue it, or --overwrite to start over")
         if resume:
             ckpt.load()
-            if not tgt.exists():
-                raise StoreError(f"cannot resume: the target {tgt.display_url} no longer exists")
-            return ckpt, False, ckpt.batch_size or batch_size
-    create()
+            if not (new_collection and ckpt.creating):
+                if not tgt.exists():
+                    raise StoreError(f"cannot resume: the target {tgt.display_url} no longer exists")
+                return ckpt, False, ckpt.batch_size or batch_size
+            batch_size, redo = ckpt.batch_size or batch_size, True
+    if new_collection:
+        if tgt.exists() and (redo or overwrite):
+            tgt.drop()   # this run's own half-made target, or one the user asked to replace
+        elif tgt.exists():
+            raise StoreError(f"target already exists: {tgt.display_url} (choose a new collection, "
+                             f"--resume an interrupted run, or --overwrite)")
     ckpt = Checkpoint(path, identity)
     ckpt.batch_size = batch_size
+    if new_collection:
+        ckpt.mark_creating()
+    try:
+        create()
+    except Exception:
+        if new_collection:
+            ckpt.remove()   # nothing was made that a resume could continue
+        raise
     return ckpt, True, batch_size
 
 
@@ -229,10 +244,28 @@ def finish_target(tgt: Collection, ckpt: Checkpoint, *, build_index: bool, on_ph
     return held
 
 
-def check_counts(target: Collection, *, read: int, written: int, held: int | None, expected: int | None = None):
-    """A job's last word: every record read was written and the target holds them all."""
+def duplicate_id(source: Collection, batch_size: int = 10_000):
+    """The first id that ``source`` yields twice in a scan (None if none does): a target holding fewer records than
+    were written is explained by it (a table without a primary key, an ids file that repeats an id)."""
+    seen: set = set()
+    for batch in source.scan(batch_size=batch_size):
+        dup = first_duplicate(batch.ids, seen)
+        if dup is not None:
+            return dup
+    return None
+
+
+def check_counts(target: Collection, *, read: int, written: int, held: int | None, expected: int | None = None,
+                 source: Collection | None = None):
+    """A job's last word: every record read was written and the target holds them all. Where the target holds
+    fewer than were written, the ``source`` (if given) is searched for an id it holds twice, which is named."""
     expected = read if expected is None else expected
     if written != expected or (held is not None and held != written):
+        if source is not None and held is not None and held < written:
+            dup = duplicate_id(source)
+            if dup is not None:
+                raise InputError(f"duplicate id {dup!r} in the source {source.display_url}: {written:,} records "
+                                 f"were written and {target.display_url} holds {held:,}, one per distinct id")
         holds = f", and {target.display_url} holds {held:,}" if held is not None else ""
         raise CheckFailed(f"record count mismatch: {read:,} records read, {written:,} written (expected "
                           f"{expected:,}){holds}; the source may have changed during the run: run `vecbridge "

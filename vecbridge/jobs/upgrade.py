@@ -12,6 +12,7 @@ vectors are never written.
 from __future__ import annotations
 
 import itertools
+import os
 import time
 from pathlib import Path
 from typing import Any, Callable
@@ -25,12 +26,14 @@ from ..connectors import connect
 from ..connectors.base import Collection, VectorBatch
 from ..connectors.url import redact
 from ..errors import InputError, StoreError
+from ..faultpoint import fault_point
 from ..vectors import l2_normalize
+from .guard import refuse_inputs_as_target
 from .open import load_alignment, open_collection
 from .reembed import _texts, load_model, reembed_pairs
 from .rerank import hub_penalty
 from .rewrite import migrate
-from .upgrade_state import UpgradeState, record_digest
+from .upgrade_state import UpgradeState, exclusive, record_digest
 
 STAGES = ("mapped", "cutover", "rolled-back", "finalized")
 #: the old query's weights tried by :meth:`Upgrade.tune_fusion` (``inf``: the old model alone, i.e. staying)
@@ -40,20 +43,30 @@ HUB_WEIGHTS = (0.0, 0.25, 0.5, 1.0)
 #: reference queries per record in a hub score (``r(d)``: mean cosine to its nearest reference queries)
 HUB_K = 10
 _SECRET_PARAMS = ("password", "api_key", "token")
+#: stores whose credential is ``user:password`` as one token: a user without its password would shadow the
+#: environment's token (``MILVUS_TOKEN``), so the state keeps neither
+_USER_IN_TOKEN = ("milvus",)
 
 
 def url_without_secrets(url: str) -> str:
     """The URL the state file keeps: no password, no secret query values (they come from the environment, as for
-    every command: ``PGPASSWORD``, ``QDRANT_API_KEY``, ...)."""
+    every command: ``PGPASSWORD``, ``QDRANT_API_KEY``, ``MILVUS_TOKEN`` ...)."""
     parts = urlsplit(url)
     netloc = parts.netloc
     if "@" in netloc:
         user, host = netloc.rsplit("@", 1)
-        netloc = f"{user.split(':', 1)[0]}@{host}"
+        netloc = host if parts.scheme.lower() in _USER_IN_TOKEN else f"{user.split(':', 1)[0]}@{host}"
     query = urlencode([(k, v) for k, v in parse_qsl(parts.query, keep_blank_values=True)
                        if not any(s in k.lower() for s in _SECRET_PARAMS)])
     out = urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))
     return out if out.startswith(f"{parts.scheme}://") else f"{parts.scheme}://{out.split(':', 1)[1]}"
+
+
+def _has_secrets(url: str) -> bool:
+    """Whether ``url`` carries a credential the state file leaves out (later commands read it from the
+    environment)."""
+    parts = urlsplit(url)
+    return parts.password is not None or any(s in k.lower() for k, _ in parse_qsl(parts.query) for s in _SECRET_PARAMS)
 
 
 def default_state_path(source: Collection) -> Path:
@@ -153,10 +166,10 @@ class Upgrade:
         counts = self.state.counts()
         total = sum(counts.values())
         return {"state": str(self.state.path), "stage": self.meta["stage"], "serving": self.meta["serving"],
-                "serving_via": self.meta.get("serving_via"),
+                "serving_via": self.meta.get("serving_via"), "switching": self.meta.get("switching"),
                 "source": redact(self.meta["source"]), "vectors": self.meta.get("field") or
                 redact(self.meta["target"]), "model": self.meta["model"], "alignment": self.meta["alignment"],
-                "counts": counts, "total": total,
+                "text_field": self.meta["text_field"], "counts": counts, "total": total,
                 "native_fraction": counts["native"] / total if total else 0.0,
                 "fusion_beta": "old model alone" if self.meta.get("fusion_stays") else self.meta.get("fusion_beta"),
                 "hub_weight": self.meta.get("hub_weight", 0.0),
@@ -164,18 +177,46 @@ class Upgrade:
                 "probe": self.meta.get("probe"),
                 "events": self.state.events()}
 
+    def _started(self) -> None:
+        """Re-read the state (another run may have moved it) and refuse an upgrade whose start did not finish."""
+        self.meta = self.state.meta
+        if self.meta["stage"] == "starting":
+            raise InputError(f"the upgrade's start did not finish ({self.state.path}): run the same `vecbridge "
+                             f"upgrade start` again to complete it")
+
     def _move(self, to_stage: str, allowed_from: tuple[str, ...], serving: str) -> dict:
-        stage = self.meta["stage"]
-        if stage not in allowed_from:
-            raise InputError(f"the upgrade is {stage}: {to_stage} is possible only from "
-                             f"{' or '.join(allowed_from)}")
-        via = self._serve(serving)
-        self.meta = self.state.update(stage=to_stage, serving=serving, serving_via=via)
-        self.state.event(to_stage, f"serving the {serving} model's vectors through {via}")
+        with exclusive(self.state.path):
+            self._started()
+            pending = self.meta.get("switching")
+            self._complete_switch()
+            stage = self.meta["stage"]
+            if stage not in allowed_from and (pending or {}).get("stage") != to_stage:   # rerun: completed above
+                raise InputError(f"the upgrade is {stage}: {to_stage} is possible only from "
+                                 f"{' or '.join(allowed_from)}")
+            if serving == "new":   # what is served must hold every record the source holds now
+                self.sync()
+            self._switch(to_stage, serving)
         return self.status()
 
+    def _switch(self, to_stage: str, serving: str) -> None:
+        """Intent, switch, confirm: the state says where it is going before the store is switched, and where it is
+        once it was, so a run killed in between leaves an intent that the next cutover, rollback or finalize
+        completes first (switching the store again is harmless: a view or alias is pointed, not toggled)."""
+        self.meta = self.state.update(switching={"stage": to_stage, "serving": serving})
+        via = self._serve(serving)
+        fault_point(f"{to_stage}.switched")
+        self.meta = self.state.update(stage=to_stage, serving=serving, serving_via=via, switching=None)
+        self.state.event(to_stage, f"serving the {serving} model's vectors through {via}")
+
+    def _complete_switch(self) -> None:
+        """Finish a cutover or rollback that was interrupted between its intent and its confirmation."""
+        pending = self.meta.get("switching")
+        if pending:
+            self._switch(pending["stage"], pending["serving"])
+
     def cutover(self) -> dict:
-        """Serve the new model's vectors (where the store has a serving view, switched in one transaction)."""
+        """Serve the new model's vectors (where the store has a serving view, switched in one transaction), after
+        bringing them up to the source (records added or changed since the last ``reembed`` get mapped vectors)."""
         return self._move("cutover", ("mapped", "rolled-back"), "new")
 
     def rollback(self) -> dict:
@@ -184,43 +225,72 @@ class Upgrade:
 
     def finalize(self, *, drop_old: bool = False) -> dict:
         """End the upgrade after a cutover, once every record is native: no more rollback. The old vectors stay
-        unless ``drop_old``: then the old vector column is removed (PostgreSQL+pgvector) or, when the new vectors
-        are a collection of their own, the old collection is dropped."""
-        if self.meta["stage"] != "cutover":
-            raise InputError(f"the upgrade is {self.meta['stage']}: finalize after a cutover")
-        self.sync()
-        pending = self.state.counts()
-        if pending["mapped"] or pending["pending"]:
-            raise InputError(f"{pending['mapped'] + pending['pending']:,} records have no native vector yet: run "
-                             f"`vecbridge upgrade reembed` to the end first")
-        dropped = None
-        if drop_old:
-            old = connect(self.meta["source"])
-            if self.meta.get("field"):
-                old.drop_vector_field(self.meta["source_field"] or old.vector_field)
-                dropped = f"the old vector field {self.meta['source_field'] or old.vector_field!r}"
-            else:
-                old.drop()
-                dropped = f"the old collection {redact(self.meta['source'])}"
-        self.meta = self.state.update(stage="finalized", dropped=dropped)
-        self.state.event("finalized", f"dropped {dropped}" if dropped else "old vectors kept: drop them when ready")
+        unless ``drop_old`` (now, or in a later call once finalized): then the old vector column is removed
+        (PostgreSQL+pgvector) or, when the new vectors are a collection of their own, the old collection is
+        dropped."""
+        with exclusive(self.state.path):
+            self._started()
+            self._complete_switch()
+            if self.meta["stage"] == "finalized":
+                if not drop_old or self.meta.get("dropped"):
+                    raise InputError("the upgrade is already finalized" + (
+                        f" and {self.meta['dropped']} was dropped" if self.meta.get("dropped") else ""))
+                dropped = self._drop_old()
+                self.meta = self.state.update(dropped=dropped)
+                self.state.event("dropped", dropped)
+                return self.status()
+            if self.meta["stage"] != "cutover":
+                raise InputError(f"the upgrade is {self.meta['stage']}: finalize after a cutover")
+            self.sync()
+            c = self.state.counts()
+            waiting, no_text = c["mapped"] + c["pending"], c["no-text"]
+            if waiting or no_text:
+                why = ([f"{waiting:,} still have mapped vectors: run `vecbridge upgrade reembed` to the end first"]
+                       if waiting else []) + ([
+                    f"{no_text:,} without text in {self.meta['text_field']!r} keep their mapped vectors: give them "
+                    f"text and run `vecbridge upgrade reembed`, or delete them from the source"] if no_text else [])
+                raise InputError(f"{waiting + no_text:,} records have no native vector yet: {'; '.join(why)}")
+            dropped = self._drop_old() if drop_old else None
+            fault_point("finalize.dropped")
+            self.meta = self.state.update(stage="finalized", dropped=dropped)
+            self.state.event("finalized", f"dropped {dropped}" if dropped else "old vectors kept: drop them when ready")
         return self.status()
+
+    def _drop_old(self) -> str:
+        """Remove the old vectors: the source's old vector field, or the old collection. Returns what it dropped."""
+        old = connect(self.meta["source"])
+        if self.meta.get("field"):
+            name = self.meta.get("source_field") or old.vector_field
+            old.drop_vector_field(name)
+            return f"the old vector field {name!r}"
+        old.drop()
+        return f"the old collection {redact(self.meta['source'])}"
 
     def _serve(self, which: str) -> str:
         """Switch what the store serves, where it can: a pgvector view ``<table>_serving`` over the serving vector
         column, or a Qdrant / Milvus alias ``<collection>_serving`` over the serving collection (new vectors in a
-        new collection of the same server). Elsewhere only the state's pointer moves. Returns how it was served."""
+        new collection of the same server). Elsewhere nothing in the store moves: the answer says what clients must
+        query instead. Returns how it is served."""
+        field = self.meta.get("field")
         view = getattr(self.source, "serving_view", None)
-        if view is not None and self.meta.get("field"):
-            name = view(self.meta["field"] if which == "new" else self.source.vector_field)
+        if view is not None and field:
+            name = view(field if which == "new" else self.source.vector_field)
             return f"view {name}"
         same_store = self.target.identity.location == self.source.identity.location and \
             self.target.identity.store == self.source.identity.store
-        if not self.meta.get("field") and same_store and type(self.source).point_alias is not Collection.point_alias:
+        has_alias = type(self.source).point_alias is not Collection.point_alias
+        if not field and same_store and has_alias:
             alias = f"{self.source.identity.name}_serving"
             (self.target if which == "new" else self.source).point_alias(alias)
             return f"alias {alias}"
-        return "the upgrade's state (this store has no view or alias to switch)"
+        if field:   # named vectors without a view (Qdrant): a query names the vector it searches
+            name = field if which == "new" else self.meta.get("source_field")
+            vector = f"the named vector {name!r} (using={name!r})" if name else "the default vector (no using=)"
+            return (f"nothing switched (this store has no serving view): clients query {vector} of "
+                    f"{redact(self.meta['source'])}")
+        where = self.meta["target"] if which == "new" else self.meta["source"]
+        why = "the new collection is on another server: no alias spans both" if has_alias else "this store has no alias"
+        return f"nothing switched ({why}): clients query {redact(where)}"
 
     # --- re-embedding -----------------------------------------------------------------------------------------------
     def sync(self) -> dict:
@@ -229,6 +299,13 @@ class Upgrade:
         and are stamped ``pending`` (re-embedded first); records gone from the source are deleted from the upgrade's
         own collection (a new vector field goes with its record) and forgotten.
         Returns ``{"added", "changed", "removed"}``."""
+        return self._compare(write=True)
+
+    def changes(self) -> dict:
+        """What :meth:`sync` would pick up now (``{"added", "changed", "removed"}``), writing nothing."""
+        return self._compare(write=False)
+
+    def _compare(self, *, write: bool) -> dict:
         added = changed = 0
         text_field = self.meta["text_field"]
         with self.state.seen() as seen:
@@ -242,15 +319,19 @@ class Upgrade:
                     continue
                 n_new = sum(batch.ids[j] not in known for j in stale)
                 added, changed = added + n_new, changed + len(stale) - n_new
+                if not write:
+                    continue
                 part = batch.take(np.asarray(stale))
                 mapped = self.alignment.transform(part.vectors).astype(np.float32)
                 self.target.upsert(part.with_vectors(mapped))
+                fault_point("reembed.synced")
                 self.state.stamp(part.ids, "pending", self.alignment.fingerprint, digests=[digests[j] for j in stale],
                                  hubness=self.hubness(mapped))
             gone = seen.missing()
-        self._drop(gone)
-        if added or changed or gone:
-            self.state.event("sync", f"{added:,} added, {changed:,} changed, {len(gone):,} removed in the source")
+        if write:
+            self._drop(gone)
+            if added or changed or gone:
+                self.state.event("sync", f"{added:,} added, {changed:,} changed, {len(gone):,} removed in the source")
         return {"added": added, "changed": changed, "removed": len(gone)}
 
     def _drop(self, gone) -> None:
@@ -276,21 +357,24 @@ class Upgrade:
         picks the batches, holds the stop conditions and stamps, so both runs stop and stamp alike: records, texts
         and spend are counted when a batch is handed over (a spend cap counts the batches in flight), and
         ``max_per_second`` spaces the hand-overs as a local run spaces its batches."""
-        if self.meta["stage"] == "finalized":
-            raise InputError("the upgrade is finalized")
         if until is not None and not 0 < until <= 1:
             raise InputError("until is a fraction of the collection in (0, 1]")
         if spend_cap is not None and price_per_1k is None:
             raise InputError("a spend cap needs the model's price per 1,000 texts")
         if (spend_cap is not None and spend_cap < 0) or (price_per_1k is not None and price_per_1k < 0):
             raise InputError("prices and spend caps are at least 0")
-        workers = (pool or InProcess)(self)   # Ray actors load the model while the state is synced
-        try:
-            return self._reembed(workers, limit=limit, until=until, budget_seconds=budget_seconds, priority=priority,
-                                 batch_size=batch_size, max_per_second=max_per_second, price_per_1k=price_per_1k,
-                                 spend_cap=spend_cap, on_progress=on_progress, on_start=on_start)
-        finally:
-            workers.close()
+        with exclusive(self.state.path):   # one writer per upgrade: its spend and stamps are this run's to keep
+            self._started()
+            if self.meta["stage"] == "finalized":
+                raise InputError("the upgrade is finalized")
+            workers = (pool or InProcess)(self)   # Ray actors load the model while the state is synced
+            try:
+                return self._reembed(workers, limit=limit, until=until, budget_seconds=budget_seconds,
+                                     priority=priority, batch_size=batch_size, max_per_second=max_per_second,
+                                     price_per_1k=price_per_1k, spend_cap=spend_cap, on_progress=on_progress,
+                                     on_start=on_start)
+            finally:
+                workers.close()
 
     def _reembed(self, pool, *, limit, until, budget_seconds, priority, batch_size, max_per_second, price_per_1k,
                  spend_cap, on_progress, on_start) -> dict:
@@ -322,6 +406,7 @@ class Upgrade:
                         committed -= flying.pop(key)[4]
                     continue
                 ids, records, has, digests, cost = flying.pop(key)
+                fault_point("reembed.batch-written")
                 busy.difference_update(ids)
                 committed -= cost
                 if has:
@@ -331,9 +416,9 @@ class Upgrade:
                         spent += cost
                         self.meta = self.state.update(spent=spent)
                 self._drop(set(ids) - set(records.ids))   # deleted from the source since the sync
-                done += len(ids)
-                if on_progress:
-                    on_progress(len(ids))
+                done += len(has)
+                if on_progress and has:
+                    on_progress(len(has))
 
         while True:
             more = error is None and stopped == "done" and not exhausted and handed < todo
@@ -359,11 +444,11 @@ class Upgrade:
                 if spend_cap is not None and spent + committed + cost > spend_cap + 1e-9:
                     stopped = "spend cap"
                     continue
-                if len(has) < len(records):
+                if len(has) < len(records):   # nothing to embed: they keep their mapped vector, counted apart
                     no_text += len(records) - len(has)
                     missing = {records.ids[j] for j in range(len(records)) if j not in set(has)}
                     self.state.stamp([i for i in ids if i in missing], "no-text", "kept its mapped vector")
-                key, handed, committed = next(keys), handed + len(ids), committed + cost
+                key, handed, committed = next(keys), handed + len(has), committed + cost
                 flying[key] = (ids, records, has, [record_digest(records.vectors[j], texts[j]) for j in has], cost)
                 busy.update(ids)
                 if max_per_second:   # spaced from the hand-over itself, not from the read before it
@@ -391,6 +476,11 @@ class Upgrade:
         its ``k`` nearest log queries: the ``hubs`` priority and the hub penalty of :meth:`search`) and how often
         the log's queries retrieve it in their top ``k`` (the ``queries`` priority). The log becomes the hub
         reference for records re-embedded later."""
+        with exclusive(self.state.path):
+            self._started()
+            return self._learn_queries(queries, k=k)
+
+    def _learn_queries(self, queries, *, k: int) -> dict:
         Q = np.asarray(queries, dtype=np.float32)
         if Q.ndim != 2 or not len(Q):
             raise InputError("the query log is empty")
@@ -557,71 +647,218 @@ def _digests(batch: VectorBatch, text_field: str) -> list[str]:
 
 def start(source, *, model: str, text_field: str, state_path=None, field: str | None = None, to=None,
           alignment=None, method: str = "orthogonal", fit_sample: int = 2000, seed: int = 0,
-          batch_size: int | None = None, on_step: Callable[[str], None] = lambda s: None) -> dict:
+          batch_size: int | None = None, overwrite: bool = False,
+          on_step: Callable[[str], None] = lambda s: None) -> dict:
     """Begin an upgrade of ``source`` to ``model``: fit the map (``method``, see :mod:`vecbridge.align.methods`) on
     ``fit_sample`` re-embedded records (or use ``alignment``), write mapped vectors into the new vector ``field`` of
     the source (stores with named vectors) or into the new collection ``to``, write the re-embedded sample natively,
     and stamp every record (with its residual and hub scores, measured against the re-embedded sample).
 
-    The state file is written first (stage ``starting``): the same command run again after a crash continues the
-    interrupted start."""
+    Nothing is written before every check passed: the source holds text in ``text_field``; the new vectors go
+    neither into the source (however its URL is spelled) nor into any vector field it has, nor into a collection
+    that exists already (``overwrite`` drops and recreates that one). The state file appears, whole, once the
+    map is fitted (stage ``starting``, with the fit sample): the same command run again after an interruption
+    continues into the target this start created, with the same sample; other settings or another collection are
+    refused."""
     src = open_collection(source)
     chosen = method_of(method)
     if (field is None) == (to is None):
         raise InputError("say where the new vectors go: a new vector field of the source (field) or a new "
                          "collection (to)")
     state_path = Path(state_path) if state_path else default_state_path(src)
-    if state_path.exists():
-        state = UpgradeState.open(state_path)
-        if state.meta["stage"] != "starting":
+    with exclusive(state_path):
+        info = src.info()
+        target = _new_vectors_target(src, info, field, to)
+        settings = {"source": str(src.identity), "field": field, "target": None if field else str(target.identity),
+                    "model": model, "text_field": text_field, "method": chosen.name, "fit_sample": fit_sample,
+                    "seed": seed, "alignment": None if alignment is None else _alignment_key(alignment)}
+        state = _unfinished_start(state_path, settings)
+        if state is None:
+            _refuse_existing(src, info, target, field, overwrite)
+            _require_text(src, text_field, seed)
+            state = _fit_and_create(src, info, state_path, settings, alignment=alignment, to=to, chosen=chosen,
+                                    on_step=on_step)
+        try:
+            return _write_and_stamp(src, state, alignment, field=field, to=to, batch_size=batch_size,
+                                    on_step=on_step)
+        finally:
             state.close()
-            raise InputError(f"an upgrade is already under way with the state file {state_path}: see `vecbridge "
-                             f"upgrade status`, or choose another state file")
-        alignment = alignment or state.meta["alignment"] or None
-    else:
-        state = UpgradeState.create(state_path, {
-            "source": url_without_secrets(src.url), "field": field, "model": model, "text_field": text_field,
-            "target": url_without_secrets(str(to)) if to else None, "alignment": "", "stage": "starting",
-            "serving": "old", "source_field": src.vector_field})
+
+
+def _alignment_key(alignment) -> str:
+    """How a start's settings name a given alignment: its file, or its fingerprint."""
+    return alignment.fingerprint if isinstance(alignment, Alignment) else str(Path(alignment).resolve())
+
+
+def _source_field(src: Collection, info) -> str | None:
+    """The vector field the source's vectors are in (None: a store without named vectors)."""
+    if src.vector_field is not None:
+        return src.vector_field
+    return next(iter(info.vector_fields)) if len(info.vector_fields) == 1 else None
+
+
+def _new_vectors_target(src: Collection, info, field: str | None, to) -> Collection:
+    """Where the new vectors go, refused if it is the source itself or the source's own vector field."""
+    if field is not None:
+        if field == _source_field(src, info):
+            raise InputError(f"--field {field} holds the source's own vectors, which an upgrade never writes: "
+                             f"name a new field for the new model's vectors")
+        return connect(src.url).with_vector_field(field)   # a clear StoreError where the store has no named vectors
+    target = open_collection(to, read_only=False)
+    refuse_inputs_as_target(target, [(src, "the source collection itself")],
+                            "name a new collection for the new model's vectors (or --field NAME: a new vector field "
+                            "of the source)")
+    return target
+
+
+def _refuse_existing(src: Collection, info, target: Collection, field: str | None, overwrite: bool) -> None:
+    """A new upgrade writes into a field or collection of its own: one that exists (the application's, or another
+    upgrade's) is refused; a collection may be replaced with ``overwrite`` (dropped and recreated when the writing
+    starts), a vector field never (it is part of the source)."""
+    if field is not None and field in info.vector_fields:
+        raise InputError(f"the vector field {field!r} already exists in {src.display_url}: name a new field (an "
+                         f"upgrade never writes or drops a field of the source it did not create)")
+    if field is None and target.exists() and not overwrite:
+        raise InputError(f"{target.display_url} already exists: name a new collection for the new vectors, or "
+                         f"--overwrite to drop and recreate it")
+
+
+def _require_text(src: Collection, text_field: str, seed: int) -> None:
+    """The new model embeds each record's text: a field no sampled record holds text in is refused now."""
+    sampled = src.sample(200, seed=seed)
+    keep, _ = _texts(sampled, text_field)
+    if not len(keep):
+        fields = sorted({k for p in sampled.payloads for k in (p or {})})
+        raise InputError(f"no sampled record of {src.display_url} has text in payload field {text_field!r} "
+                         f"(its records hold: {', '.join(fields) or 'no payload'}): name it with --text-field")
+
+
+def _unfinished_start(path: Path, settings: dict) -> UpgradeState | None:
+    """The state of an interrupted start of this same upgrade (continued), None if there is no state; a state of
+    another upgrade, of one under way, or of a start with other settings is refused."""
+    if not path.exists():
+        return None
+    state = UpgradeState.open(path)
     try:
-        sample = None
-        if alignment is None:
-            on_step(f"re-embedding {fit_sample:,} stored texts ({text_field!r}) with {model} to fit the map")
-            olds, news = reembed_pairs(src, load_model(model), text_field=text_field, n=fit_sample, seed=seed)
-            est = chosen.build(seed=seed).fit(olds.vectors, news)
-            alignment = Alignment.from_estimator(
-                est, target_model=model, metric=src.info().metric,
-                anchors={"method": "re-embedded-sample", "n": len(olds)}).save(
-                    state_path.with_name(state_path.name.replace(".upgrade.sqlite", "") + ".align.vb"))
-            sample = (olds, news)
-        aligned, align_file = load_alignment(alignment)
-        state.update(alignment=str(align_file or ""))
-        on_step("writing mapped vectors beside the old ones")
-        checkpoint = state_path.with_name(state_path.name + ".migrate.json")
-        target = connect(src.url).with_vector_field(field) if field else open_collection(to, read_only=False)
-        written = field in src.info().vector_fields if field else target.exists()
-        if checkpoint.exists() or not written:
-            migrate(src, aligned if align_file is None else align_file, None if field else to, field=field,
-                    batch_size=batch_size, checkpoint_path=checkpoint, resume=checkpoint.exists())
-        if sample is not None:   # the re-embedded sample is the hub reference until a query log replaces it
-            state.set_reference(sample[1])
-            residuals = _residual_scorer(aligned, sample)
-        for batch in src.scan(batch_size=2000):   # the target holds the same ids; the old vectors score priority
-            mapped = aligned.transform(batch.vectors)
-            scored = {} if sample is None else {
-                "residuals": residuals(batch.vectors, mapped), "hubness": hub_penalty(mapped, sample[1], HUB_K)}
-            state.stamp(batch.ids, "mapped", aligned.fingerprint, digests=_digests(batch, text_field), **scored)
-        if sample is not None:   # the fit's re-embedded texts are native vectors already: keep them
-            olds, news = sample
-            target.upsert(olds.with_vectors(news))
-            with_self = hub_penalty(news, news, HUB_K + 1)   # each is its own nearest reference: leave it out
-            state.stamp(olds.ids, "native", model, digests=_digests(olds, text_field),
-                        hubness=(with_self * (HUB_K + 1) - 1.0) / HUB_K)
-        state.update(stage="mapped")
-        state.event("mapped", f"alignment {aligned.fingerprint[:12]}")
-        return Upgrade(state).status()
-    finally:
+        meta = state.meta
+        if meta["stage"] != "starting":
+            raise InputError(f"an upgrade is already under way with the state file {path}: see `vecbridge "
+                             f"upgrade status`, or choose another state file")
+        had = meta.get("settings") or {
+            "source": str(connect(meta["source"]).identity), "field": meta.get("field"), "model": meta["model"],
+            "target": str(connect(meta["target"]).identity) if meta.get("target") else None,
+            "text_field": meta["text_field"]}
+        if had["source"] != settings["source"]:
+            raise InputError(f"{path} holds an upgrade of another collection ({redact(meta['source'])}): choose "
+                             f"another state file")
+        differs = [k for k in settings if k in had and had[k] != settings[k]]
+        if differs:
+            raise InputError(f"{path} holds an unfinished start with other settings "
+                             f"({', '.join(f'{k} {had[k]!r}' for k in differs)}): run it again with those to "
+                             f"finish it, or remove {path} (and the new vectors it began writing) to start over")
+    except BaseException:
         state.close()
+        raise
+    return state
+
+
+def _fit_and_create(src: Collection, info, state_path: Path, settings: dict, *, alignment, to, chosen,
+                    on_step) -> UpgradeState:
+    """Fit the map on a re-embedded sample (unless ``alignment`` is given), then write the state file whole (its
+    settings, the alignment, the fit sample): a start interrupted before has left nothing behind."""
+    model, text_field, seed = settings["model"], settings["text_field"], settings["seed"]
+    sample = None
+    if alignment is None:
+        on_step(f"re-embedding {settings['fit_sample']:,} stored texts ({text_field!r}) with {model} to fit the map")
+        olds, news = reembed_pairs(src, load_model(model), text_field=text_field, n=settings["fit_sample"], seed=seed)
+        fault_point("upgrade-start.sample-reembedded")
+        est = chosen.build(seed=seed).fit(olds.vectors, news)
+        alignment = Alignment.from_estimator(
+            est, target_model=model, metric=info.metric,
+            anchors={"method": "re-embedded-sample", "n": len(olds)}).save(
+                state_path.with_name(state_path.name.replace(".upgrade.sqlite", "") + ".align.vb"))
+        sample = (olds, news)
+        fault_point("upgrade-start.fitted")
+    aligned, align_file = load_alignment(alignment)
+    if aligned.source_dim != info.dim:
+        raise InputError(f"the alignment maps {aligned.source_dim}-dimensional vectors; {src.display_url} holds "
+                         f"{info.dim}-dimensional ones")
+    part = state_path.with_name(state_path.name + ".part")
+    if part.exists():
+        part.unlink()
+    state = UpgradeState.create(part, {
+        "source": url_without_secrets(src.url), "field": settings["field"], "model": model, "text_field": text_field,
+        "target": url_without_secrets(str(to)) if to else None, "alignment": str(align_file or ""),
+        "stage": "starting", "serving": "old", "source_field": _source_field(src, info), "settings": settings})
+    if sample is not None:   # the re-embedded sample is the hub reference until a query log replaces it
+        olds, news = sample
+        state.set_fit_sample(olds.ids, _digests(olds, text_field), olds.vectors, news)
+        state.set_reference(news)
+    state.close()
+    os.replace(part, state_path)
+    return UpgradeState.open(state_path)
+
+
+def _kept_sample(src: Collection, state: UpgradeState):
+    """The start's fit sample ``(old records, new vectors, digests)`` as the source holds those records now (records
+    deleted since are left out), or None when the map was given."""
+    kept = state.fit_sample()
+    if kept is None:
+        return None
+    ids, digests, old, new = kept
+    now = src.get(ids)
+    row = {i: j for j, i in enumerate(ids)}
+    rows = np.asarray([row[i] for i in now.ids], dtype=np.int64)
+    return VectorBatch(now.ids, old[rows], now.payloads), new[rows], [digests[j] for j in rows]
+
+
+def _write_and_stamp(src: Collection, state: UpgradeState, alignment, *, field, to, batch_size, on_step) -> dict:
+    """The writing part of :func:`start`, resumable: mapped vectors (by a resumable migration into the field or
+    collection this start owns), then every record's stamp, then the fit sample's native vectors."""
+    meta = state.meta
+    aligned, align_file = load_alignment(meta["alignment"] or alignment)
+    sample = _kept_sample(src, state)
+    text_field = meta["text_field"]
+    on_step("writing mapped vectors beside the old ones")
+    if not meta.get("migrated"):
+        checkpoint = state.path.with_name(state.path.name + ".migrate.json")
+        resume = checkpoint.exists()
+        if not resume and field is not None and field in src.info().vector_fields:
+            connect(src.url).drop_vector_field(field)   # made by this start before its checkpoint: checked above
+        migrate(src, aligned if align_file is None else align_file, None if field else to, field=field,
+                batch_size=batch_size, checkpoint_path=checkpoint, resume=resume, overwrite=not resume)
+        fault_point("upgrade-start.mapped")
+        state.update(migrated=True)
+    target = open_target(src.url, field, to)
+    if sample is not None:
+        olds, news, digests = sample
+        residuals = _residual_scorer(aligned, (olds, news))
+    for batch in src.scan(batch_size=2000):   # the target holds the same ids; the old vectors score priority
+        mapped = aligned.transform(batch.vectors)
+        scored = {} if sample is None else {
+            "residuals": residuals(batch.vectors, mapped), "hubness": hub_penalty(mapped, news, HUB_K)}
+        state.stamp(batch.ids, "mapped", aligned.fingerprint, digests=_digests(batch, text_field), **scored)
+    fault_point("upgrade-start.stamped")
+    if sample is not None and len(olds):   # the fit's re-embedded texts are native vectors already: keep them
+        target.upsert(olds.with_vectors(news))
+        fault_point("upgrade-start.sample-written")
+        with_self = hub_penalty(news, news, HUB_K + 1)   # each is its own nearest reference: leave it out
+        state.stamp(olds.ids, "native", meta["model"], digests=digests,
+                    hubness=(with_self * (HUB_K + 1) - 1.0) / HUB_K)
+    up = Upgrade(state)
+    up.source, up.target = src, target   # this run's handles hold the credentials the URLs given to it carry
+    try:   # the serving view or alias exists from now on, over the old vectors: point applications at it early
+        via = up._serve("old")
+    except StoreError as exc:
+        via = f"nothing switched (the serving view or alias could not be made: {exc})"
+    state.update(stage="mapped", serving_via=via)
+    state.event("mapped", f"alignment {aligned.fingerprint[:12]}; serving the old model's vectors through {via}")
+    up.meta = state.meta
+    status = up.status()
+    if _has_secrets(str(src.url)) or (to and _has_secrets(str(to))):
+        status["credentials"] = ("the state file keeps no password or token: later commands read them from the "
+                                 "environment (PGPASSWORD, QDRANT_API_KEY, MILVUS_TOKEN, ...)")
+    return status
 
 
 #: native fractions at which :func:`plan` predicts what the upgrade serves

@@ -3,12 +3,13 @@ was made.
 
 Tables: ``meta`` (one JSON document: the collections, the models, the stage), ``records`` (one row per record,
 with ``made_by``: the alignment's fingerprint or the model's name, and ``digest``: a hash of the old vector and the
-text the new vector was made from), ``reference`` (new-model query vectors the hub scores are measured against) and
-``events`` (the stage history). A record's ``origin`` is ``mapped`` (the alignment applied to its old vector),
-``native`` (the new model run on its text), ``pending`` (added or changed in the source since its new vector was
-made: it holds the map of its current old vector and is re-embedded first) or ``no-text`` (no text to embed: it
-keeps its mapped vector). Every write is one transaction, so a run killed at any point leaves a consistent file: a
-batch is stamped only after it was written to the store.
+text the new vector was made from), ``reference`` (new-model query vectors the hub scores are measured against),
+``events`` (the stage history) and ``fit_sample`` (the ids, digests, old and new vectors of the records ``start``
+re-embedded to fit the map: an interrupted start continues with them). A record's ``origin`` is ``mapped`` (the
+alignment applied to its old vector), ``native`` (the new model run on its text), ``pending`` (added or changed
+in the source since its new vector was made: it holds the map of its current old vector and is re-embedded first)
+or ``no-text`` (no text to embed: it keeps its mapped vector). Every write is one transaction, so a run killed at
+any point leaves a consistent file: a batch is stamped only after it was written to the store.
 """
 from __future__ import annotations
 
@@ -23,12 +24,26 @@ from typing import Iterable
 import numpy as np
 
 from ..errors import InputError
+from .guard import run_lock
 
 ORIGINS = ("mapped", "native", "pending", "no-text")
 #: re-embedding orders (after the pending records): column that scores a record, higher first
 PRIORITIES = {"random": None, "residual": "residual", "hubs": "hubness", "queries": "query_hits"}
 #: per-record columns added since the first state files (added on open)
 _SCORE_COLUMNS = ("residual", "hubness", "query_hits", "digest")
+
+
+_FIT_SAMPLE_TABLE = ("CREATE TABLE fit_sample (ids TEXT NOT NULL, digests TEXT NOT NULL, old BLOB NOT NULL, "
+                     "old_dim INTEGER NOT NULL, new BLOB NOT NULL, new_dim INTEGER NOT NULL)")
+
+
+def exclusive(path) -> contextlib.AbstractContextManager:
+    """Make this run the only one working on the upgrade whose state file is ``path`` (held for the whole command;
+    :func:`vecbridge.jobs.guard.run_lock` on the state's resolved path, released by the kernel when the process
+    dies): a second run is refused at once (:class:`StoreError`, one line naming the holder's pid)."""
+    return run_lock(f"upgrade:{Path(path).resolve()}", lambda pid: (
+        f"another run is working on this upgrade (pid {pid}, state {path}): wait for it to finish, or stop it and "
+        f"run the command again"))
 
 
 def _key(record_id) -> str:
@@ -72,6 +87,7 @@ class UpgradeState:
             db.execute("CREATE INDEX records_order ON records (origin, shuffle)")
             db.execute("CREATE TABLE events (at REAL NOT NULL, stage TEXT NOT NULL, detail TEXT NOT NULL)")
             db.execute("CREATE TABLE reference (rows INTEGER NOT NULL, dim INTEGER NOT NULL, data BLOB NOT NULL)")
+            db.execute(_FIT_SAMPLE_TABLE)
             db.execute("INSERT INTO meta VALUES (?)", (json.dumps(meta),))
         return cls(path, db)
 
@@ -85,6 +101,7 @@ class UpgradeState:
                     db.execute(f"ALTER TABLE records ADD COLUMN {col} {'TEXT' if col == 'digest' else 'REAL'}")
             db.execute("CREATE TABLE IF NOT EXISTS reference (rows INTEGER NOT NULL, dim INTEGER NOT NULL, "
                        "data BLOB NOT NULL)")
+            db.execute(_FIT_SAMPLE_TABLE.replace("CREATE TABLE", "CREATE TABLE IF NOT EXISTS"))
 
     @classmethod
     def open(cls, path) -> "UpgradeState":
@@ -192,6 +209,26 @@ class UpgradeState:
         with self._db:
             self._db.execute("DELETE FROM reference")
             self._db.execute("INSERT INTO reference VALUES (?, ?, ?)", (V.shape[0], V.shape[1], V.tobytes()))
+
+    def set_fit_sample(self, ids: list, digests: list[str], old, new) -> None:
+        """Keep the records ``start`` re-embedded to fit the map (their ids, :func:`record_digest` of what was
+        embedded, old and new vectors): a start interrupted after the fit continues with them instead of
+        re-embedding, and they become native vectors, priority scores and the hub reference as in one run."""
+        before, after = (np.ascontiguousarray(v, dtype=np.float32) for v in (old, new))
+        with self._db:
+            self._db.execute("DELETE FROM fit_sample")
+            self._db.execute("INSERT INTO fit_sample VALUES (?, ?, ?, ?, ?, ?)",
+                             (json.dumps(list(ids)), json.dumps(list(digests)), before.tobytes(), before.shape[1],
+                              after.tobytes(), after.shape[1]))
+
+    def fit_sample(self) -> tuple[list, list[str], np.ndarray, np.ndarray] | None:
+        """``(ids, digests, old vectors, new vectors)`` of :meth:`set_fit_sample`, or None."""
+        row = self._db.execute("SELECT ids, digests, old, old_dim, new, new_dim FROM fit_sample").fetchone()
+        if row is None:
+            return None
+        ids, digests, old, old_dim, new, new_dim = row
+        return (json.loads(ids), json.loads(digests), np.frombuffer(old, dtype=np.float32).reshape(-1, old_dim).copy(),
+                np.frombuffer(new, dtype=np.float32).reshape(-1, new_dim).copy())
 
     def reference(self) -> np.ndarray | None:
         row = self._db.execute("SELECT rows, dim, data FROM reference").fetchone()

@@ -162,7 +162,8 @@ class MappedEmbeddings:
 
 def search_collections(wrapped: Sequence[tuple[str, object]], native: Sequence[str], queries, k: int = 10, *,
                        old_queries=None, beta: float = 1.0, rerank_model: str | None = None,
-                       text_field: str = "text", k_candidates: int = 50, hub_log=None, hub_weight: float = 0.5):
+                       text_field: str = "text", k_candidates: int = 50, hub_log=None, hub_weight: float = 0.5,
+                       show_field: str | None = None):
     """Federated search with new-model ``queries`` over old collections wrapped by their alignments (``(url,
     alignment)`` pairs) and collections already in the new model's space (URLs); see :func:`federated_search`.
 
@@ -171,7 +172,8 @@ def search_collections(wrapped: Sequence[tuple[str, object]], native: Sequence[s
     ``beta``); ``rerank_model`` re-scores the top ``k_candidates`` with the new model's vectors of their stored
     texts (``payload[text_field]``; :class:`~vecbridge.jobs.rerank.RerankedSearch`); ``hub_log``, new-model vectors
     of logged queries, makes every collection's candidates pay the hub penalty (weight ``hub_weight``;
-    :class:`~vecbridge.jobs.rerank.HubPenalizedSearch`) before any re-ranking."""
+    :class:`~vecbridge.jobs.rerank.HubPenalizedSearch`) before any re-ranking. ``show_field``: each hit also
+    carries that payload field of its record (e.g. its stored text) under ``"text"``, where the record has it."""
     from .rerank import FusedSearch, HubPenalizedSearch, RerankedSearch
 
     def penalized(member, records, alignment=None):
@@ -190,7 +192,7 @@ def search_collections(wrapped: Sequence[tuple[str, object]], native: Sequence[s
     if old_queries is not None:
         old_queries = np.asarray(old_queries)
         old_queries = old_queries[None, :] if old_queries.ndim == 1 else old_queries
-    members = []
+    members, records = [], {}
     for url, alignment in wrapped:
         coll = open_collection(url)
         aligned = load_alignment(alignment)[0]
@@ -202,7 +204,27 @@ def search_collections(wrapped: Sequence[tuple[str, object]], native: Sequence[s
         if embed is not None:
             member = RerankedSearch(member, embed, text_field=text_field, k_candidates=k_candidates)
         members.append(member)
+        records[member.display_url] = coll
     for url in native:
         coll = open_collection(url)
         members.append(penalized(coll, coll))
-    return federated_search(members, queries, k)
+        records[members[-1].display_url] = coll
+    results = federated_search(members, queries, k)
+    if show_field:
+        attach_field(results, records, show_field)
+    return results
+
+
+def attach_field(results: list[list[dict]], records: dict, field: str) -> None:
+    """Add ``payload[field]`` of each hit's record as ``"text"`` (one ``get`` per collection), so a person reading
+    the results sees what was found, not only ids."""
+    for url, coll in records.items():
+        ids = list(dict.fromkeys(r["id"] for rows in results for r in rows if r["source"] == url))
+        if not ids:
+            continue
+        found = coll.get(ids)
+        value = {i: p.get(field) for i, p in zip(found.ids, found.payloads)}
+        for rows in results:
+            for r in rows:
+                if r["source"] == url and value.get(r["id"]) is not None:
+                    r["text"] = value[r["id"]]

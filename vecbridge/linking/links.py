@@ -10,6 +10,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -89,5 +90,5 @@ class Links:
                            z["confidence"], meta.pop("mode", "unknown"),
                            z["source_vectors"] if "source_vectors" in z else None,
                            z["target_vectors"] if "target_vectors" in z else None, meta)
-        except (OSError, ValueError, KeyError) as exc:
+        except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile) as exc:
             raise InputError(f"{path}: not a vecbridge links file ({exc})") from None
