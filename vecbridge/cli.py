@@ -1246,7 +1246,8 @@ _upgrade_move("rollback", "Serve the old model's vectors again, exactly as befor
 @upgrade.command("finalize")
 @_state_option()
 @click.option("--drop-old", is_flag=True,
-              help="Also remove the old vectors: the old vector column (pgvector) or the old collection.")
+              help="Also remove the old vectors: the old vector column (pgvector) or the old collection (also "
+                   "after a plain finalize).")
 @click.option("--yes", is_flag=True, help="With --drop-old: do not ask for confirmation.")
 @json_option
 @handle_errors

@@ -1,9 +1,10 @@
 """In-place writes into an application's own PostgreSQL table, and the identity of an unqualified table.
 
-The table is hand-made, as applications make them (``content text NOT NULL`` beside the vectors): ``migrate
---field`` and ``upgrade start --field`` update its rows and never insert, so rows deleted during the write stay
-deleted; an interrupted write resumes or starts over. A role with its own schema names one table two ways
-(``docs`` and ``bob.docs``), and neither spelling may be dropped as the other's target.
+The table is hand-made, as applications make them (``content text NOT NULL`` beside the vectors), or made by
+vecbridge: ``migrate --field``, ``upgrade start --field`` and ``upgrade reembed`` update its rows and never insert,
+so rows deleted during the write stay deleted; an interrupted write resumes or starts over. A keep-both merge, whose
+second field is written the same way, still fills it. A role with its own schema names one table two ways (``docs``
+and ``bob.docs``), and neither spelling may be dropped as the other's target.
 """
 from __future__ import annotations
 
@@ -40,10 +41,9 @@ def alignment(sample, tmp_path_factory):
     return Alignment.from_estimator(est).save(tmp_path_factory.mktemp("inplace") / "a.vb")
 
 
-def _sql(pg_engine, *statements, user: str = "postgres") -> list:
-    """Run statements on the test server (as ``user``); the rows of the last one, if it returns any."""
-    dsn = pg_engine.server.dsn().replace("postgres@", f"{user}@", 1)
-    with psycopg.connect(dsn, autocommit=True) as conn:
+def _sql(pg_engine, *statements) -> list:
+    """Run statements on the test server; the rows of the last one, if it returns any."""
+    with psycopg.connect(pg_engine.server.dsn(), autocommit=True) as conn:
         if conn.execute("SELECT 1 FROM pg_type WHERE typname = 'vector'").fetchone():
             register_vector(conn)
         rows = []

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import abc
 import contextlib
+import re
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Iterator, Sequence
@@ -371,10 +372,14 @@ class Collection(abc.ABC):
         return []
 
     def _masked(self, detail: str) -> str:
-        """A client's words fit for a message: every secret replaced by ``***``, cut to :data:`DETAIL_CHARS`."""
+        """A client's words fit for a message: every secret replaced by ``***``, cut to :data:`DETAIL_CHARS`. A short
+        secret is replaced where it stands alone (not inside a word: a password "p" must not turn "supported" into
+        "su******orted"); a longer one wherever it occurs."""
         for secret in self._secrets():
-            if secret:
+            if len(secret) >= 6:
                 detail = detail.replace(secret, "***")
+            elif secret:
+                detail = re.sub(rf"(?<![A-Za-z0-9]){re.escape(secret)}(?![A-Za-z0-9])", "***", detail)
         return detail[:DETAIL_CHARS]
 
     def _failure(self, what: str, kind: str, detail: str, attempts: int = 1) -> VecbridgeError:

@@ -41,7 +41,7 @@ a point that has the chosen vector, and an upsert keeps the other vectors a poin
 replaces whole points, so they are read and written back), which lets a migration fill a new field in place.
 ``with_vector_field(NAME)`` is the collection seen through vector NAME (the URL with ``vector=NAME``) for such a
 migration: its upserts set only that vector of the points that exist (``update_vectors``: their payloads and other
-vectors stay as they are) and write points that do not exist yet whole.
+vectors stay as they are) and never create a point: one the application deleted meanwhile stays deleted.
 
 Metrics: Cosine / Dot / Euclid map to cosine / dot / l2 (Manhattan is refused). Qdrant normalises vectors of Cosine
 collections on insert, so they read back with unit length. Search scores: cosine similarity, dot product, and the
@@ -355,21 +355,20 @@ class QdrantCollection(QdrantPointsCollection):
         pids, payloads = stored_points(batch.ids, batch.payloads)
         fields, _ = self._schema()
         rows = max(1, min(1000, _REQUEST_BYTES // (dim * 20 + 256)))
+        written = 0
         for lo in range(0, len(pids), rows):
             chunk = slice(lo, lo + rows)
-            if self.keep_payloads:  # a field view: existing points get our vector only, new ones are written whole
-                new = self._update_existing(name, pids[chunk], vectors[chunk])
-                points = [models.PointStruct(id=pids[i], vector=_named(name, vectors[i].tolist()), payload=payloads[i])
-                          for i in range(lo, lo + len(pids[chunk])) if pids[i] in new]
-                if not points:
-                    continue
-            elif len(fields) > 1:
+            if self.keep_payloads:  # a field view: existing points get our vector; a missing one stays missing
+                written += len(pids[chunk]) - len(self._update_existing(name, pids[chunk], vectors[chunk]))
+                continue
+            if len(fields) > 1:
                 points = self._merged_points(name, pids[chunk], vectors[chunk], payloads[chunk])
             else:
                 points = [models.PointStruct(id=pid, vector=_named(name, vec), payload=payload)
                           for pid, vec, payload in zip(pids[chunk], vectors[chunk].tolist(), payloads[chunk])]
             self._call("writing points", self._client().upsert, self.name, points=points, wait=True)
-        return len(batch)
+            written += len(points)
+        return written
 
     def _merged_points(self, name: str, pids: list, vectors: np.ndarray, payloads: list) -> list:
         """Points carrying our vector plus the other named vectors the existing points already have (an upsert

@@ -16,7 +16,7 @@ Named vectors: ``add_vector_field`` adds one to the shard (``UpdateOperation.cre
 vectors, records are the points that have the chosen one, and an upsert keeps a point's other vectors.
 ``with_vector_field(NAME)`` is the shard seen through vector NAME (the URL with ``vector=NAME``), as an in-place
 migration uses it: its upserts set only that vector of existing points (``UpdateOperation.update_vectors``: payloads
-and other vectors stay as they are) and write points that do not exist yet whole.
+and other vectors stay as they are) and never create a point: one deleted meanwhile stays deleted.
 
 The shard's metric and dimension come from its own ``edge_config.json`` (the engine keeps it current, including
 vectors added later). Ids, cursors, sampling and scores follow the ``qdrant://`` connector: unsigned ints and UUIDs
@@ -229,22 +229,19 @@ class QdrantEdgeCollection(QdrantPointsCollection):
             return 0
         shard = self._shard()
         single = list(self._fields()) == [name]
+        written = 0
         for lo in range(0, len(batch), _WRITE_CHUNK):
             pids, payloads = stored_points(batch.ids[lo:lo + _WRITE_CHUNK], batch.payloads[lo:lo + _WRITE_CHUNK])
             rows = vectors[lo:lo + _WRITE_CHUNK].tolist()
-            if self.keep_payloads:  # a field view: existing points get our vector only, new ones are written whole
-                new = self._update_existing(shard, name, pids, rows)
-                keep = [i for i, pid in enumerate(pids) if pid in new]
-                pids, rows, payloads = [pids[i] for i in keep], [rows[i] for i in keep], [payloads[i] for i in keep]
-                if not pids:
-                    continue
-                others = {}
-            else:
-                others = {} if single else self._other_vectors(shard, name, pids)
+            if self.keep_payloads:  # a field view: existing points get our vector; a missing one stays missing
+                written += len(pids) - len(self._update_existing(shard, name, pids, rows))
+                continue
+            others = {} if single else self._other_vectors(shard, name, pids)
             points = [qe.Point(pid, row if single and name == "" else {**others.get(pid, {}), name: row}, payload)
                       for pid, row, payload in zip(pids, rows, payloads)]
             self._call("writing points", shard.update, qe.UpdateOperation.upsert_points(points))
-        return len(batch)
+            written += len(points)
+        return written
 
     def _other_vectors(self, shard: qe.EdgeShard, name: str, pids: list) -> dict:
         """The other named vectors existing points have (an upsert replaces a whole point, and writing one vector
