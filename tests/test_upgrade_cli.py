@@ -243,6 +243,26 @@ def test_plan_predicts_each_stage_without_writing(tmp_path, sample):
     assert r.exit_code == 0 and "predicted Recall@10" in r.output, r.output
 
 
+def test_plan_on_a_small_collection_encodes_a_fraction_of_it(tmp_path, sample):
+    """The default pool and fit sample (2,000 each) would re-embed all 1,500 records: a plan takes at most a quarter
+    of the collection for each and says so."""
+    from vecbridge.jobs.upgrade import plan_sizes
+
+    assert plan_sizes(1_000_000, None, None)[:2] == (2000, 2000) and plan_sizes(1_000_000, None, None)[2] is None
+    assert plan_sizes(1500, 300, None)[:2] == (300, 375)
+    old = write_collection(f"file://{tmp_path}/old", sample.ids, sample.docs_old,
+                           [{"text": it["doc"]} for it in sample.items])
+    q_ids = [sample.ids[r] for r in sample.query_rows[:100]]
+    qn = write_collection(f"file://{tmp_path}/qn", q_ids, sample.queries_new[:100])
+    qo = write_collection(f"file://{tmp_path}/qo", q_ids, sample.queries_old[:100])
+    r = run("upgrade", "plan", old.url, "--to-model", MODEL, "--queries", qn.url, "--old-queries", qo.url, "--json")
+    assert r.exit_code == 0, r.output
+    p = json.loads(r.stdout)["predicted"]    # stderr warns: 375 pairs for 384 dimensions
+    assert p["fit_sample"] == 375 and p["pool"] == 100 + 375 and p["texts_encoded"] <= 100 + 1500 / 2
+    r = run("upgrade", "plan", old.url, "--to-model", MODEL, "--queries", qn.url, "--old-queries", qo.url)
+    assert r.exit_code == 0 and "a quarter of the 1,500 records" in " ".join(r.output.split()), r.output
+
+
 def test_finalize_drops_the_old_vectors_only_when_asked(tmp_path, sample):
     old, state = _started(tmp_path, sample)
     assert run("upgrade", "reembed", "--state", state).exit_code == 0

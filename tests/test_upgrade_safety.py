@@ -78,7 +78,7 @@ def test_start_refuses_an_existing_collection_unless_overwrite(tmp_path, sample)
     state = tmp_path / "up.sqlite"
     r = run("upgrade", "start", old.url, "--to-model", MODEL, "--to", other.url, "--state", state,
             "--fit-sample", 500)
-    assert r.exit_code == 3 and "already exists" in r.output and "--overwrite" in r.output, r.output
+    assert r.exit_code == 4 and "already exists" in r.output and "--overwrite" in r.output, r.output   # as migrate
     assert sorted(i for b in connect(other.url).scan() for i in b.ids) == ["x", "y"] and not state.exists()
     r = run("upgrade", "start", old.url, "--to-model", MODEL, "--to", other.url, "--state", state,
             "--fit-sample", 500, "--overwrite", "--json")
@@ -414,3 +414,119 @@ def test_pg_status_and_cutover_see_inserts_and_updates(pg_table, sample, tmp_pat
     assert got.ids == [sample.ids[n], sample.ids[0]] and got.vectors.shape == (2, 768)
     with Upgrade.open(state) as up:
         np.testing.assert_allclose(got.vectors, up.alignment.transform(sample.docs_old[n:n + 2]), atol=1e-5)
+
+
+# --- L: finalize --drop-old killed after the drop, before the state said so -------------------------------------
+def test_a_drop_killed_before_the_state_recorded_it_is_completed_by_status_or_finalize(tmp_path, sample,
+                                                                                      monkeypatch):
+    old = _old(tmp_path, sample, n=700)
+    state = tmp_path / "up.sqlite"
+    assert run("upgrade", "start", old.url, "--to-model", MODEL, "--to", f"file://{tmp_path}/new", "--state", state,
+               "--fit-sample", 500).exit_code == 0
+    assert run("upgrade", "reembed", "--state", state).exit_code == 0
+    assert run("upgrade", "cutover", "--state", state).exit_code == 0
+    real = Upgrade._drop_old
+
+    def drop_then_die(self):
+        real(self)
+        raise KeyboardInterrupt
+
+    with monkeypatch.context() as m:
+        m.setattr(Upgrade, "_drop_old", drop_then_die)
+        with Upgrade.open(state) as up, pytest.raises(KeyboardInterrupt):
+            up.finalize(drop_old=True)
+    assert not connect(old.url).exists()
+    copies = {name: tmp_path / f"{name}.sqlite" for name in ("finalize", "reembed")}
+    for path in copies.values():
+        path.write_bytes(state.read_bytes())
+    r = run("upgrade", "reembed", "--state", copies["reembed"])          # never on a half-finalized upgrade
+    assert r.exit_code == 3 and "finalize --drop-old --yes" in r.output, r.output
+    r = run("upgrade", "status", "--state", state, "--json")              # the drop is done: status records it
+    assert r.exit_code == 0, r.output
+    out = json.loads(r.output)
+    assert out["stage"] == "finalized" and "old collection" in out["dropped"] and not out["dropping"]
+    r = run("upgrade", "finalize", "--state", copies["finalize"], "--drop-old", "--yes", "--json")
+    assert r.exit_code == 0, r.output
+    out = json.loads(r.output)
+    assert out["stage"] == "finalized" and "old collection" in out["dropped"] and not out["dropping"]
+    r = run("upgrade", "finalize", "--state", copies["finalize"], "--drop-old", "--yes")
+    assert r.exit_code == 3 and "already" in r.output, r.output
+
+
+# --- M: a rerun of an interrupted start reuses the collection it made, and replaces one it was asked to ---------
+def test_rerun_of_a_start_reuses_its_own_target_and_replaces_an_overwritten_one(tmp_path, sample, monkeypatch):
+    old = _old(tmp_path, sample)
+    drops = []
+    coll_type = type(connect(old.url))
+    real_drop = coll_type.drop
+    monkeypatch.setattr(coll_type, "drop", lambda self: (drops.append(self.display_url), real_drop(self))[1])
+
+    def stopped_at(point):
+        def fault(name):
+            if name == point:
+                raise KeyboardInterrupt
+        return fault
+
+    for name, existing in (("own", False), ("replaced", True)):
+        to = f"file://{tmp_path}/{name}"
+        if existing:
+            write_collection(to, ["x", "y"], np.ones((2, 768)), [{}, {}])
+        args = dict(model=MODEL, text_field="text", state_path=tmp_path / f"{name}.sqlite", to=to, fit_sample=500,
+                    overwrite=existing)
+        point = "upgrade-start.mapped" if not existing else "upgrade-start.fitted"
+        with monkeypatch.context() as m:
+            m.setattr(upgrade_job, "fault_point", stopped_at(point))
+            with pytest.raises(KeyboardInterrupt):
+                upgrade_job.start(old.url, **args)
+        drops.clear()
+        status = upgrade_job.start(old.url, **args)
+        assert status["counts"] == {"mapped": 1000, "native": 500, "pending": 0, "no-text": 0}
+        assert connect(to).info().count == len(sample.ids) and not connect(to).get(["x"]).ids
+        assert bool(drops) == existing, (name, drops)   # its own target kept; the replaced one dropped
+
+
+# --- N: a damaged state is refused in one line, naming the file ----------------------------------------------------
+@pytest.mark.parametrize("doc", ['{"stage": "mapped"}', '{"source": "file:///x", "stage": 3, "serving": "old", '
+                                 '"model": "m", "text_field": "t", "alignment": "", "target": "file:///y"}',
+                                 '{"source": "file:///x", "stage": "mapped", "serving": "old", "model": "m", '
+                                 '"text_field": "t", "alignment": ""}', '"a string"', 'null'])
+def test_a_state_whose_document_lacks_what_it_needs_is_refused(tmp_path, doc):
+    import sqlite3
+
+    path = tmp_path / "s.upgrade.sqlite"
+    UpgradeState.create(path, {"source": "file:///x", "stage": "mapped", "serving": "old", "model": "m",
+                               "text_field": "t", "alignment": "", "target": "file:///y"}).close()
+    UpgradeState.open(path).close()
+    with sqlite3.connect(path) as db:
+        db.execute("UPDATE meta SET doc = ?", (doc,))
+    db.close()
+    with pytest.raises(upgrade_job.InputError, match=str(path)):
+        UpgradeState.open(path)
+    r = run("upgrade", "status", "--state", path)
+    assert r.exit_code == 3 and str(path) in " ".join(r.output.split()) and "Traceback" not in r.output, r.output
+
+
+# --- O: a batch of stamps is one transaction: all of it lands, or none ---------------------------------------------
+def test_a_batch_of_stamps_commits_at_once_or_not_at_all(tmp_path):
+    import sqlite3
+
+    st = UpgradeState.create(tmp_path / "s.upgrade.sqlite", {"source": "file:///x", "stage": "mapped",
+                                                            "serving": "old", "model": "m", "text_field": "t",
+                                                            "alignment": "", "target": "file:///y"})
+    statements = []
+    st._db.set_trace_callback(statements.append)
+    st.stamp(range(500), "mapped", "a", digests=[str(i) for i in range(500)])
+    assert statements.count("COMMIT") == 1 and st.counts()["mapped"] == 500
+    st._db.set_trace_callback(None)
+    steps = []
+
+    def interrupt():   # SQLite stops the statement part-way through the batch (as a crash would)
+        steps.append(1)
+        return len(steps) > 20
+
+    st._db.set_progress_handler(interrupt, 100)
+    with pytest.raises(sqlite3.OperationalError):
+        st.stamp(range(500, 1500), "native", "m")
+    st._db.set_progress_handler(None, 0)
+    assert st.counts() == {"mapped": 500, "native": 0, "pending": 0, "no-text": 0}
+    st.close()

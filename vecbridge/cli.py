@@ -962,6 +962,9 @@ def _print_upgrade(status: dict, as_json: bool, headline: str | None = None):
     if status.get("switching"):
         con.print(f"  [yellow]a switch to the {status['switching']['serving']} model's vectors was interrupted[/]: "
                   f"run `vecbridge upgrade cutover` or `rollback` to complete it", markup=True)
+    if status.get("dropping"):
+        con.print(f"  [yellow]finalize was interrupted while dropping {escape(status['dropping'])}[/]: run "
+                  f"`vecbridge upgrade finalize --drop-old --yes` to complete it", markup=True)
     ch = status.get("source_changes")
     if ch:
         con.print(f"  the source since the last sync: {ch['added']:,} added, {ch['changed']:,} changed, "
@@ -1023,10 +1026,12 @@ def _print_plan(p: dict, con) -> None:
 @click.option("--queries", "queries_url", default=None,
               help="New-model query vectors (id = the id of each query's relevant record): predict each stage.")
 @click.option("--old-queries", "old_queries_url", default=None, help="The same queries in the old model.")
-@click.option("--pool", type=POSITIVE_INT, default=2000, show_default=True,
-              help="Records re-embedded (besides the queries' answers) to predict each stage on.")
-@click.option("--fit-sample", type=POSITIVE_INT, default=2000, show_default=True,
-              help="Records re-embedded to fit the map, as `upgrade start` will.")
+@click.option("--pool", type=POSITIVE_INT, default=None,
+              help="Records re-embedded (besides the queries' answers) to predict each stage on [default: 2,000, at "
+                   "most a quarter of the collection].")
+@click.option("--fit-sample", type=POSITIVE_INT, default=None,
+              help="Records re-embedded to fit the map, as `upgrade start` will [default: 2,000, at most a quarter "
+                   "of the collection].")
 @click.option("--method", type=click.Choice(list(METHODS)), default="orthogonal", show_default=True,
               help="The alignment method `upgrade start` will fit.")
 @json_option
@@ -1037,8 +1042,11 @@ def upgrade_plan(source_url, model, text_field, sample, queries_url, old_queries
     from .jobs.upgrade import plan
 
     step = _steps(as_json)
-    p = plan(source_url, model=model, text_field=text_field, sample=sample, queries=queries_url,
-             old_queries=old_queries_url, pool=pool, fit_sample=fit_sample, method=method, on_step=step)
+    progress, task = _progress(not as_json, "re-embedding to predict", None)
+    with progress:
+        p = plan(source_url, model=model, text_field=text_field, sample=sample, queries=queries_url,
+                 old_queries=old_queries_url, pool=pool, fit_sample=fit_sample, method=method, on_step=step,
+                 on_start=lambda n: progress.update(task, total=n), on_progress=lambda n: progress.advance(task, n))
     if as_json:
         _print_json(p)
         return
@@ -1067,6 +1075,9 @@ def upgrade_start(source_url, model, text_field, field, target_url, alignment_pa
     """Fit the map, write mapped vectors beside the old ones and stamp every record (the old vectors stay)."""
     from .jobs.upgrade import start
 
+    if (field is None) == (target_url is None):
+        raise click.UsageError("say where the new vectors go: --field NAME (a new vector field of SOURCE_URL) or "
+                               "--to URL (a new collection), one of them")
     step = _steps(as_json)
     status = start(source_url, model=model, text_field=text_field, field=field, to=target_url,
                    alignment=alignment_path, method=method, fit_sample=fit_sample, state_path=state_path,
@@ -1139,8 +1150,9 @@ def upgrade_status(state_path, queries_url, old_queries_url, as_json):
         _print_upgrade(measure(state_path, queries_url, old_queries_url), as_json)
         return
     with open_upgrade(state_path) as up:
+        up.settle()   # a finalize --drop-old killed after its drop: recorded now
         status = up.status()
-        if status["stage"] not in ("starting", "finalized"):
+        if status["stage"] not in ("starting", "finalized") and not status.get("dropping"):
             status["source_changes"] = up.changes()
         _print_upgrade(status, as_json)
 

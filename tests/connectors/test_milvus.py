@@ -55,6 +55,8 @@ def test_server_url_forms_and_secrets(monkeypatch):
     assert MilvusCollection("milvus://localhost/items?secure=true").address == "https://localhost:19530"
     monkeypatch.setenv("MILVUS_TOKEN", "alice:pw")
     assert MilvusCollection("milvus://localhost/items")._token == "alice:pw"
+    # a user without a password (a URL as a saved state keeps it) uses the token, not "alice:" with no password
+    assert MilvusCollection("milvus://alice@localhost/items")._token == "alice:pw"
     with pytest.raises(InputError, match="no collection"):
         MilvusCollection("milvus://localhost:19530/")
 

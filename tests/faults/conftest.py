@@ -64,8 +64,8 @@ class Store:
 
 @pytest.fixture(scope="session")
 def scratch(tmp_path_factory) -> Path:
-    """Where the suite's files go: memory (``/dev/shm``) where there is one, since the upgrade's state file commits
-    each stamped record on its own and a disk's syncs would make the suite several times slower."""
+    """Where the suite's files go: memory (``/dev/shm``) where there is one, so that the many small syncs of the
+    killed-and-resumed runs (checkpoints, state commits) do not dominate the suite's time."""
     shm = Path("/dev/shm")
     if shm.is_dir() and os.access(shm, os.W_OK):
         root = Path(tempfile.mkdtemp(prefix="vecbridge-faults-", dir=shm))

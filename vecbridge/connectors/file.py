@@ -25,6 +25,7 @@ import json
 import os
 import re
 import shutil
+import zipfile
 from pathlib import Path
 from typing import Any, Iterator, Sequence
 from urllib.parse import unquote
@@ -40,6 +41,7 @@ from .base import (
     KeyRange,
     VectorBatch,
     first_duplicate,
+    first_line,
     quantile_positions,
     ranges_from_bounds,
 )
@@ -284,8 +286,8 @@ class FileCollection(Collection):
                        else _decode_strings(meta["ids_utf8"], meta["ids_off"]))
                 payload_json = meta["payloads_json"]
             vectors = np.load(seg_dir / f"{name}.npy", mmap_mode="r", allow_pickle=False)
-        except (OSError, ValueError, KeyError) as exc:
-            raise StoreError(f"{self.display_url}: segment {name} is unreadable ({exc})") from None
+        except (OSError, ValueError, KeyError, zipfile.BadZipFile, EOFError) as exc:   # damaged or cut short
+            raise StoreError(f"{self.display_url}: segment {name} is unreadable ({first_line(exc)})") from None
         return _Segment(ids, vectors, payload_json, name=f"{self.path / 'segments' / name}")
 
     def _build_index(self) -> None:

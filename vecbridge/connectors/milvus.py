@@ -271,9 +271,9 @@ class MilvusCollection(Collection):
         tls = self.params.get("secure", "").lower() in ("1", "true", "yes")
         self.address = f"{'https' if tls else 'http'}://{host}:{port}"
         self.name = unquote(parts.path.strip("/"))
-        if parts.username is not None:
-            self._token = f"{unquote(parts.username)}:{unquote(parts.password or '')}"
-        else:
+        if parts.username is not None and parts.password is not None:
+            self._token = f"{unquote(parts.username)}:{unquote(parts.password)}"
+        else:   # no user, or a user without a password (as a saved URL keeps it): MILVUS_TOKEN
             self._token = os.environ.get("MILVUS_TOKEN", "")
 
     # --- connection and failures (the retry loop and the mapping are Collection._call's) -------------------------

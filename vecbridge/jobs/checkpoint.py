@@ -14,6 +14,7 @@ nothing is skipped. A resume whose source, target or alignment differs from the 
 from __future__ import annotations
 
 import datetime as _dt
+import glob
 import json
 import os
 from pathlib import Path
@@ -25,6 +26,16 @@ from ..faultpoint import fault_point
 VERSION = 1
 #: no checkpoint is larger (a distributed job's plan of key ranges included): a larger file is someone else's
 _MAX_BYTES = 64 << 20
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:   # someone else's process
+        return True
+    return True
 
 
 def _now() -> str:
@@ -55,11 +66,12 @@ class Checkpoint:
                 and isinstance(state.get("phases"), dict) and "version" in state)
 
     def load(self) -> "Checkpoint":
+        self._sweep()
         try:
             state = json.loads(self.path.read_text())
         except (OSError, ValueError) as exc:
             raise InputError(f"checkpoint {self.path} is unreadable ({exc}); remove it to start over") from None
-        if state.get("version") != VERSION:
+        if not isinstance(state, dict) or state.get("version") != VERSION:
             raise InputError(f"checkpoint {self.path} has an unknown version; remove it to start over")
         differs = [k for k, v in self.identity.items() if state.get("identity", {}).get(k) != v]
         if differs:
@@ -69,9 +81,20 @@ class Checkpoint:
         self.state = state
         return self
 
+    def _tmp(self, pid: int) -> Path:
+        return self.path.with_name(f".{self.path.name}.tmp-{pid}")
+
+    def _sweep(self) -> None:
+        """Remove what a killed save left (its temporary file, named after its process): a process that no longer
+        runs will never finish the rename."""
+        for tmp in self.path.parent.glob(f".{glob.escape(self.path.name)}.tmp-*"):
+            pid = tmp.name.rsplit("-", 1)[-1]
+            if pid.isdigit() and int(pid) != os.getpid() and not _alive(int(pid)):
+                tmp.unlink(missing_ok=True)
+
     def save(self) -> None:
         self.state["updated_at"] = _now()
-        tmp = self.path.with_name(f".{self.path.name}.tmp-{os.getpid()}")
+        tmp = self._tmp(os.getpid())
         self.path.parent.mkdir(parents=True, exist_ok=True)
         with open(tmp, "w") as fh:
             json.dump(self.state, fh, indent=1)
@@ -105,6 +128,7 @@ class Checkpoint:
     def remove(self) -> None:
         if self.path.exists():
             self.path.unlink()
+        self._sweep()
 
     # --- phases -----------------------------------------------------------------------------------------------------
     def phase(self, name: str) -> dict:

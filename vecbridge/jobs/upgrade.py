@@ -25,14 +25,16 @@ from ..align.methods import method as method_of
 from ..connectors import connect
 from ..connectors.base import Collection, VectorBatch
 from ..connectors.url import redact
-from ..errors import InputError, StoreError
+from ..errors import InputError, StoreError, UsageError
 from ..faultpoint import fault_point
+from ..fs import require_writable
 from ..vectors import l2_normalize
+from .checkpoint import Checkpoint
 from .guard import refuse_inputs_as_target
 from .open import load_alignment, open_collection
 from .reembed import _texts, load_model, reembed_pairs
 from .rerank import hub_penalty
-from .rewrite import migrate
+from .rewrite import migrate, preflight
 from .upgrade_state import UpgradeState, exclusive, record_digest
 
 STAGES = ("mapped", "cutover", "rolled-back", "finalized")
@@ -174,6 +176,7 @@ class Upgrade:
                 "fusion_beta": "old model alone" if self.meta.get("fusion_stays") else self.meta.get("fusion_beta"),
                 "hub_weight": self.meta.get("hub_weight", 0.0),
                 "hub_reference": self.meta.get("hub_reference"), "dropped": self.meta.get("dropped"),
+                "dropping": self.meta.get("dropping"),
                 "probe": self.meta.get("probe"),
                 "events": self.state.events()}
 
@@ -183,6 +186,9 @@ class Upgrade:
         if self.meta["stage"] == "starting":
             raise InputError(f"the upgrade's start did not finish ({self.state.path}): run the same `vecbridge "
                              f"upgrade start` again to complete it")
+        if self.meta.get("dropping"):
+            raise InputError(f"finalize stopped while dropping {self.meta['dropping']} ({self.state.path}): run "
+                             f"`vecbridge upgrade finalize --drop-old --yes` again to complete it")
 
     def _move(self, to_stage: str, allowed_from: tuple[str, ...], serving: str) -> dict:
         with exclusive(self.state.path):
@@ -229,15 +235,17 @@ class Upgrade:
         (PostgreSQL+pgvector) or, when the new vectors are a collection of their own, the old collection is
         dropped."""
         with exclusive(self.state.path):
+            self.meta = self.state.meta
+            if self.meta.get("dropping"):   # a drop killed before the state recorded it: this run completes it
+                self._drop_recorded()
+                return self.status()
             self._started()
             self._complete_switch()
             if self.meta["stage"] == "finalized":
                 if not drop_old or self.meta.get("dropped"):
                     raise InputError("the upgrade is already finalized" + (
                         f" and {self.meta['dropped']} was dropped" if self.meta.get("dropped") else ""))
-                dropped = self._drop_old()
-                self.meta = self.state.update(dropped=dropped)
-                self.state.event("dropped", dropped)
+                self._drop_recorded()
                 return self.status()
             if self.meta["stage"] != "cutover":
                 raise InputError(f"the upgrade is {self.meta['stage']}: finalize after a cutover")
@@ -250,21 +258,68 @@ class Upgrade:
                     f"{no_text:,} without text in {self.meta['text_field']!r} keep their mapped vectors: give them "
                     f"text and run `vecbridge upgrade reembed`, or delete them from the source"] if no_text else [])
                 raise InputError(f"{waiting + no_text:,} records have no native vector yet: {'; '.join(why)}")
-            dropped = self._drop_old() if drop_old else None
-            fault_point("finalize.dropped")
-            self.meta = self.state.update(stage="finalized", dropped=dropped)
-            self.state.event("finalized", f"dropped {dropped}" if dropped else "old vectors kept: drop them when ready")
+            if drop_old:
+                self._drop_recorded()
+            else:
+                fault_point("finalize.dropped")   # (nothing dropped: the same point, for the crash tests)
+                self.meta = self.state.update(stage="finalized", dropped=None)
+                self.state.event("finalized", "old vectors kept: drop them when ready")
         return self.status()
 
-    def _drop_old(self) -> str:
-        """Remove the old vectors: the source's old vector field, or the old collection. Returns what it dropped."""
-        old = connect(self.meta["source"])
+    def _drop_recorded(self) -> None:
+        """Intent, drop, record (as :meth:`_switch`): the state says the old vectors are being dropped before they
+        are, and that the upgrade is finalized with them dropped once they are, so a run killed in between leaves an
+        intent that the next ``finalize`` (or ``status``, once they are gone) completes, never a state that still
+        counts on old vectors the store no longer holds."""
+        finalizing = self.meta["stage"] != "finalized"
+        if not self.meta.get("dropping"):
+            self.meta = self.state.update(dropping=self._old_vectors())
+        dropped = self._drop_old()
+        fault_point("finalize.dropped")
+        self.meta = self.state.update(stage="finalized", dropped=dropped, dropping=None)
+        self.state.event("finalized" if finalizing else "dropped", f"dropped {dropped}" if finalizing else dropped)
+
+    def settle(self) -> None:
+        """Record a ``finalize --drop-old`` that was killed after the old vectors were dropped and before the state
+        said so (what ``status`` does first). Only the state is written; a drop not done yet is left to
+        ``finalize``, and a busy upgrade (another run holds it) is left as it is."""
+        self.meta = self.state.meta
+        if not self.meta.get("dropping") or self._old_held():
+            return
+        try:
+            with exclusive(self.state.path):
+                self.meta = self.state.meta
+                if self.meta.get("dropping"):
+                    self._drop_recorded()   # the old vectors are gone: nothing is dropped, the state records it
+        except StoreError:
+            pass
+
+    def _old_field(self) -> str:
+        return self.meta.get("source_field") or connect(self.meta["source"]).vector_field
+
+    def _old_vectors(self) -> str:
+        """The old vectors, in words: what ``finalize --drop-old`` drops."""
         if self.meta.get("field"):
-            name = self.meta.get("source_field") or old.vector_field
-            old.drop_vector_field(name)
-            return f"the old vector field {name!r}"
-        old.drop()
+            return f"the old vector field {self._old_field()!r}"
         return f"the old collection {redact(self.meta['source'])}"
+
+    def _old_held(self) -> bool:
+        """Whether the store still holds the old vectors (the source's old field is read through the new one's
+        view: the source's own may be gone)."""
+        if self.meta.get("field"):
+            return self._old_field() in self.target.info().vector_fields
+        return connect(self.meta["source"]).exists()
+
+    def _drop_old(self) -> str:
+        """Remove the old vectors (the source's old vector field, or the old collection) unless they are gone
+        already (a drop killed before the state recorded it). Returns what was dropped."""
+        if self._old_held():
+            old = connect(self.meta["source"])
+            if self.meta.get("field"):
+                old.drop_vector_field(self._old_field())
+            else:
+                old.drop()
+        return self._old_vectors()
 
     def _serve(self, which: str) -> str:
         """Switch what the store serves, where it can: a pgvector view ``<table>_serving`` over the serving vector
@@ -660,12 +715,13 @@ def start(source, *, model: str, text_field: str, state_path=None, field: str | 
     map is fitted (stage ``starting``, with the fit sample): the same command run again after an interruption
     continues into the target this start created, with the same sample; other settings or another collection are
     refused."""
+    if (field is None) == (to is None):
+        raise UsageError("say where the new vectors go: a new vector field of the source (field) or a new "
+                         "collection (to), one of them")
     src = open_collection(source)
     chosen = method_of(method)
-    if (field is None) == (to is None):
-        raise InputError("say where the new vectors go: a new vector field of the source (field) or a new "
-                         "collection (to)")
     state_path = Path(state_path) if state_path else default_state_path(src)
+    _refuse_unwritable(state_path)
     with exclusive(state_path):
         info = src.info()
         target = _new_vectors_target(src, info, field, to)
@@ -677,12 +733,22 @@ def start(source, *, model: str, text_field: str, state_path=None, field: str | 
             _refuse_existing(src, info, target, field, overwrite)
             _require_text(src, text_field, seed)
             state = _fit_and_create(src, info, state_path, settings, alignment=alignment, to=to, chosen=chosen,
-                                    on_step=on_step)
+                                    replaces=field is None and target.exists(), on_step=on_step)
         try:
             return _write_and_stamp(src, state, alignment, field=field, to=to, batch_size=batch_size,
                                     on_step=on_step)
         finally:
             state.close()
+
+
+def _refuse_unwritable(state_path: Path) -> None:
+    """Everything a start writes on this machine lies beside its state file (the state and its ``.part``, the fitted
+    alignment, the migration's checkpoint, SQLite's journal): a folder or state file it could not write is refused
+    now, in one line, before minutes of re-embedding are spent."""
+    hint = "choose a --state in a folder you can write"
+    require_writable(state_path, "the upgrade's state file and alignment", hint)
+    if state_path.exists() and not os.access(state_path, os.W_OK):
+        raise StoreError(f"cannot write the upgrade's state file {state_path}: it is read-only; {hint}")
 
 
 def _alignment_key(alignment) -> str:
@@ -719,8 +785,8 @@ def _refuse_existing(src: Collection, info, target: Collection, field: str | Non
         raise InputError(f"the vector field {field!r} already exists in {src.display_url}: name a new field (an "
                          f"upgrade never writes or drops a field of the source it did not create)")
     if field is None and target.exists() and not overwrite:
-        raise InputError(f"{target.display_url} already exists: name a new collection for the new vectors, or "
-                         f"--overwrite to drop and recreate it")
+        raise StoreError(f"target already exists: {target.display_url} (name a new collection for the new vectors, "
+                         f"or --overwrite to drop and recreate it)")
 
 
 def _require_text(src: Collection, text_field: str, seed: int) -> None:
@@ -763,9 +829,10 @@ def _unfinished_start(path: Path, settings: dict) -> UpgradeState | None:
 
 
 def _fit_and_create(src: Collection, info, state_path: Path, settings: dict, *, alignment, to, chosen,
-                    on_step) -> UpgradeState:
+                    replaces: bool, on_step) -> UpgradeState:
     """Fit the map on a re-embedded sample (unless ``alignment`` is given), then write the state file whole (its
-    settings, the alignment, the fit sample): a start interrupted before has left nothing behind."""
+    settings, the alignment, the fit sample, and whether the target collection ``replaces`` one that exists, with
+    --overwrite): a start interrupted before has left nothing behind."""
     model, text_field, seed = settings["model"], settings["text_field"], settings["seed"]
     sample = None
     if alignment is None:
@@ -789,7 +856,8 @@ def _fit_and_create(src: Collection, info, state_path: Path, settings: dict, *, 
     state = UpgradeState.create(part, {
         "source": url_without_secrets(src.url), "field": settings["field"], "model": model, "text_field": text_field,
         "target": url_without_secrets(str(to)) if to else None, "alignment": str(align_file or ""),
-        "stage": "starting", "serving": "old", "source_field": _source_field(src, info), "settings": settings})
+        "stage": "starting", "serving": "old", "source_field": _source_field(src, info), "settings": settings,
+        "replaces": replaces})
     if sample is not None:   # the re-embedded sample is the hub reference until a query log replaces it
         olds, news = sample
         state.set_fit_sample(olds.ids, _digests(olds, text_field), olds.vectors, news)
@@ -812,6 +880,27 @@ def _kept_sample(src: Collection, state: UpgradeState):
     return VectorBatch(now.ids, old[rows], now.payloads), new[rows], [digests[j] for j in rows]
 
 
+def _made_by_this_start(src: Collection, meta: dict, field: str | None, to) -> bool:
+    """Whether the field or collection the new vectors go to exists and was created by this start (run before and
+    interrupted): a field always (a start refuses one that exists), a collection unless the start was asked to
+    replace one that existed (``--overwrite``: then what is there may still be that one, dropped by the
+    migration)."""
+    if field is not None:
+        return field in src.info().vector_fields
+    return not meta.get("replaces", True) and connect(to).exists()
+
+
+def _adopt(src: Collection, alignment, field: str | None, to, checkpoint: Path) -> None:
+    """Let the migration continue into the field or collection an interrupted run of this start created (killed
+    before the migration's first checkpoint, or after its last): a checkpoint that has copied nothing, so every row
+    is written again into what exists, instead of dropping it (a store may not drop a vector field: Qdrant
+    Edge)."""
+    aligned, align_file = load_alignment(alignment)
+    target = connect(src.url).with_vector_field(field) if field else open_collection(to, read_only=False)
+    _, path, identity = preflight(src, target, aligned, align_file, checkpoint, kind="migrate", field=field)
+    Checkpoint(path, identity).start()
+
+
 def _write_and_stamp(src: Collection, state: UpgradeState, alignment, *, field, to, batch_size, on_step) -> dict:
     """The writing part of :func:`start`, resumable: mapped vectors (by a resumable migration into the field or
     collection this start owns), then every record's stamp, then the fit sample's native vectors."""
@@ -822,11 +911,12 @@ def _write_and_stamp(src: Collection, state: UpgradeState, alignment, *, field, 
     on_step("writing mapped vectors beside the old ones")
     if not meta.get("migrated"):
         checkpoint = state.path.with_name(state.path.name + ".migrate.json")
+        given = aligned if align_file is None else align_file
+        if not checkpoint.exists() and _made_by_this_start(src, meta, field, to):
+            _adopt(src, given, field, to, checkpoint)
         resume = checkpoint.exists()
-        if not resume and field is not None and field in src.info().vector_fields:
-            connect(src.url).drop_vector_field(field)   # made by this start before its checkpoint: checked above
-        migrate(src, aligned if align_file is None else align_file, None if field else to, field=field,
-                batch_size=batch_size, checkpoint_path=checkpoint, resume=resume, overwrite=not resume)
+        migrate(src, given, None if field else to, field=field, batch_size=batch_size, checkpoint_path=checkpoint,
+                resume=resume, overwrite=not resume)
         fault_point("upgrade-start.mapped")
         state.update(migrated=True)
     target = open_target(src.url, field, to)
@@ -863,6 +953,8 @@ def _write_and_stamp(src: Collection, state: UpgradeState, alignment, *, field, 
 
 #: native fractions at which :func:`plan` predicts what the upgrade serves
 PLAN_FRACTIONS = (0.0, 0.1, 0.25, 0.5, 1.0)
+#: a plan's default pool and fit sample (each at most a quarter of the collection: :func:`plan_sizes`)
+PLAN_POOL = PLAN_FIT_SAMPLE = 2000
 
 
 def _query_pairs(queries, old_queries) -> tuple[VectorBatch, VectorBatch]:
@@ -881,9 +973,34 @@ def _with_text(batch: VectorBatch, text_field: str) -> tuple[VectorBatch, list[s
     return batch.take(keep), texts
 
 
+def _encode(embed, texts: list[str], on_progress: Callable[[int], None], chunk: int = 256) -> np.ndarray:
+    """``embed(texts)`` in chunks, reporting each one done (a progress bar over minutes of encoding)."""
+    parts = []
+    for lo in range(0, len(texts), chunk):
+        parts.append(np.asarray(embed(texts[lo:lo + chunk]), dtype=np.float32))
+        on_progress(len(parts[-1]))
+    return np.concatenate(parts) if parts else np.zeros((0, 0), dtype=np.float32)
+
+
+def plan_sizes(count: int, pool: int | None, fit_sample: int | None) -> tuple[int, int, str | None]:
+    """The pool and fit sample a plan re-embeds: the user's, else 2,000 each but at most a quarter of the
+    collection each, so that predicting costs at most half a full re-embed (with the defaults alone, a 3,000-record
+    collection would be re-embedded whole to predict). The note says when the defaults were reduced."""
+    cap = max(100, count // 4)
+    p = pool if pool is not None else min(PLAN_POOL, cap)
+    f = fit_sample if fit_sample is not None else min(PLAN_FIT_SAMPLE, cap)
+    reduced = (pool is None and p < PLAN_POOL) or (fit_sample is None and f < PLAN_FIT_SAMPLE)
+    note = (f"predicting on a pool of {p:,} and a fit sample of {f:,} re-embedded records (a quarter of the "
+            f"{count:,} records each, not {PLAN_POOL:,}, so the plan costs at most half a full re-embed; --pool "
+            f"and --fit-sample choose)" if reduced else None)
+    return p, f, note
+
+
 def predict_stages(src: Collection, embed, *, text_field: str, queries, old_queries, pool: int = 2000,
                    fit_sample: int = 2000, method: str = "orthogonal", seed: int = 0, k: int = 10,
-                   fractions=PLAN_FRACTIONS, on_step: Callable[[str], None] = lambda s: None) -> dict:
+                   fractions=PLAN_FRACTIONS, on_step: Callable[[str], None] = lambda s: None,
+                   on_start: Callable[[int], None] = lambda n: None,
+                   on_progress: Callable[[int], None] = lambda n: None) -> dict:
     """Recall@k the upgrade serves at each stage, simulated on a pool of the collection: the queries' relevant
     records plus ``pool`` others, all re-embedded, and a map fitted on ``fit_sample`` further re-embedded records
     (as ``start`` does). Each stage serves the pool with a ``fraction`` of it native (random order), new-model
@@ -910,9 +1027,10 @@ def predict_stages(src: Collection, embed, *, text_field: str, queries, old_quer
     if len(fit) < 2:
         raise InputError(f"{src.display_url} has too few records with text beyond the pool to fit a map")
     on_step(f"re-embedding {len(docs) + len(fit):,} stored texts to predict each stage")
+    on_start(len(docs) + len(fit))
     t0 = time.perf_counter()
-    Y = np.asarray(embed(rel_texts + other_texts), dtype=np.float32)
-    Y_fit = np.asarray(embed(fit_texts), dtype=np.float32)
+    Y = _encode(embed, rel_texts + other_texts, on_progress)
+    Y_fit = _encode(embed, fit_texts, on_progress)
     seconds = time.perf_counter() - t0
     M = chosen.build(seed=seed).fit(fit.vectors, Y_fit).transform(docs.vectors)
     row = {i: j for j, i in enumerate(docs.ids)}
@@ -939,11 +1057,12 @@ def predict_stages(src: Collection, embed, *, text_field: str, queries, old_quer
 
 
 def plan(source, *, model: str, text_field: str, sample: int = 64, seed: int = 0, queries=None, old_queries=None,
-         pool: int = 2000, fit_sample: int = 2000, method: str = "orthogonal",
-         on_step: Callable[[str], None] = lambda s: None) -> dict:
+         pool: int | None = None, fit_sample: int | None = None, method: str = "orthogonal",
+         on_step: Callable[[str], None] = lambda s: None, on_start: Callable[[int], None] = lambda n: None,
+         on_progress: Callable[[int], None] = lambda n: None) -> dict:
     """What an upgrade of ``source`` to ``model`` costs on this machine, measured on ``sample`` stored texts, and,
     given queries with known answers in both models (``queries``, ``old_queries``), the Recall@10 it serves at each
-    stage (:func:`predict_stages`). Writes nothing."""
+    stage (:func:`predict_stages`, on the pool and fit sample of :func:`plan_sizes`). Writes nothing."""
     if (queries is None) != (old_queries is None):
         raise InputError("predicting quality needs the queries in both models: give --queries and --old-queries")
     src = open_collection(source)
@@ -963,8 +1082,12 @@ def plan(source, *, model: str, text_field: str, sample: int = 64, seed: int = 0
     with_text = len(texts) / len(records)
     predicted = None
     if queries is not None:
+        pool, fit_sample, note = plan_sizes(info.count, pool, fit_sample)
+        if note:
+            on_step(note)
         predicted = predict_stages(src, embed, text_field=text_field, queries=queries, old_queries=old_queries,
-                                   pool=pool, fit_sample=fit_sample, method=method, seed=seed, on_step=on_step)
+                                   pool=pool, fit_sample=fit_sample, method=method, seed=seed, on_step=on_step,
+                                   on_start=on_start, on_progress=on_progress)
         per_text = predicted["encode_seconds"] / predicted["texts_encoded"]   # the larger measurement
     return {"source": src.display_url, "count": info.count, "dim": info.dim, "model": model,
             "texts_sampled": len(records), "with_text": with_text, "seconds_per_text": per_text,

@@ -8,8 +8,9 @@ text the new vector was made from), ``reference`` (new-model query vectors the h
 re-embedded to fit the map: an interrupted start continues with them). A record's ``origin`` is ``mapped`` (the
 alignment applied to its old vector), ``native`` (the new model run on its text), ``pending`` (added or changed
 in the source since its new vector was made: it holds the map of its current old vector and is re-embedded first)
-or ``no-text`` (no text to embed: it keeps its mapped vector). Every write is one transaction, so a run killed at
-any point leaves a consistent file: a batch is stamped only after it was written to the store.
+or ``no-text`` (no text to embed: it keeps its mapped vector). Every write is one transaction (a whole batch of
+stamps commits at once: one disk sync per batch, not per record), so a run killed at any point leaves a consistent
+file: a batch is stamped only after it was written to the store.
 """
 from __future__ import annotations
 
@@ -33,6 +34,10 @@ PRIORITIES = {"random": None, "residual": "residual", "hubs": "hubness", "querie
 _SCORE_COLUMNS = ("residual", "hubness", "query_hits", "digest")
 
 
+#: what every state's document holds: key -> accepted types (checked on open: a damaged file is refused in one line)
+_META_TYPES = {"source": (str,), "stage": (str,), "serving": (str,), "model": (str,), "text_field": (str,),
+               "alignment": (str,), "field": (str, type(None)), "target": (str, type(None))}
+
 _FIT_SAMPLE_TABLE = ("CREATE TABLE fit_sample (ids TEXT NOT NULL, digests TEXT NOT NULL, old BLOB NOT NULL, "
                      "old_dim INTEGER NOT NULL, new BLOB NOT NULL, new_dim INTEGER NOT NULL)")
 
@@ -44,6 +49,47 @@ def exclusive(path) -> contextlib.AbstractContextManager:
     return run_lock(f"upgrade:{Path(path).resolve()}", lambda pid: (
         f"another run is working on this upgrade (pid {pid}, state {path}): wait for it to finish, or stop it and "
         f"run the command again"))
+
+
+@contextlib.contextmanager
+def _transaction(db: sqlite3.Connection, begin: str = "BEGIN IMMEDIATE"):
+    """One transaction around a group of writes. The connection is in autocommit mode (``isolation_level=None``),
+    where ``with db:`` begins nothing and each row of an ``executemany`` commits (and syncs the disk) on its own:
+    2,000 stamps took seconds. Here they commit together, or not at all. (``begin="BEGIN"``: writes to temporary
+    tables only, which a read-only state file allows.)"""
+    db.execute(begin)
+    try:
+        yield db
+    except BaseException:
+        if db.in_transaction:   # SQLite may have rolled back already (a full disk, an I/O error)
+            db.execute("ROLLBACK")
+        raise
+    db.execute("COMMIT")
+
+
+def _document(path, row) -> dict:
+    """The state's document from its ``meta`` row, refused in one line (naming the file) unless it is a JSON object
+    holding every key the upgrade reads, each of the right type."""
+    def damaged(why: str) -> InputError:
+        return InputError(f"{path} is not a usable upgrade state file ({why}): restore it from a backup, or start "
+                          f"the upgrade again with another --state")
+    if row is None:
+        raise damaged("its meta row is missing")
+    try:
+        doc = json.loads(row[0])
+    except (TypeError, ValueError) as exc:
+        raise damaged(f"its meta row is not JSON: {exc}") from None
+    if not isinstance(doc, dict):
+        raise damaged(f"its meta row is a JSON {type(doc).__name__}, not an object")
+    missing = [k for k in _META_TYPES if k not in doc and k not in ("field", "target")]
+    if missing:
+        raise damaged(f"its meta document lacks {', '.join(missing)}")
+    wrong = [k for k, types in _META_TYPES.items() if k in doc and not isinstance(doc[k], types)]
+    if wrong:
+        raise damaged(f"its meta document holds a value of the wrong type in {', '.join(wrong)}")
+    if not (doc.get("field") or doc.get("target")):
+        raise damaged("its meta document names neither a vector field nor a collection for the new vectors")
+    return doc
 
 
 def _key(record_id) -> str:
@@ -79,7 +125,7 @@ class UpgradeState:
                              f"status`, or choose another --state")
         path.parent.mkdir(parents=True, exist_ok=True)
         db = sqlite3.connect(path, isolation_level=None)
-        with db:
+        with _transaction(db):
             db.execute("CREATE TABLE meta (doc TEXT NOT NULL)")
             db.execute("CREATE TABLE records (id TEXT PRIMARY KEY, origin TEXT NOT NULL, made_by TEXT NOT NULL, "
                        "updated REAL NOT NULL, shuffle INTEGER NOT NULL, residual REAL, hubness REAL, "
@@ -95,7 +141,10 @@ class UpgradeState:
     def _complete(db: sqlite3.Connection) -> None:
         """Add what state files written by an earlier version lack (columns, the reference table)."""
         have = {row[1] for row in db.execute("PRAGMA table_info(records)")}
-        with db:
+        if set(_SCORE_COLUMNS) <= have and {"reference", "fit_sample"} <= {
+                name for (name,) in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}:
+            return   # nothing to add: no write (and no write lock) on open
+        with _transaction(db):
             for col in _SCORE_COLUMNS:
                 if col not in have:
                     db.execute(f"ALTER TABLE records ADD COLUMN {col} {'TEXT' if col == 'digest' else 'REAL'}")
@@ -110,10 +159,15 @@ class UpgradeState:
             raise InputError(f"no upgrade state at {path}: start one with `vecbridge upgrade start`")
         try:
             db = sqlite3.connect(path, isolation_level=None)
-            db.execute("SELECT doc FROM meta").fetchone()
+            row = db.execute("SELECT doc FROM meta").fetchone()
             cls._complete(db)
         except sqlite3.DatabaseError as exc:
             raise InputError(f"{path} is not an upgrade state file ({exc})") from None
+        try:
+            _document(path, row)
+        except InputError:
+            db.close()
+            raise
         return cls(path, db)
 
     def close(self) -> None:
@@ -122,16 +176,16 @@ class UpgradeState:
     # --- the upgrade as a whole -------------------------------------------------------------------------------------
     @property
     def meta(self) -> dict:
-        return json.loads(self._db.execute("SELECT doc FROM meta").fetchone()[0])
+        return _document(self.path, self._db.execute("SELECT doc FROM meta").fetchone())
 
     def update(self, **changes) -> dict:
         meta = {**self.meta, **changes}
-        with self._db:
+        with _transaction(self._db):
             self._db.execute("UPDATE meta SET doc = ?", (json.dumps(meta),))
         return meta
 
     def event(self, stage: str, detail: str = "") -> None:
-        with self._db:
+        with _transaction(self._db):
             self._db.execute("INSERT INTO events VALUES (?, ?, ?)", (time.time(), stage, detail))
 
     def events(self) -> list[dict]:
@@ -154,7 +208,7 @@ class UpgradeState:
             return [None] * len(keys) if values is None else [cast(v) for v in values]
 
         rows = zip(keys, column(residuals, float), column(hubness, float), column(digests, str))
-        with self._db:
+        with _transaction(self._db):
             self._db.executemany(
                 "INSERT INTO records (id, origin, made_by, updated, shuffle, residual, hubness, digest) "
                 "VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT(id) DO UPDATE SET origin = excluded.origin, "
@@ -169,7 +223,7 @@ class UpgradeState:
         it to 0 for every record."""
         if column not in ("hubness", "query_hits"):
             raise InputError(f"no score column {column!r}")
-        with self._db:
+        with _transaction(self._db):
             if reset:
                 self._db.execute(f"UPDATE records SET {column} = 0")
             self._db.executemany(f"UPDATE records SET {column} = ? WHERE id = ?",
@@ -183,12 +237,12 @@ class UpgradeState:
     def seen(self):
         """Collect the ids a scan of the source sees (``seen(ids)``); ``seen.missing()`` lists the stamped ids it
         did not see: records deleted from the source."""
-        with self._db:
+        with _transaction(self._db, "BEGIN"):
             self._db.execute("CREATE TEMP TABLE IF NOT EXISTS seen_ids (id TEXT PRIMARY KEY)")
             self._db.execute("DELETE FROM seen_ids")
 
         def add(ids):
-            with self._db:
+            with _transaction(self._db, "BEGIN"):
                 self._db.executemany("INSERT OR IGNORE INTO seen_ids VALUES (?)", [(_key(i),) for i in ids])
 
         add.missing = lambda: [json.loads(k) for (k,) in self._db.execute(
@@ -196,7 +250,7 @@ class UpgradeState:
         try:
             yield add
         finally:
-            with self._db:
+            with _transaction(self._db, "BEGIN"):
                 self._db.execute("DROP TABLE IF EXISTS seen_ids")
 
     # --- the reference queries of the hub scores --------------------------------------------------------------------
@@ -206,7 +260,7 @@ class UpgradeState:
         V = np.ascontiguousarray(vectors, dtype=np.float32)
         if V.ndim != 2 or not len(V):
             raise InputError("the hub reference needs a non-empty 2-D array of query vectors")
-        with self._db:
+        with _transaction(self._db):
             self._db.execute("DELETE FROM reference")
             self._db.execute("INSERT INTO reference VALUES (?, ?, ?)", (V.shape[0], V.shape[1], V.tobytes()))
 
@@ -215,7 +269,7 @@ class UpgradeState:
         embedded, old and new vectors): a start interrupted after the fit continues with them instead of
         re-embedding, and they become native vectors, priority scores and the hub reference as in one run."""
         before, after = (np.ascontiguousarray(v, dtype=np.float32) for v in (old, new))
-        with self._db:
+        with _transaction(self._db):
             self._db.execute("DELETE FROM fit_sample")
             self._db.execute("INSERT INTO fit_sample VALUES (?, ?, ?, ?, ?, ?)",
                              (json.dumps(list(ids)), json.dumps(list(digests)), before.tobytes(), before.shape[1],
@@ -236,7 +290,7 @@ class UpgradeState:
 
     def forget(self, ids: Iterable) -> None:
         """Drop the stamps of records that left the source."""
-        with self._db:
+        with _transaction(self._db):
             self._db.executemany("DELETE FROM records WHERE id = ?", [(_key(i),) for i in ids])
 
     def counts(self) -> dict[str, int]:
