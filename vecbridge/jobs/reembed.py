@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib
+import sys
 import warnings
 from pathlib import Path
 from typing import Callable, Iterator, Sequence
@@ -27,10 +28,14 @@ Embedder = Callable[[Sequence[str]], np.ndarray]
 
 
 @contextlib.contextmanager
-def _quiet_model_library() -> Iterator[None]:
+def _quiet_model_library(only_if_loaded: bool = False) -> Iterator[None]:
     """Silence the model library's progress bars ("Loading weights", download bars) and its warnings below errors
     while we load or run a model, then put its global settings back as they were (transformers' progress-bar switch
-    and verbosity, huggingface_hub's per-group progress-bar states)."""
+    and verbosity, huggingface_hub's per-group progress-bar states). ``only_if_loaded``: leave it alone unless
+    something has imported it already (a ``module:function`` model need not pay a second for importing it)."""
+    if only_if_loaded and "transformers" not in sys.modules:
+        yield
+        return
     try:
         hf_tqdm = importlib.import_module("huggingface_hub.utils.tqdm")  # the module (its package exports a class)
         from transformers.utils import logging as hf_logging
@@ -85,13 +90,13 @@ def load_model(spec: str, *, batch_size: int = 32, device: str | None = None) ->
     if ":" in spec and not Path(spec).exists() and not spec.startswith(("http:", "https:")):
         module_name, _, fn_name = spec.partition(":")
         try:
-            with _quiet_model_library():  # a module that loads a model when imported
+            with _quiet_model_library(only_if_loaded=True):  # a module that loads a model when imported
                 fn = getattr(importlib.import_module(module_name), fn_name)
         except (ImportError, AttributeError) as exc:
             raise InputError(f"cannot import embedding function {spec!r} ({exc})") from None
 
         def call(texts: Sequence[str]) -> np.ndarray:
-            with _quiet_model_library():
+            with _quiet_model_library(only_if_loaded=True):
                 vectors = fn(list(texts))
             return np.asarray(vectors, dtype=np.float32)
 
