@@ -280,14 +280,20 @@ def test_status_and_cutover_see_source_changes(tmp_path, sample):
     assert json.loads(r.output)["source_changes"] == {"added": 0, "changed": 0, "removed": 0}
 
 
-# --- J: finalize --drop-old without a terminal, and after a plain finalize -----------------------------------------
-def test_finalize_drop_old_without_a_terminal_and_after_a_plain_finalize(tmp_path, sample):
+def _cut_over(tmp_path, sample):
+    """An upgrade of 700 records into a new collection, fully re-embedded and cut over: (old collection, state)."""
     old = _old(tmp_path, sample, n=700)
     state = tmp_path / "up.sqlite"
     assert run("upgrade", "start", old.url, "--to-model", MODEL, "--to", f"file://{tmp_path}/new", "--state", state,
                "--fit-sample", 500).exit_code == 0
     assert run("upgrade", "reembed", "--state", state).exit_code == 0
     assert run("upgrade", "cutover", "--state", state).exit_code == 0
+    return old, state
+
+
+# --- J: finalize --drop-old without a terminal, and after a plain finalize -----------------------------------------
+def test_finalize_drop_old_without_a_terminal_and_after_a_plain_finalize(tmp_path, sample):
+    old, state = _cut_over(tmp_path, sample)
     r = run("upgrade", "finalize", "--state", state, "--drop-old")
     assert r.exit_code == 2 and "--yes" in r.output and connect(old.url).exists(), r.output
     r = run("upgrade", "finalize", "--state", state)
@@ -419,12 +425,7 @@ def test_pg_status_and_cutover_see_inserts_and_updates(pg_table, sample, tmp_pat
 # --- L: finalize --drop-old killed after the drop, before the state said so -------------------------------------
 def test_a_drop_killed_before_the_state_recorded_it_is_completed_by_status_or_finalize(tmp_path, sample,
                                                                                       monkeypatch):
-    old = _old(tmp_path, sample, n=700)
-    state = tmp_path / "up.sqlite"
-    assert run("upgrade", "start", old.url, "--to-model", MODEL, "--to", f"file://{tmp_path}/new", "--state", state,
-               "--fit-sample", 500).exit_code == 0
-    assert run("upgrade", "reembed", "--state", state).exit_code == 0
-    assert run("upgrade", "cutover", "--state", state).exit_code == 0
+    old, state = _cut_over(tmp_path, sample)
     real = Upgrade._drop_old
 
     def drop_then_die(self):

@@ -159,10 +159,7 @@ class Alignment:
 
     def tensor(self, name: str, dtype) -> np.ndarray:
         """One of the artifact's tensors (``matrix``, ``source_mean``, ...) in ``dtype``, converted once and kept."""
-        key = (name, np.dtype(dtype).str)
-        if key not in self._cast:
-            self._cast[key] = self.tensors[name].astype(dtype)
-        return self._cast[key]
+        return self._cached((name, np.dtype(dtype).str), lambda: self.tensors[name].astype(dtype))
 
     def _apply_clustered(self, X, dtype, inverse: bool):
         from .clustered import apply_clustered
@@ -178,6 +175,7 @@ class Alignment:
                                product=self._cached("products", RowStableProducts))
 
     def _cached(self, key, build):
+        """What is derived from the tensors once (casts, row-stable maps), kept for the artifact's life."""
         if key not in self._cast:
             self._cast[key] = build()
         return self._cast[key]
