@@ -33,8 +33,8 @@ sys.path.insert(0, str(ROOT))
 from vecbridge.align import Alignment, OrthogonalProcrustes  # noqa: E402
 from vecbridge.connectors import VectorBatch, connect  # noqa: E402
 from vecbridge.jobs import migrate, wrap  # noqa: E402
-from vecbridge.jobs.checkpoint import Checkpoint  # noqa: E402
-from vecbridge.jobs.pipeline import copy_stream  # noqa: E402
+from vecbridge.runtime.checkpoint import Checkpoint  # noqa: E402
+from vecbridge.runtime.pipeline import copy_stream  # noqa: E402
 
 DATA = ROOT.parent / "shared" / "data" / "wordnet"
 
@@ -106,7 +106,7 @@ def mpnet_dir() -> Path:
 def reembed_rate() -> tuple[float, str]:
     """Documents per second for all-mpnet-base-v2 on this machine (measured on 256 real glosses if installed)."""
     try:
-        from vecbridge.jobs.reembed import load_model
+        from vecbridge.runtime.models import load_model
         model = load_model(str(mpnet_dir()))
         texts = [json.loads(line)["doc"] for line in open(DATA / "items.jsonl")][:256]
         model(texts[:16])
@@ -175,7 +175,7 @@ def bench_store(engine_name: str, n: int, repeats: int, tmp: Path) -> dict:
         Q = np.load(DATA / "mpnet_queries.npy").astype(np.float32)[:1000]
         old = connect(src, read_only=True)
         w = wrap(old, align)
-        from vecbridge.jobs.wrap import translate_queries
+        from vecbridge.serving.translate import translate_queries
 
         lat_store, lat_wrap, lat_translate = [], [], []
         for _ in range(repeats):
@@ -211,7 +211,7 @@ def translate_latency(repeats: int = 20) -> dict:
     nothing else (no model, no store server competing for the cores)."""
     with tempfile.TemporaryDirectory() as d:
         align = Alignment.load(alignment(Path(d)))
-    from vecbridge.jobs.wrap import translate_queries
+    from vecbridge.serving.translate import translate_queries
 
     Q = np.load(DATA / "mpnet_queries.npy").astype(np.float32)[:1000]
     M = align.tensor("matrix", np.float32)

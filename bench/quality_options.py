@@ -37,7 +37,7 @@ from adapters import ResidualMLPAdapter
 
 from vecbridge.align import FewPairsWarning, LinearMap, OrthogonalProcrustes
 from vecbridge.align.clustered import ClusteredProcrustes
-from vecbridge.jobs.options import (
+from vecbridge.quality.options import (
     CostModel,
     Option,
     anchor_residuals,
@@ -48,7 +48,7 @@ from vecbridge.jobs.options import (
     rerank_recall,
     select,
 )
-from vecbridge.jobs.rerank import hub_penalty
+from vecbridge.quality.scoring import hub_penalty
 from vecbridge.vectors import l2_normalize
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -382,7 +382,7 @@ def markdown(res: dict) -> str:
                  f"{cell(g['best_5pct_maps_retention'], 0.95, g['best_5pct_maps'])} | "
                  f"{cell(g['best_5pct_retention'], 0.95, g['best_5pct'])} |")
     if res.get("recommendations"):
-        L += ["", "recommender (vecbridge.jobs.options.recommend): 1M items, 1M queries, new-model encode time "
+        L += ["", "recommender (vecbridge.quality.options.recommend): 1M items, 1M queries, new-model encode time "
               "from the README", "", "| pair | target | old model kept for queries | choice | retention | compute |",
               "|---|---|---|---|---|---|"]
         for r in res["recommendations"]:

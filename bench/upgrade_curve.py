@@ -22,7 +22,7 @@ pair old -> new,
 
 Priorities: ``random`` (the tool's default order: ``upgrade_state._shuffle`` of each id); ``residual`` (anchor
 residual: the similarity-weighted ``1 - cos(T(x_a), y_a)`` of the item's 10 nearest fit-sample anchors in the old
-space, ``vecbridge.jobs.options.reliability_scores``, the score ``upgrade reembed --priority residual`` orders by; it
+space, ``vecbridge.quality.options.reliability_scores``, the score ``upgrade reembed --priority residual`` orders by; it
 needs nothing of the item beyond its old vector); ``hubs`` (the
 mapped vector's mean cosine to its 10 nearest new-model queries of a query log); ``queries`` (how often the log's
 queries retrieve the item in their top 10 over the everything-mapped collection: ``upgrade query-log``).
@@ -71,11 +71,11 @@ sys.path.insert(0, str(ROOT))
 
 from vecbridge import metrics  # noqa: E402
 from vecbridge.align import ClusteredProcrustes, OrthogonalProcrustes  # noqa: E402
-from vecbridge.jobs.options import anchor_residuals, reliability_scores  # noqa: E402
 from vecbridge.jobs.upgrade import FUSION_BETAS, HUB_WEIGHTS  # noqa: E402
-from vecbridge.jobs.upgrade_state import _key, _shuffle  # noqa: E402
+from vecbridge.jobs.upgrade.state import _key, _shuffle  # noqa: E402
 from vecbridge.numeric.neighbors import knn  # noqa: E402
 from vecbridge.numeric.ranking import best_first, ranks_of  # noqa: E402
+from vecbridge.quality.options import anchor_residuals, reliability_scores  # noqa: E402
 from vecbridge.vectors import l2_normalize  # noqa: E402
 
 CORPORA = ("wordnet", "foldoc")

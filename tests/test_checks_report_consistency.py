@@ -55,7 +55,7 @@ def test_no_recommendation_contradicts_a_no_go(part_report):
 
 
 def test_recommend_never_picks_an_excluded_option():
-    from vecbridge.jobs.options import CostModel, Option, recommend
+    from vecbridge.quality.options import CostModel, Option, recommend
 
     opts = [Option("map", 0.97, 0.6, one_off_s_per_item=1e-5),
             Option("full re-embed", 1.0, 0.72, reembed_fraction=1.0, needs_texts=True)]
@@ -110,7 +110,7 @@ def test_user_text_names_no_internal_paper_files(part_report, sample_stores):
 
 def test_module_docstrings_name_papers_by_title():
     import vecbridge.jobs.fit as wf
-    import vecbridge.jobs.options as op
+    import vecbridge.quality.options as op
     import vecbridge.jobs.report as rp
 
     for mod in (wf, op, rp):

@@ -9,8 +9,8 @@ MOVED = [("vecbridge.migrate", "migrate", "vecbridge.jobs"), ("vecbridge.migrate
          ("vecbridge.migrate", "MappedEmbeddings", "vecbridge.jobs"),
          ("vecbridge.checks", "evaluate_alignment", "vecbridge.jobs"),
          ("vecbridge.linking", "MiniVec2Vec", "vecbridge.align"),
-         ("vecbridge.linking", "read_pairs_file", "vecbridge.jobs.pairs"),
-         ("vecbridge.linking", "iter_pairs", "vecbridge.jobs.pair_spec")]
+         ("vecbridge.linking", "read_pairs_file", "vecbridge.pairing.pairs"),
+         ("vecbridge.linking", "iter_pairs", "vecbridge.pairing.spec")]
 
 
 @pytest.mark.parametrize("old, name, new", MOVED)

@@ -19,7 +19,7 @@ from vecbridge.align import Alignment, OrthogonalProcrustes
 from vecbridge.cli import main
 from vecbridge.connectors import connect
 from vecbridge.errors import InputError
-from vecbridge.jobs.checkpoint import Checkpoint
+from vecbridge.runtime.checkpoint import Checkpoint
 
 from .conftest import collection_urls, flaky, write_collection
 

@@ -9,8 +9,9 @@ from click.testing import CliRunner
 
 from vecbridge.align import Alignment, OrthogonalProcrustes
 from vecbridge.cli import main
-from vecbridge.jobs.rerank import HubPenalizedSearch, hub_penalty
-from vecbridge.jobs.wrap import search_collections, wrap
+from vecbridge.quality.scoring import hub_penalty
+from vecbridge.serving.rerank import HubPenalizedSearch
+from vecbridge.serving.wrap import search_collections, wrap
 from vecbridge.vectors import l2_normalize
 
 from .conftest import write_collection

@@ -8,7 +8,7 @@ import time
 import pytest
 
 from vecbridge.errors import InputError
-from vecbridge.jobs.reembed import _hub_reachable
+from vecbridge.runtime.models import _hub_reachable
 
 
 def _closed_port() -> int:
@@ -33,7 +33,7 @@ def test_hub_reachability(monkeypatch):
 def test_unreachable_hub_looks_in_the_local_cache_only(monkeypatch, tmp_path):
     """No hub: the model is looked up in the local cache alone, and its absence is one clear line at once."""
     pytest.importorskip("sentence_transformers")
-    import vecbridge.jobs.reembed as reembed
+    import vecbridge.runtime.models as reembed
 
     monkeypatch.setattr(reembed, "_hub_reachable", lambda timeout=3.0: False)
     monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))

@@ -10,7 +10,7 @@ import pytest
 from vecbridge import metrics
 from vecbridge.align import Alignment, OrthogonalProcrustes
 from vecbridge.errors import InputError
-from vecbridge.jobs.options import (
+from vecbridge.quality.options import (
     CostModel,
     Option,
     anchor_residuals,
@@ -22,15 +22,8 @@ from vecbridge.jobs.options import (
     rerank_recall,
     select,
 )
-from vecbridge.jobs.rerank import (
-    RerankedSearch,
-    augment_documents,
-    augment_queries,
-    fused_scores,
-    fused_search,
-    hub_penalty,
-    rerank_candidates,
-)
+from vecbridge.quality.scoring import augment_documents, augment_queries, fused_scores, hub_penalty, rerank_candidates
+from vecbridge.serving.rerank import RerankedSearch, fused_search
 from vecbridge.vectors import l2_normalize
 
 
@@ -199,7 +192,7 @@ def test_measure_options_on_the_sample(sample):
 
 
 def test_measure_options_split_keeps_only_queries_of_evaluated_items():
-    from vecbridge.jobs.options import measure_options_split
+    from vecbridge.quality.options import measure_options_split
 
     rng = np.random.default_rng(1)
     X = rng.normal(size=(400, 16))

@@ -6,8 +6,6 @@ import numpy as np
 import pytest
 
 from vecbridge import metrics
-from vecbridge.jobs.options import relevant_ranks, rerank_recall, select
-from vecbridge.jobs.rerank import rerank_candidates
 from vecbridge.numeric.ranking import (
     best_first,
     rank_candidate_rows,
@@ -17,6 +15,8 @@ from vecbridge.numeric.ranking import (
     top_k_indices,
     top_k_rows,
 )
+from vecbridge.quality.options import relevant_ranks, rerank_recall, select
+from vecbridge.quality.scoring import rerank_candidates
 
 
 def test_best_first_is_stable_on_ties():

@@ -22,7 +22,7 @@ from vecbridge.errors import InputError
 from vecbridge.jobs import migrate, verify
 from vecbridge.jobs.evaluate import evaluate_alignment
 from vecbridge.jobs.fit import fit_alignment
-from vecbridge.jobs.pairs import in_holdout
+from vecbridge.pairing.pairs import in_holdout
 
 os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")   # every address of the cluster on the loopback
 

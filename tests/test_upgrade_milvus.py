@@ -12,7 +12,7 @@ from tests.connectors.engines import milvus_server
 from vecbridge.cli import main
 from vecbridge.connectors import VectorBatch, connect
 from vecbridge.jobs.upgrade import start
-from vecbridge.jobs.upgrade_state import UpgradeState
+from vecbridge.jobs.upgrade.state import UpgradeState
 
 MODEL = "tests.embedders:mpnet_lookup"
 

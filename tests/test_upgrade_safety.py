@@ -21,7 +21,7 @@ from vecbridge.cli import main
 from vecbridge.connectors import VectorBatch, connect
 from vecbridge.jobs import upgrade as upgrade_job
 from vecbridge.jobs.upgrade import Upgrade
-from vecbridge.jobs.upgrade_state import UpgradeState
+from vecbridge.jobs.upgrade.state import UpgradeState
 
 from .conftest import write_collection
 

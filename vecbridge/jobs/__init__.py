@@ -5,17 +5,18 @@ The layers below never see a store (``align``, ``linking``) or a job (``connecto
 prints what these return.
 """
 from ..results import Evaluation, MergeResult, MigrationResult, Report, VerifyResult
-from .checkpoint import Checkpoint
+from ..runtime.checkpoint import Checkpoint
+from ..serving.rerank import FusedSearch, HubPenalizedSearch, RerankedSearch
+from ..serving.translate import MappedEmbeddings, translate_queries
+from ..serving.wrap import WrappedCollection, federated_search, wrap
 from .evaluate import collect_pairs, evaluate_alignment
 from .merge import merge
 from .report import compatibility_report
-from .rerank import FusedSearch, HubPenalizedSearch, RerankedSearch
 from .rewrite import migrate, plan_migration
 from .upgrade import Upgrade, open_upgrade
 from .upgrade import plan as plan_upgrade
 from .upgrade import start as start_upgrade
 from .verify import verify
-from .wrap import MappedEmbeddings, WrappedCollection, federated_search, translate_queries, wrap
 
 __all__ = ["migrate", "merge", "plan_migration", "verify", "wrap", "WrappedCollection", "federated_search",
            "MappedEmbeddings", "translate_queries", "Checkpoint", "evaluate_alignment", "collect_pairs",

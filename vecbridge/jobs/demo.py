@@ -25,11 +25,11 @@ import numpy as np
 from ..align.artifact import Alignment
 from ..connectors import VectorBatch, connect
 from ..sample import N_ITEMS, N_QUERIES, NEW_MODEL, OLD_MODEL, load_wordnet_sample
+from ..serving.wrap import wrap
 from .fit import fit_alignment
 from .rewrite import migrate
 from .upgrade import Upgrade, start
 from .verify import verify
-from .wrap import wrap
 
 N_FIT = N_ITEMS - N_QUERIES
 

@@ -38,13 +38,13 @@ from ..connectors.base import Collection, KeyRange, VectorBatch
 from ..connectors.url import redact
 from ..errors import InputError, VecbridgeError
 from ..results import MergeResult, MigrationResult
-from .guard import exclusive_writer, refuse_inputs_as_target
+from ..runtime.guard import exclusive_writer, refuse_inputs_as_target
+from ..runtime.open import load_alignment
+from ..runtime.pipeline import read_ahead
 from .merge import MergeSteps
 from .merge import begin as begin_merge
 from .merge import finish as finish_merge
 from .merge import prepare as prepare_merge
-from .open import load_alignment
-from .pipeline import read_ahead
 from .rewrite import (
     check_counts,
     create_target,

@@ -8,7 +8,7 @@ no password is printed), reads its slice (``scan(after, until)``), and returns s
 combines the results in slice order:
 
 * **fit** (:func:`fit_on_ray`): the pairs of the slice (found in the target by the single-process code:
-  :func:`~vecbridge.jobs.pairs.pairs_by_ids`, :func:`~vecbridge.jobs.pairs.pairs_from_list`, the same payload-key
+  :func:`~vecbridge.pairing.pairs.pairs_by_ids`, :func:`~vecbridge.pairing.pairs.pairs_from_list`, the same payload-key
   matching) fed to the fit's own :class:`~vecbridge.jobs.fit.PairAccumulator`; the streamed moments are merged and
   fitted once. The map equals the single-process one up to float64 rounding (the sums are added in another order).
 * **verify** (:func:`verify_on_ray`): every record of the slice looked up in the target and compared
@@ -37,7 +37,9 @@ from ..connectors import connect
 from ..connectors.base import Collection, KeyRange, VectorBatch
 from ..errors import InputError, StoreError
 from ..linking.pairspec import PairSpec
+from ..pairing.pairs import in_holdout, pairs_by_ids, pairs_from_list, pairs_through_index, read_pairs_file
 from ..results import Evaluation, Report, VerifyResult
+from ..runtime.open import load_alignment, open_collection
 from .distributed import (
     MAX_RETRIES,
     RANGES_PER_WORKER,
@@ -48,8 +50,6 @@ from .distributed import (
     task_reply,
 )
 from .fit import PairAccumulator, _CountingSource, _vector_links, check_fit_options, freeze_fit, open_pair
-from .open import load_alignment, open_collection
-from .pairs import in_holdout, pairs_by_ids, pairs_from_list, pairs_through_index, read_pairs_file
 from .verify import RecordTally, compare_records, full_checks
 
 #: records per read of a slice (and per lookup in the other collection) when the job names no batch size
@@ -100,7 +100,7 @@ def _field_index_body(coll: Collection, _, rng: KeyRange | None, __, *, field: s
 
 
 class _Listed:
-    """A chunk of a ``file:PATH`` pairing's id pairs, read as :func:`~vecbridge.jobs.pairs.pairs_from_list` reads the
+    """A chunk of a ``file:PATH`` pairing's id pairs, read as :func:`~vecbridge.pairing.pairs.pairs_from_list` reads the
     whole list (so a chunk cut at a multiple of the batch size gives the single-process batches), optionally keeping
     only the pairs whose source id ``keep`` selects; counts the pairs gone through."""
 
@@ -328,7 +328,7 @@ def _reduce(ray, body: str, first: str, second: str | None, units: list, shared,
 
 def _field_index(ray, target: Collection, field: str, n: int, workers: int, batch_size: int) -> dict:
     """The target's payload-key index (key -> the first id holding it, in scan order, as
-    :func:`~vecbridge.jobs.pairs.pairs_by_field` builds it), built once per job: by Ray tasks over key ranges of the
+    :func:`~vecbridge.pairing.pairs.pairs_by_field` builds it), built once per job: by Ray tasks over key ranges of the
     target, merged in range order (so the same id wins), or on the driver for a store without key ranges. Every task
     then gets it from Ray's object store instead of reading the whole target again."""
     if type(target).key_ranges is Collection.key_ranges:

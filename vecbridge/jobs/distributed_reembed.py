@@ -4,7 +4,7 @@ The driver (this process) keeps the upgrade's state (its SQLite file is local to
 :meth:`vecbridge.jobs.upgrade.Upgrade.reembed`: it syncs, picks id batches in priority order, reads their records
 and texts from the source, stamps records without text, and hands each batch (records and texts) to an actor. Each
 of the ``workers`` actors loads the model once (by its name, as the local run does, with
-:func:`~vecbridge.jobs.reembed.load_model`: a name, path or ``module:function`` the workers can resolve), opens the
+:func:`~vecbridge.runtime.models.load_model`: a name, path or ``module:function`` the workers can resolve), opens the
 upgrade's target once, embeds, upserts, and returns the vectors; the driver stamps the batch (native, with its
 digests and hub scores) when they come back. A stamp is only written after its upsert, so a killed driver or
 worker loses at most the batches in flight, which the next run re-does; Ray re-runs a batch whose actor died (the
@@ -28,8 +28,8 @@ import os
 from typing import Any
 
 from ..errors import InputError, StoreError, VecbridgeError
+from ..runtime.models import load_model
 from .distributed import MAX_RETRIES, Sealed, _connected, _ray, task_error
-from .reembed import load_model
 from .upgrade import Upgrade, embed_and_write, open_target
 
 #: batches queued per actor: one being embedded, the others on their way (hides the driver's round trips)

@@ -10,10 +10,10 @@ from .. import metrics
 from ..align.artifact import Alignment
 from ..connectors.base import Collection, VectorBatch
 from ..errors import InputError
+from ..pairing.pairs import in_holdout
+from ..pairing.spec import iter_pairs
 from ..results import Evaluation, EvaluationRetrieval, PairScores
-from .open import load_alignment, open_collection
-from .pair_spec import iter_pairs
-from .pairs import in_holdout
+from ..runtime.open import load_alignment, open_collection
 
 
 def collect_pairs(source: Collection, target: Collection, pairs: str = "ids", *, holdout: float = 0.0,

@@ -14,11 +14,11 @@ from ..connectors.base import Collection
 from ..errors import InputError
 from ..fs import require_writable
 from ..linking.pairspec import PairSpec
+from ..pairing.pairs import in_holdout
+from ..pairing.spec import iter_pairs
+from ..runtime.open import open_collection
 from ..validation import check_paired
 from ..vectors import l2_normalize
-from .open import open_collection
-from .pair_spec import iter_pairs
-from .pairs import in_holdout
 
 #: pairs held in memory for a method that does not stream (clustered) when ``max_pairs`` is not given
 CLUSTERED_MAX_PAIRS = 200_000

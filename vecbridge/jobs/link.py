@@ -9,8 +9,8 @@ from ..connectors.base import Collection, VectorBatch
 from ..errors import CheckFailed, InputError
 from ..linking.links import Links
 from ..linking.pairspec import PairSpec
-from .open import open_collection
-from .pairs import pairs_by_field, pairs_by_ids, pairs_from_list, read_pairs_file
+from ..pairing.pairs import pairs_by_field, pairs_by_ids, pairs_from_list, read_pairs_file
+from ..runtime.open import open_collection
 
 
 def _estimator(cls, params: dict, seed: int):
@@ -180,7 +180,8 @@ def link(source, target, pairs: "str | PairSpec", *, seeds: str | None = None, m
     if params and spec.kind not in ("geh", "unsupervised"):
         raise InputError(f"estimator parameters apply to the geh and unsupervised pairings, not {str(spec)!r}")
     if spec.kind == "reembed":
-        from .reembed import load_model, reembed_pairs
+        from ..pairing.reembed import reembed_pairs
+        from ..runtime.models import load_model
 
         if not model:
             raise InputError("re-embedding needs the new model (a name, a local path or module:function)")
@@ -189,7 +190,8 @@ def link(source, target, pairs: "str | PairSpec", *, seeds: str | None = None, m
         return Links(list(olds.ids), [f"reembed:{i}" for i in olds.ids], np.ones(len(olds), np.float32), "reembed",
                      olds.vectors, news, {"model": model, "text_field": text_field})
     if spec.kind == "reference":
-        from .reembed import load_model, read_texts, reference_pairs
+        from ..pairing.reembed import read_texts, reference_pairs
+        from ..runtime.models import load_model
 
         if not (model and old_model):
             raise InputError("a reference corpus needs both encoders: the old model and the new model")

@@ -31,12 +31,12 @@ from ..connectors.base import Collection, VectorBatch
 from ..errors import InputError, StoreError, VecbridgeError
 from ..faultpoint import fault_point
 from ..linking.pairspec import PairSpec
+from ..pairing.pairs import read_pairs_file
 from ..results import MergeResult
-from .checkpoint import Checkpoint
-from .guard import check_checkpoint_path, check_checkpoint_writable, exclusive_writer, refuse_inputs_as_target
-from .open import load_alignment, open_collection
-from .pairs import read_pairs_file
-from .pipeline import copy_stream
+from ..runtime.checkpoint import Checkpoint
+from ..runtime.guard import check_checkpoint_path, check_checkpoint_writable, exclusive_writer, refuse_inputs_as_target
+from ..runtime.open import load_alignment, open_collection
+from ..runtime.pipeline import copy_stream
 from .rewrite import _discard, check_counts, check_source, default_checkpoint_path, mapper, store_batch_size
 
 POLICIES = ("keep-b", "keep-a", "keep-both")
@@ -114,7 +114,7 @@ class MergeSteps:
 
     def counted(self, phase: str) -> Callable[[VectorBatch], tuple[VectorBatch, dict]]:
         """The transform of ``phase`` (``"a"`` or ``"b"``) returning each batch with the counts it added, which
-        :func:`~vecbridge.jobs.pipeline.copy_stream` keeps in the checkpoint (a resumed merge reports the whole job's
+        :func:`~vecbridge.runtime.pipeline.copy_stream` keeps in the checkpoint (a resumed merge reports the whole job's
         linked and renamed records, not only its own)."""
         step = getattr(self, f"phase_{phase}")
 

@@ -1,28 +1,10 @@
-"""Opening what a job is given: a URL or an open collection, a path or a loaded alignment."""
-from __future__ import annotations
+"""Deprecated: moved to :mod:`vecbridge.runtime.open`."""
 
-from pathlib import Path
+from .._deprecated import moved
 
-from ..align.artifact import Alignment
-from ..connectors import connect
-from ..connectors.base import Collection
-
-
-def open_collection(obj, read_only: bool = True) -> Collection:
-    """``obj`` itself if it is a collection, else the collection its URL names (read-only unless asked)."""
-    return obj if isinstance(obj, Collection) else connect(obj, read_only=read_only)
-
-
-def load_alignment(alignment) -> tuple[Alignment, Path | None]:
-    """``(alignment, the file it came from)`` for an :class:`Alignment` (no file) or a path to an artifact."""
-    if isinstance(alignment, Alignment):
-        return alignment, None
-    path = Path(alignment)
-    return Alignment.load(path), path
-
-
-def describe(target: str) -> dict:
-    """What ``vecbridge info`` shows: an alignment file's summary, or a collection's dimension, metric and count."""
-    if Path(target).is_file() and not target.endswith(".npy"):
-        return Alignment.load(target).summary()
-    return connect(target, read_only=True).info().as_dict()
+__getattr__ = moved(
+    "vecbridge.jobs.open",
+    {
+        **dict.fromkeys(["describe", "load_alignment", "open_collection"], "vecbridge.runtime.open"),
+    },
+)

@@ -20,7 +20,7 @@ Nothing is written to any store. The report
    A, mapped upgrade, full re-embed. A ratio over a native recall below :data:`vecbridge.metrics.MIN_NATIVE_RECALL`
    is reported as unreliable, not as a figure;
 4. gives a verdict (GO / CAUTION / NO-GO) from :data:`THRESHOLDS`, with the reason in one sentence;
-5. measures the options that keep more quality (:mod:`vecbridge.jobs.options`) on the same pool as the headline and
+5. measures the options that keep more quality (:mod:`vecbridge.quality.options`) on the same pool as the headline and
    carries them to the collection's size the same way, so the plain orthogonal option *is* the headline figure; it
    recommends the cheapest that meets the target, never one the verdict has ruled out, and says so when the verdict
    is NO-GO.
@@ -40,6 +40,7 @@ from ..align.procrustes import FewPairsWarning, OrthogonalProcrustes
 from ..connectors.base import Collection
 from ..errors import InputError
 from ..linking.pairspec import PairSpec
+from ..pairing.pairs import pairs_by_field
 from ..results import (
     CorrespondenceSummary,
     CostAssumptions,
@@ -59,9 +60,8 @@ from ..results import (
     UnsupervisedRetrieval,
     Verdict,
 )
+from ..runtime.open import open_collection
 from ..validation import check_paired
-from .open import open_collection
-from .pairs import pairs_by_field
 
 #: verdict thresholds (documented in the README): GO needs all of the "go" ones; NO-GO any of the "no_go" ones.
 #: Top-1 is the measured one, among the held-out items (``held_out["pool"]``); its extrapolation to the collection's
@@ -74,7 +74,7 @@ THRESHOLDS = {
     "worse_than_staying": 0.0,  # mapped recall below staying on A by more than this -> NO-GO
 }
 MIN_PAIRS = 50
-#: the plain map's name among the options (:func:`vecbridge.jobs.options.measure_options`)
+#: the plain map's name among the options (:func:`vecbridge.quality.options.measure_options`)
 ORTHO_OPTION = "orthogonal (one global Q)"
 
 
@@ -122,7 +122,8 @@ def _id_correspondences(old, new, sample, seed) -> Correspondences | None:
 
 
 def _reembedded_correspondences(old, model, text_field, sample, seed) -> Correspondences:
-    from .reembed import load_model, reembed_pairs
+    from ..pairing.reembed import reembed_pairs
+    from ..runtime.models import load_model
 
     olds, news = reembed_pairs(old, load_model(model), text_field=text_field, n=sample, seed=seed)
     return Correspondences("re-embedded-sample", f"{len(olds):,} stored texts ({text_field!r}) re-embedded with "
@@ -472,7 +473,7 @@ def _options_section(report, X_fit, Y_fit, X_pool, Y_pool, qb, rel, Q_old, *, k,
     ``Q_old``: the old-model vectors of all of ``qb``'s queries (dual-query fusion), or None."""
     from dataclasses import replace
 
-    from .options import CostModel, measure_options, recommend
+    from ..quality.options import CostModel, measure_options, recommend
 
     ret = report["retrieval"]
     m = measure_options(X_fit, Y_fit, X_pool, Y_pool, qb.vectors, rel, Q_old=Q_old, k=k, random_state=seed,

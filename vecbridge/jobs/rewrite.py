@@ -15,10 +15,10 @@ from ..connectors.base import Collection, VectorBatch, first_duplicate
 from ..errors import CheckFailed, InputError, StoreError, VecbridgeError
 from ..faultpoint import fault_point
 from ..results import DryRun, MigrationPlan, MigrationResult
-from .checkpoint import Checkpoint
-from .guard import check_checkpoint_path, check_checkpoint_writable, exclusive_writer, refuse_inputs_as_target
-from .open import load_alignment, open_collection
-from .pipeline import copy_stream
+from ..runtime.checkpoint import Checkpoint
+from ..runtime.guard import check_checkpoint_path, check_checkpoint_writable, exclusive_writer, refuse_inputs_as_target
+from ..runtime.open import load_alignment, open_collection
+from ..runtime.pipeline import copy_stream
 
 
 def default_checkpoint_path(alignment_path: Path | None, target: Collection, kind: str = "migrate") -> Path:

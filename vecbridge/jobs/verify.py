@@ -9,8 +9,8 @@ import numpy as np
 from ..align.artifact import Alignment
 from ..connectors.base import Collection, CollectionInfo, VectorBatch
 from ..results import Check, VerifyResult
+from ..runtime.open import load_alignment, open_collection
 from ..vectors import l2_normalize
-from .open import load_alignment, open_collection
 
 _RESERVED = ("_vb_",)
 #: failing ids a check names, at most

@@ -1,7 +1,7 @@
 """Ranking by score: the one place that orders candidates, takes the top k and computes the rank of a relevant item.
 
-Used by :mod:`vecbridge.metrics` (``top_k``, ``partner_ranks``), :mod:`vecbridge.jobs.options` (the measured
-options), :mod:`vecbridge.jobs.wrap` (wrapped search) and :mod:`vecbridge.jobs.rerank` (re-ranking, fusion).
+Used by :mod:`vecbridge.metrics` (``top_k``, ``partner_ranks``), :mod:`vecbridge.quality.options` (the measured
+options), :mod:`vecbridge.serving.wrap` (wrapped search) and :mod:`vecbridge.quality.scoring` (re-ranking, fusion).
 Higher scores are better everywhere (:func:`shared_count` compares two top-k lists). Pure numpy.
 
 How ties are broken (the same rules for every caller, so that a figure does not change with the path that

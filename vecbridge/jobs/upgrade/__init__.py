@@ -2,7 +2,7 @@
 
 ``start`` fits the map on a re-embedded sample (or takes one), writes mapped vectors *beside* the old ones — a new
 vector field where the store has named vectors (PostgreSQL+pgvector, Qdrant), a new collection elsewhere — and
-stamps every record in the upgrade's state file (:mod:`vecbridge.jobs.upgrade_state`). ``reembed`` then replaces
+stamps every record in the upgrade's state file (:mod:`vecbridge.jobs.upgrade.state`). ``reembed`` then replaces
 mapped vectors by the new model's own, batch by batch, resumable after ``kill -9``, picking up records the source
 gained meanwhile; ``search`` serves new-model queries over the upgrade's vectors at every stage (optionally fused
 with old-model queries over the old vectors). ``cutover`` and ``rollback`` move what the store serves — a
@@ -20,22 +20,23 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import numpy as np
 
-from ..align.artifact import Alignment
-from ..align.methods import method as method_of
-from ..connectors import connect
-from ..connectors.base import Collection, VectorBatch
-from ..connectors.url import redact
-from ..errors import InputError, StoreError, UsageError
-from ..faultpoint import fault_point
-from ..fs import require_writable
-from ..vectors import l2_normalize
-from .checkpoint import Checkpoint
-from .guard import refuse_inputs_as_target
-from .open import load_alignment, open_collection
-from .reembed import _texts, load_model, reembed_pairs
-from .rerank import hub_penalty
-from .rewrite import migrate, preflight
-from .upgrade_state import UpgradeState, exclusive, record_digest
+from ...align.artifact import Alignment
+from ...align.methods import method as method_of
+from ...connectors import connect
+from ...connectors.base import Collection, VectorBatch
+from ...connectors.url import redact
+from ...errors import InputError, StoreError, UsageError
+from ...faultpoint import fault_point
+from ...fs import require_writable
+from ...pairing.reembed import _texts, reembed_pairs
+from ...quality.scoring import hub_penalty
+from ...runtime.checkpoint import Checkpoint
+from ...runtime.guard import refuse_inputs_as_target
+from ...runtime.models import load_model
+from ...runtime.open import load_alignment, open_collection
+from ...vectors import l2_normalize
+from ..rewrite import migrate, preflight
+from .state import UpgradeState, exclusive, record_digest
 
 STAGES = ("mapped", "cutover", "rolled-back", "finalized")
 #: the old query's weights tried by :meth:`Upgrade.tune_fusion` (``inf``: the old model alone, i.e. staying)
@@ -689,7 +690,7 @@ def _residual_scorer(alignment: Alignment, sample) -> Callable[[np.ndarray, np.n
     """Expected unreliability of each mapped vector: the fit anchors' residuals ``1 - cos(T(x_a), y_a)`` near it in
     the old space, weighted by similarity (the ``anchor_residual`` strategy the report measures). The anchors'
     residuals are computed once; the scorer takes a batch's old and mapped vectors."""
-    from .options import anchor_residuals, reliability_scores
+    from ...quality.options import anchor_residuals, reliability_scores
 
     olds, news = sample
     res = anchor_residuals(alignment.transform(olds.vectors), news)
@@ -968,7 +969,7 @@ def _query_pairs(queries, old_queries) -> tuple[VectorBatch, VectorBatch]:
 
 
 def _with_text(batch: VectorBatch, text_field: str) -> tuple[VectorBatch, list[str]]:
-    """The records of ``batch`` that hold a text, and their texts (:func:`vecbridge.jobs.reembed._texts`)."""
+    """The records of ``batch`` that hold a text, and their texts (:func:`vecbridge.pairing.reembed._texts`)."""
     keep, texts = _texts(batch, text_field)
     return batch.take(keep), texts
 
@@ -1007,7 +1008,7 @@ def predict_stages(src: Collection, embed, *, text_field: str, queries, old_quer
     queries alone and fused with old-model ones (the fusion weight chosen on these queries, as ``upgrade tune``
     does), against staying on the old model. Recall within a pool is higher than within the whole collection;
     the comparison between stages is what carries over."""
-    from .options import recall, relevant_ranks
+    from ...quality.options import recall, relevant_ranks
 
     chosen = method_of(method)
     new_q, old_q = _query_pairs(queries, old_queries)
