@@ -13,6 +13,7 @@ from ..errors import InputError
 from ..pairing.pairs import in_holdout
 from ..pairing.spec import iter_pairs
 from ..results import Evaluation, EvaluationRetrieval, PairScores
+from ..runtime.engine import engine_of
 from ..runtime.open import load_alignment, open_collection
 
 
@@ -42,7 +43,7 @@ def collect_pairs(source: Collection, target: Collection, pairs: str = "ids", *,
 
 def evaluate_alignment(alignment: Alignment, source, target, *, pairs: str = "ids", queries=None, k: int = 10,
                        max_pairs: int = 10000, use_holdout: bool = True, seed: int = 1,
-                       collect: Callable | None = None) -> Evaluation:
+                       collect: Callable | None = None, engine=None) -> Evaluation:
     """Quality of ``alignment`` on corresponding records of ``source`` (old model) and ``target`` (new model).
 
     * pair quality: top-1 accuracy and mean rank of each mapped source vector's true partner among all evaluated
@@ -58,6 +59,13 @@ def evaluate_alignment(alignment: Alignment, source, target, *, pairs: str = "id
 
     Returns an :class:`~vecbridge.results.Evaluation` (``result.as_dict()`` is the JSON).
     """
+    engine = engine_of(engine)
+    if engine.name == "ray":  # temporary: the Ray twin, until this job runs its body through the engine seam
+        from .distributed_reduce import evaluate_on_ray
+
+        return evaluate_on_ray(alignment, source, target, pairs=pairs, queries=queries, k=k, max_pairs=max_pairs,
+                               use_holdout=use_holdout, seed=seed, workers=engine.workers,
+                               ray_address=engine.address, ranges_per_worker=engine.units_per_worker)
     alignment, _ = load_alignment(alignment)
     src, tgt = open_collection(source), open_collection(target)
     holdout = float(alignment.metadata.get("anchors", {}).get("holdout") or 0.0) if use_holdout else 0.0

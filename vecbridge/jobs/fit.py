@@ -16,6 +16,7 @@ from ..fs import require_writable
 from ..linking.pairspec import PairSpec
 from ..pairing.pairs import in_holdout
 from ..pairing.spec import iter_pairs
+from ..runtime.engine import engine_of
 from ..runtime.open import open_collection
 from ..validation import check_paired
 from ..vectors import l2_normalize
@@ -191,7 +192,7 @@ def fit_alignment(source, target, *, pairs: "str | PairSpec" = "ids", method: st
                   max_pairs: int | None = None, seed: int = 0, batch_size: int = 2000,
                   source_model: str | None = None, target_model: str | None = None,
                   params: dict | None = None, force: bool = False, on_batch: Callable[[int], None] | None = None,
-                  on_start: Callable[[int], None] | None = None) -> Alignment:
+                  on_start: Callable[[int], None] | None = None, engine=None) -> Alignment:
     """Fit a map from ``source``'s space to ``target``'s space on corresponding records, without holding them all.
 
     ``pairs`` is ``ids``, ``field:NAME``, ``file:PATH`` (a CSV/JSON file of id pairs, or a ``.npz`` links file from
@@ -212,6 +213,15 @@ def fit_alignment(source, target, *, pairs: "str | PairSpec" = "ids", method: st
     A full streamed fit on stored pairs also runs on a Ray cluster:
     :func:`vecbridge.jobs.distributed_reduce.fit_on_ray`.
     """
+    engine = engine_of(engine)
+    if engine.name == "ray":  # temporary: the Ray twin, until this job runs its body through the engine seam
+        from .distributed_reduce import fit_on_ray
+
+        return fit_on_ray(source, target, pairs=pairs, method=method, center=center, scale=scale, alpha=alpha,
+                          normalization=normalization, holdout=holdout, max_pairs=max_pairs, seed=seed,
+                          batch_size=batch_size, source_model=source_model, target_model=target_model,
+                          params=params, force=force, workers=engine.workers, ray_address=engine.address,
+                          ranges_per_worker=engine.units_per_worker, on_batch=on_batch, on_start=on_start)
     spec = PairSpec.parse(pairs, allowed=("ids", "field", "file", "unsupervised"))
     chosen = method_of(method)
     if params and spec.kind != "unsupervised":
@@ -249,18 +259,10 @@ def fit_alignment(source, target, *, pairs: "str | PairSpec" = "ids", method: st
                       described=described)
 
 
-def fit_to_file(output, source, target, *, engine: str = "local", workers: int = 2, ray_address: str | None = None,
-                **options) -> tuple[Alignment, Path]:
-    """:func:`fit_alignment` (``engine="ray"``: :func:`~vecbridge.jobs.distributed_reduce.fit_on_ray` with
-    ``workers`` and ``ray_address``), then save the artifact at ``output``; a folder that cannot take the file is
-    refused before the fit, not after it."""
-    if engine not in ("local", "ray"):
-        raise InputError(f"engine must be 'local' or 'ray', got {engine!r}")
+def fit_to_file(output, source, target, *, engine=None, **options) -> tuple[Alignment, Path]:
+    """:func:`fit_alignment` on the ``engine`` given (see :mod:`vecbridge.runtime.engine`), then save the artifact
+    at ``output``; a folder that cannot take the file is refused before the fit, not after it."""
+    engine = engine_of(engine)
     require_writable(output, "the alignment", "choose another output path")
-    if engine == "ray":
-        from .distributed_reduce import fit_on_ray  # imports Ray: only when asked for
-
-        alignment = fit_on_ray(source, target, workers=workers, ray_address=ray_address, **options)
-    else:
-        alignment = fit_alignment(source, target, **options)
+    alignment = fit_alignment(source, target, engine=engine, **options)
     return alignment, alignment.save(output)

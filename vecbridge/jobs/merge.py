@@ -34,6 +34,7 @@ from ..linking.pairspec import PairSpec
 from ..pairing.pairs import read_pairs_file
 from ..results import MergeResult
 from ..runtime.checkpoint import Checkpoint
+from ..runtime.engine import engine_of
 from ..runtime.guard import check_checkpoint_path, check_checkpoint_writable, exclusive_writer, refuse_inputs_as_target
 from ..runtime.open import load_alignment, open_collection
 from ..runtime.pipeline import copy_stream
@@ -235,7 +236,15 @@ def finish(C: Collection, ckpt: Checkpoint) -> int:
 
 def merge(a, b, into, alignment, *, links: "str | PairSpec" = "ids", policy: str = "keep-b",
           batch_size: int | None = None, resume: bool = False, overwrite: bool = False, checkpoint_path=None,
-          on_progress=None) -> MergeResult:
+          on_progress=None, engine=None) -> MergeResult:
+    engine = engine_of(engine)
+    if engine.name == "ray":  # temporary: the Ray twin, until this job runs its body through the engine seam
+        from .distributed import merge_on_ray
+
+        return merge_on_ray(a, b, into, alignment, links=links, policy=policy, workers=engine.workers,
+                            ray_address=engine.address, ranges_per_worker=engine.units_per_worker,
+                            batch_size=batch_size, resume=resume, overwrite=overwrite,
+                            checkpoint_path=checkpoint_path, on_progress=on_progress)
     job = prepare(a, b, into, alignment, links=links, policy=policy, batch_size=batch_size,
                   checkpoint_path=checkpoint_path)
     with exclusive_writer(job["C"]):

@@ -60,6 +60,7 @@ from ..results import (
     UnsupervisedRetrieval,
     Verdict,
 )
+from ..runtime.engine import engine_of
 from ..runtime.open import open_collection
 from ..validation import check_paired
 
@@ -293,7 +294,7 @@ def compatibility_report(old, new=None, *, sample: int = 5000, seed: int = 0, ho
                          seeds: str | None = None, queries_new=None, queries_old=None, k: int = 10,
                          center: bool = False, unsupervised: bool = True, unsupervised_params: dict | None = None,
                          options: bool = True, target_retention: float = 0.95, old_model_retired: bool = False,
-                         on_step=lambda s: None, find_pairs: Callable | None = None) -> Report:
+                         on_step=lambda s: None, find_pairs: Callable | None = None, engine=None) -> Report:
     """Everything a user needs to decide on an upgrade, as a :class:`~vecbridge.results.Report` (see the module
     docstring); ``report.as_dict()`` is the JSON.
 
@@ -303,6 +304,16 @@ def compatibility_report(old, new=None, *, sample: int = 5000, seed: int = 0, ho
     ``find_pairs`` gathers the correspondences: :func:`find_correspondences` (the default) or a function with its
     signature (:func:`vecbridge.jobs.distributed_reduce.report_on_ray` passes one that samples stored pairs on a Ray
     cluster)."""
+    engine = engine_of(engine)
+    if engine.name == "ray":  # temporary: the Ray twin, until this job runs its body through the engine seam
+        from .distributed_reduce import report_on_ray
+
+        return report_on_ray(old, new, workers=engine.workers, ray_address=engine.address,
+                             ranges_per_worker=engine.units_per_worker, sample=sample, seed=seed, holdout=holdout,
+                             pairs=pairs, method=method, key=key, model=model, text_field=text_field, seeds=seeds,
+                             queries_new=queries_new, queries_old=queries_old, k=k, center=center,
+                             unsupervised=unsupervised, unsupervised_params=unsupervised_params, options=options,
+                             target_retention=target_retention, old_model_retired=old_model_retired, on_step=on_step)
     chosen = method_of(method)
 
     old_c = open_collection(old)

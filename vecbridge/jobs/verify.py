@@ -9,6 +9,7 @@ import numpy as np
 from ..align.artifact import Alignment
 from ..connectors.base import Collection, CollectionInfo, VectorBatch
 from ..results import Check, VerifyResult
+from ..runtime.engine import engine_of
 from ..runtime.open import load_alignment, open_collection
 from ..vectors import l2_normalize
 
@@ -86,7 +87,7 @@ def shape_checks(s_info: CollectionInfo, t_info: CollectionInfo, alignment: Alig
 
 
 def verify(source, target, alignment, *, sample: int = 1000, seed: int = 0, tolerance: float = 1e-5,
-           field: str | None = None) -> VerifyResult:
+           field: str | None = None, engine=None) -> VerifyResult:
     """Whether ``target`` holds ``source`` mapped through ``alignment``: counts, dimension, ids, a sample of vectors
     recomputed, payloads (:class:`VerifyResult`: ``ok`` and the ``checks``); nothing is written anywhere.
 
@@ -94,6 +95,12 @@ def verify(source, target, alignment, *, sample: int = 1000, seed: int = 0, tole
     insert (Qdrant) are compared by direction. Every record, on a Ray cluster:
     :func:`vecbridge.jobs.distributed_reduce.verify_on_ray`.
     """
+    engine = engine_of(engine)
+    if engine.name == "ray":  # temporary: the Ray twin, until this job runs its body through the engine seam
+        from .distributed_reduce import verify_on_ray
+
+        return verify_on_ray(source, target, alignment, tolerance=tolerance, field=field, workers=engine.workers,
+                             ray_address=engine.address, ranges_per_worker=engine.units_per_worker)
     alignment, _ = load_alignment(alignment)
     src, tgt = open_collection(source), open_collection(target)
     if field is not None:

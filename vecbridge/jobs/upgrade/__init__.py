@@ -31,6 +31,7 @@ from ...fs import require_writable
 from ...pairing.reembed import _texts, reembed_pairs
 from ...quality.scoring import hub_penalty
 from ...runtime.checkpoint import Checkpoint
+from ...runtime.engine import engine_of
 from ...runtime.guard import refuse_inputs_as_target
 from ...runtime.models import load_model
 from ...runtime.open import load_alignment, open_collection
@@ -402,7 +403,8 @@ class Upgrade:
                 priority: str = "random", batch_size: int = 64, max_per_second: float | None = None,
                 price_per_1k: float | None = None, spend_cap: float | None = None,
                 on_progress: Callable[[int], None] | None = None,
-                on_start: Callable[[int], None] | None = None, pool: Callable[["Upgrade"], Any] | None = None) -> dict:
+                on_start: Callable[[int], None] | None = None, pool: Callable[["Upgrade"], Any] | None = None,
+                engine=None) -> dict:
         """Replace mapped vectors by the new model's own, ``batch_size`` records at a time, until ``limit``
         records, a native ``until`` fraction, ``budget_seconds`` or the ``spend_cap`` (the upgrade's total spend at
         ``price_per_1k`` texts, kept across runs) is reached, or nothing is left; each batch is written, then
@@ -419,6 +421,14 @@ class Upgrade:
             raise InputError("a spend cap needs the model's price per 1,000 texts")
         if (spend_cap is not None and spend_cap < 0) or (price_per_1k is not None and price_per_1k < 0):
             raise InputError("prices and spend caps are at least 0")
+        engine = engine_of(engine)
+        if engine.name == "ray" and pool is None:  # temporary: the Ray twin, until the engine seam runs it
+            from ..distributed_reembed import reembed_on_ray
+
+            return reembed_on_ray(self, workers=engine.workers, ray_address=engine.address, limit=limit, until=until,
+                                  budget_seconds=budget_seconds, priority=priority, batch_size=batch_size,
+                                  max_per_second=max_per_second, price_per_1k=price_per_1k, spend_cap=spend_cap,
+                                  on_progress=on_progress, on_start=on_start)
         with exclusive(self.state.path):   # one writer per upgrade: its spend and stamps are this run's to keep
             self._started()
             if self.meta["stage"] == "finalized":
