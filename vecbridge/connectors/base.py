@@ -183,6 +183,26 @@ def check_metric(metric: str) -> str:
     return metric
 
 
+@dataclass(frozen=True)
+class Capabilities:
+    """What a store can do, declared by its connector (jobs read these; they never probe methods):
+
+    ``key_ranges``: :meth:`Collection.key_ranges` cuts the collection into slices (parallel, resumable scans);
+    ``named_vectors``: :meth:`Collection.with_vector_field` / ``add_vector_field`` (several vectors per record);
+    ``alias``: :meth:`Collection.point_alias` (an atomic, zero-downtime switch); ``serving_view``: a view a client
+    queries whose column can be switched; ``deferred_index``: ``create(..., index=False)`` then
+    :meth:`Collection.build_index` loads faster; ``single_process``: one process at a time may open it (a job spread
+    over processes refuses it); ``preferred_batch_size``: records per upsert when the user names none."""
+
+    key_ranges: bool = False
+    named_vectors: bool = False
+    alias: bool = False
+    serving_view: bool = False
+    deferred_index: bool = False
+    single_process: bool = False
+    preferred_batch_size: int = 1000
+
+
 class Collection(abc.ABC):
     """One collection in one store. Connectors override the abstract methods; the rest has shared behaviour."""
 
@@ -195,6 +215,18 @@ class Collection(abc.ABC):
     #: process-safe, or one that lives in this process's memory): a job spread over processes (``--engine ray``)
     #: refuses it. Key ranges still work there, for a partitioned, resumable scan in one process
     single_process: bool = False
+
+    @property
+    def capabilities(self) -> Capabilities:
+        """What this collection's store can do (see :class:`Capabilities`)."""
+        cls = type(self)
+        return Capabilities(
+            key_ranges=cls.key_ranges is not Collection.key_ranges,
+            named_vectors=cls.with_vector_field is not Collection.with_vector_field,
+            alias=cls.point_alias is not Collection.point_alias,
+            serving_view=callable(getattr(self, "serving_view", None)),
+            deferred_index=bool(self.supports_deferred_index), single_process=bool(self.single_process),
+            preferred_batch_size=int(self.preferred_batch_size))
 
     def __init__(self, url: str, *, read_only: bool = False):
         self.url = url
