@@ -1,32 +1,12 @@
 """Local maps: one orthogonal map per region of the source space (clustered Procrustes).
 
-The Vector Linking paper (2026; section 6 and appendix D.1.1) integrates two vector databases with the protocol of
-Yang, Cao & Ren, "Integrating vector databases across embedding models" (SIGMOD 2025): *clustered Procrustes*, i.e.
-k-means on the source space and one orthogonal map per cluster, fitted on the anchor pairs that fall in it, with the
-global map as a fallback for clusters with too few anchors. Neither paper's text available here gives the details (the
-Vector Linking paper's extraction, section 5.1, says only "learn a clustered Procrustes mapping from paired anchors";
-the SIGMOD paper is not in ../shared/papers), so the choices below are ours and were measured on real data
-(bench/quality_options.py):
-
-* **Clusters**: spherical k-means (:func:`vecbridge.numeric.kmeans.spherical_kmeans`: cosine, k-means++ start,
-  ``random_state``) on the directions of the source anchors, ``n_clusters=16`` by default. The Vector Linking paper
-  motivates locality by its Theorem 1 (two contrastive encoders are isometric up to a *local* scale, and long-range
-  distances decorrelate): one rotation per neighbourhood fits the local isometry better than one global rotation.
-* **Shrinkage instead of a hard fallback only**: a cluster of a few hundred anchors in 384-768 dimensions
-  under-determines its own rotation (Procrustes needs more pairs than dimensions, the Procrustes-bounds paper (2025)),
-  and a per-cluster fit on its anchors alone *loses* retention on wordnet (0.76 vs 0.83 at 8 clusters of 3,000
-  anchors). Each cluster's rotation therefore maximises ``tr(R^T (C_c + (n0/n) C))`` where ``C_c`` is the cluster's
-  cross-covariance and ``C`` the global one: the global pairs act as ``n0 = shrinkage`` pseudo-pairs, so a thin
-  cluster converges to the global map and a dense one to its own. Clusters with fewer than ``min_cluster_size``
-  anchors use the global map exactly (the paper's fallback).
-* **Soft assignment** (our extension): a hard assignment makes the map jump at cluster borders. ``assignment="soft"``
-  blends the maps of the ``top_m`` nearest centroids with weights ``softmax(cos(x, c_k) / temperature)``, which is
-  continuous in x. Measured on wordnet it is also better (see the benchmark).
-* **Centring** (default on): both sides are centred on the anchors' means and the maps rotate the centred vectors
-  (``y = (x - mu_x) R_c + mu_y``), which measured better than uncentred on all four model pairs.
-* ``family="translation"``: the geometry-preserving alternative the issue asks for: the *global* rotation for all
-  points plus one translation per cluster (the shrunk mean residual of its anchors): distances inside a cluster are
-  preserved exactly.
+The protocol the Vector Linking paper (2026) uses to integrate two vector databases, after Yang, Cao & Ren,
+"Integrating vector databases across embedding models" (SIGMOD 2025): k-means on the source space, one orthogonal
+map per cluster fitted on its anchors, the global map for clusters with too few. Why local: two contrastive encoders
+are isometric up to a *local* scale (the Vector Linking paper's Theorem 1), so one rotation per neighbourhood can
+fit better than one global rotation. Neither text gives the details; ours (spherical k-means, shrinkage of each
+cluster towards the global cross-covariance, soft assignment, centring, a translation-only family) and their
+measurements are in docs/design.md, "Local maps: clustered Procrustes".
 
 The fitted state follows the package's estimator style: ``centroids_``, ``rotations_`` (k, d_src, d_tgt),
 ``translations_`` (k, d_tgt), ``cluster_sizes_``, ``fallback_``, plus what every alignment has (``matrix_`` is the

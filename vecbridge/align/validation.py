@@ -1,46 +1,17 @@
 """Label-free validation of a map between two embedding spaces, from two *unpaired* samples alone.
 
-An unsupervised fit (mini-vec2vec, ``vecbridge.align.MiniVec2Vec``) or a seed-grown one (GEH links, then Procrustes)
-can fail without any error: it converges, its residuals look normal, and it sends every vector to a wrong place (top-1
-of the true partner 0.000). Nobody holds true pairs in that situation, so the check has to work without them.
-:func:`validate_map` asks "is this map better than a wrong map could be?" of a sample of source vectors and a sample
-of target vectors that share no item.
+An unsupervised fit (mini-vec2vec) or a seed-grown one (GEH links, then Procrustes) can fail without any error: it
+converges, its residuals look normal, and it sends every vector to a wrong place. Nobody holds true pairs then, so
+:func:`validate_map` asks, of a source sample and a target sample that share no item, "is this map better than a
+wrong map could be?".
 
-The criterion starts from the unsupervised model-selection criterion of "Word Translation Without Parallel Data"
-(Conneau et al., ICLR 2018; MUSE) and the random-start analysis of "A robust self-learning method for fully
-unsupervised cross-lingual mappings of word embeddings" (Artetxe et al., ACL 2018; VecMap):
-
-1. Both samples are centred on their own means and scaled to unit rows (mini-vec2vec's and VecMap's preprocessing);
-   the map's output is centred on its own mean too, so a map is judged on how it arranges the vectors.
-2. **MUSE's criterion** (``mnn_similarity``): map the source rows, take the CSLS mutual nearest neighbours between
-   them and the target rows, average their cosine. MUSE averages the cosine of the CSLS translations of the most
-   frequent words; mutual pairs make it symmetric.
-3. **Departure 1: the null is refined.** Random orthogonal maps score low on MUSE's criterion (``random_similarity``,
-   0.12-0.17 in ``bench/map_validation.py``), but a *wrong* map that a fitter has refined into a local optimum scores
-   far above them: mini-vec2vec with a deliberately wrong centroid matching (top-1 <= 0.009) reaches 0.30-0.35, at
-   least 148 standard deviations above random maps and level with Procrustes maps of top-1 0.73-0.96 (0.30-0.35). So
-   every random map of the null is refined by the nearest-neighbour Procrustes iterations that unsupervised fitters
-   run (:func:`refine_icp`; ``null_mean`` 0.27-0.32), and so is the map under test: both are then compared at the
-   optimum of their basin (``refined_similarity``), and ``gain = refined_similarity - null_mean`` says whether the
-   map's basin stands out from the wrong ones (wrong matchings 0.014-0.031; working maps 0.053-0.097).
-4. **Departure 2: closeness to that optimum.** A map can sit in the right basin and still be too inaccurate (links of
-   precision 0.2: top-1 0.13-0.31). ``agreement`` is the share of rows whose image is nearer to its own refined image
-   than to any other row's: a working map is (nearly) a fixed point of refinement (0.97-1.00), a noisy one is not.
-5. **Held apart.** The refinements run on one half of each sample and every criterion is taken on the other half,
-   so that neither the null maps nor the map's refined version are scored on rows they were refined on. Give samples
-   the map was not fitted on where possible (``vecbridge.jobs.link.validation_samples`` does); on the fit's own rows
-   the test still ranks maps as well (bench: ROC AUC 0.997 pooled, against 0.991 held apart).
-6. **Decision**: ``score = min(gain / GAIN_MIN, agreement / AGREEMENT_MIN)``, ``passed = score >= THRESHOLD`` (1).
-   Chosen on both corpora of ``bench/map_validation.py`` (192 fits, 79 working): ROC AUC 1.000 on wordnet and 0.985 on
-   foldoc; the one threshold is right on 97.9% of the fits of each corpus (held apart and in-sample alike), and its
-   errors are maps of top-1 0.41-0.77 (links of precision 0.3 or 0.5, one mini-vec2vec at 0.469); no map of top-1
-   below 0.4 passes. The margin is thin where it matters most: the best failed mini-vec2vec fit gains 0.045 (top-1
-   0.15), the worst working map 0.053.
-
-Also reported, not used in the decision, because neither ranks maps: ``mnn_fraction`` (the share of mapped rows with
-a mutual nearest neighbour; MUSE alone AUC 0.933, this 0.450 pooled) and ``cycle_consistency`` (source -> map ->
-nearest target -> inverse map -> nearest source row is the same row; AUC 0.629): both are *higher* for an unrefined
-random map (0.53 and 0.41) than for a working one (0.48-0.50 and 0.30-0.35), and lower for a refined wrong one.
+It starts from MUSE's unsupervised model selection ("Word Translation Without Parallel Data", Conneau et al., ICLR
+2018: the mean cosine of CSLS mutual nearest neighbours, ``mnn_similarity``) and departs twice: the null maps are
+random maps *refined* by the nearest-neighbour Procrustes steps unsupervised fitters run (:func:`refine_icp`), as is
+the map under test, and ``gain`` compares the two optima; and ``agreement`` (the share of rows whose image is
+nearest its own refined image) requires the map to sit near that optimum. Refinements and criteria use disjoint
+halves of each sample. Decision: ``min(gain / GAIN_MIN, agreement / AGREEMENT_MIN) >= THRESHOLD``, one rule for both
+corpora. Why each step, and the measurements (ROC AUC, accuracy, limits): docs/design.md, "Label-free validation".
 """
 from __future__ import annotations
 

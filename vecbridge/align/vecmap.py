@@ -1,50 +1,15 @@
-"""VecMap's fully unsupervised initialisation and self-learning ("A robust self-learning method for fully
-unsupervised cross-lingual mappings of word embeddings", Artetxe, Labaka & Agirre, ACL 2018), adapted to sentence
-embeddings of two unpaired collections.
+"""VecMap's fully unsupervised start and self-learning ("A robust self-learning method for fully unsupervised
+cross-lingual mappings of word embeddings", Artetxe, Labaka & Agirre, ACL 2018), adapted to sentence embeddings of
+two unpaired collections.
 
-Why: mini-vec2vec (:class:`~vecbridge.align.MiniVec2Vec`) starts from a matching of k-means centroids (a quadratic
-assignment problem); when that matching is wrong, its refinements converge to a wrong map (top-1 of the true partner
-0.00 on some pairs of the FOLDOC and WordNet benchmarks). VecMap's start does not depend on any centroid matching,
-so it fails on other data than mini-vec2vec does; :class:`~vecbridge.align.MiniVec2Vec` uses both as restarts.
-
-The method, as in the paper (section 3):
-
-1. **Normalisation**: each side centred on its own mean and scaled to unit rows (the paper: unit, centre, unit; the
-   first unit scaling changes little for sentence encoders, whose raw norms are nearly constant).
-2. **Similarity-distribution initialisation** (section 3.2): for a sample of ``n_init`` rows per side, ``M = X X^T``
-   and its square root ``sqrt(M) = U S U^T`` (from the thin SVD ``X = U S V^T``); each row of ``sqrt(M)`` is sorted,
-   so that it no longer depends on which item is which, only on how the item's similarities are distributed; these
-   profiles are normalised like embeddings (unit, centre, unit) and compared across the two spaces by CSLS. Every
-   row's best match in both directions is the initial dictionary. The profiles are *dimension-free* (a profile has
-   ``n_init`` entries whatever the embedding dimension), so unequal dimensions need nothing more.
-3. **Self-learning** (section 3.3): repeat (a) the orthogonal map that best fits the current dictionary (Procrustes;
-   padded to unequal dimensions as the Procrustes-bounds paper does), (b) a new dictionary: every source row's best
-   target row by CSLS and every target row's best source row (bidirectional induction), with **stochastic dictionary
-   induction**: each similarity is kept with probability ``p`` (dropped ones cannot be chosen), ``p`` starting at
-   ``stochastic_initial`` and multiplied by ``stochastic_multiplier`` whenever the objective (mean best CSLS score,
-   no dropout) has not improved by ``threshold`` for ``stochastic_interval`` iterations; stop when it stalls at
-   ``p = 1``.
-
-Departures from the paper, each for sentence embeddings of unpaired collections (numbers from
-``bench/unsupervised_restarts.py`` on WordNet and FOLDOC, 4,000 + 4,000 disjoint items, 2,000 held out):
-
-* **The rows are a random sample**, not the most frequent words: collections have no frequency order.
-  ``n_sample=3000`` rows per side for self-learning (the paper: a 20,000-word vocabulary cut-off) and the profiles
-  of the first ``n_init=3000`` of those same rows for the initial dictionary (the paper: 4,000 words). The same rows
-  matter: a profile dictionary on 2,000 other rows gave a map that self-learning never lifted (FOLDOC minilm6 ->
-  mpnet top-1 0.02 after 60 iterations, against 0.87 on the same rows), and 2,000 rows were too few (0.01).
-* **The map is orthogonal** (plain Procrustes): the paper's self-learning runs whitening, re-weighting and
-  de-whitening, whose map is not orthogonal; vecbridge keeps orthogonal maps (what the artifact freezes and the
-  label-free validation judges), and the result only starts :class:`~vecbridge.align.MiniVec2Vec`'s refinements.
-* **A capped schedule**: at most ``max_iter=80`` iterations (the paper's ``stochastic_interval=50`` kept), so in
-  practice the keep probability stays at 0.1 throughout. Measured on FOLDOC minilm6 -> minilm3: held-out top-1
-  climbs slowly at p = 0.1 (0.02, 0.04, 0.08, 0.11, 0.18, 0.27, 0.45, 0.61 every 10 iterations); p = 0.25 is
-  similar, p = 0.5 much slower (0.10 after 80), and raising p after 5 stalled iterations locks in wrong maps (top-1
-  0.01-0.19 on 4 of 6 FOLDOC pairs). Random orthogonal starts never climb (0.001 after 60 iterations).
-* The initial dictionary's profiles are compared on rows that are different items on the two sides (the paper's two
-  vocabularies are translations of each other for most frequent words): the initial top-1 is near chance
-  (0.002-0.007), yet stochastic self-learning climbs from it and not from a random map.
-* One iteration costs two ``n_sample^2`` similarity matrices: about 0.25 s at 3,000 rows on one idle core.
+Why: mini-vec2vec starts from a matching of k-means centroids and converges to a wrong map when that matching is
+wrong; VecMap's start depends on no centroid matching, so it fails on other data, and
+:class:`~vecbridge.align.MiniVec2Vec` uses both as restarts. The method follows the paper's section 3:
+normalisation (centre, unit rows), the similarity-distribution initialisation (sorted rows of ``sqrt(X X^T)``,
+compared across spaces by CSLS; dimension-free), then self-learning (Procrustes on the current dictionary, a new
+bidirectional CSLS dictionary with stochastic dictionary induction) until the objective stalls at keep probability
+1. Where it departs (random samples instead of frequency-ranked vocabularies, an orthogonal map, a capped
+schedule), and the measurements behind each choice: docs/design.md, "mini-vec2vec".
 """
 from __future__ import annotations
 

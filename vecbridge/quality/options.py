@@ -263,105 +263,146 @@ def measure_options(X_fit, Y_fit, X_eval, Y_eval, Q_new, relevant, *, Q_old=None
     Returns ``{"native_recall", "options": [Option], "curves": {...}}``; retention is refused (InputError) when the
     native recall is below the floor of :func:`vecbridge.metrics.retention_ratio`.
     """
-    from ..align.clustered import ClusteredProcrustes
-    from ..align.procrustes import FewPairsWarning, OrthogonalProcrustes
     from ..metrics import retention_ratio
-    from .scoring import hub_penalty
 
-    X_fit, Y_fit = np.asarray(X_fit, np.float32), np.asarray(Y_fit, np.float32)
-    X_eval, Y_eval = np.asarray(X_eval, np.float32), np.asarray(Y_eval, np.float32)
-    rel = np.asarray(relevant, dtype=np.int64)
-    if len(Q_new) != len(rel):
-        raise InputError(f"{len(Q_new)} queries but {len(rel)} relevant rows")
-    n_eval = len(X_eval)
-    native = recall(relevant_ranks(Q_new, Y_eval, rel), k)
-    _, why = retention_ratio(1.0, native, len(rel), k=k)
+    m = _Measurement(X_fit, Y_fit, X_eval, Y_eval, Q_new, relevant, query_log=query_log, k=k, hub_k=hub_k,
+                     hub_weight=hub_weight, random_state=random_state)
+    _, why = retention_ratio(1.0, m.native, len(m.rel), k=k)
     if why is not None:
         raise InputError(f"retention cannot be measured: {why}")
-    options: list[Option] = []
-    curves: dict = {}
-
-    def add(name, ranks, **kw):
-        r = recall(ranks, k)
-        options.append(Option(name=name, retention=r / native, recall=r, **kw))
-        return r / native
-
-    def timed_transform(est):
-        t0 = time.perf_counter()
-        out = est.transform(X_eval)
-        return out, (time.perf_counter() - t0) / n_eval
-
     on_step("fitting the global and the clustered maps")
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", FewPairsWarning)
-        ortho = OrthogonalProcrustes(center=center).fit(X_fit, Y_fit)
-    clustered = ClusteredProcrustes(random_state=random_state, **(clustered_kw or {})).fit(X_fit, Y_fit)
-    M_o, t_o = timed_transform(ortho)
-    M_c, t_c = timed_transform(clustered)
-    art_bytes = clustered.rotations_.size * 8 + clustered.centroids_.size * 8
-    add("orthogonal (one global Q)", relevant_ranks(Q_new, M_o, rel), one_off_s_per_item=t_o)
-    add("clustered Procrustes", relevant_ranks(Q_new, M_c, rel), one_off_s_per_item=t_c,
-        extra_bytes_fixed=art_bytes)
-
+    m.maps(center, clustered_kw)
     on_step("hub penalty")
-    ref = np.asarray(query_log, np.float32) if query_log is not None else Y_fit
-    t0 = time.perf_counter()
-    pen_c = hub_penalty(M_c, ref, hub_k)
-    t_hub = (time.perf_counter() - t0) / n_eval
-    hub_kw = dict(needs_query_log=query_log is not None, extra_bytes_per_item=4.0, extra_bytes_fixed=art_bytes)
-    add("clustered + hub penalty", relevant_ranks(Q_new, M_c, rel, penalty=pen_c, weight=hub_weight),
-        one_off_s_per_item=t_c + t_hub, **hub_kw)
-    first = dict(penalty=pen_c, weight=hub_weight)
-    best_name, best_docs = "clustered + hub penalty", M_c
+    m.hub_penalty()
     if Q_old is not None:
-        fuse = dict(Q_old=Q_old, old_docs=X_eval, beta=beta)
-        add("dual-query fusion (clustered + old-model query)", relevant_ranks(Q_new, M_c, rel, **fuse),
-            one_off_s_per_item=t_c, needs_old_model=True, extra_bytes_fixed=art_bytes)
-        add("dual-query fusion + hub penalty",
-            relevant_ranks(Q_new, M_c, rel, **fuse, penalty=pen_c, weight=hub_weight),
-            one_off_s_per_item=t_c + t_hub, needs_old_model=True, **hub_kw)
-
+        m.fusion(Q_old, beta)
     on_step("selective re-embedding")
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", FewPairsWarning)
-        mapped_fit = clustered.transform(X_fit)
-    scores = reliability_scores(X_eval, M_c, X_fit, Y_fit, anchor_residuals(mapped_fit, Y_fit),
-                                query_log=query_log, random_state=random_state)
-    pen_native = hub_penalty(Y_eval, ref, hub_k)
-    curve = {}
-    for strat in [s for s in strategies if s in scores]:
-        pts = []
-        for f in fractions:
-            sel = select(scores[strat], f)
-            D = M_c.copy()
-            D[sel] = Y_eval[sel]
-            pen = pen_c.copy()
-            pen[sel] = pen_native[sel]
-            pts.append(recall(relevant_ranks(Q_new, D, rel, penalty=pen, weight=hub_weight), k) / native)
-        curve[strat] = pts
-    curves["reembed"] = {"fractions": list(fractions), "first_stage": best_name, "retention": curve}
-    best_strat = max((s for s in curve if s != "random"), key=lambda s: np.mean(curve[s]), default="random")
-    for f, r in zip(fractions, curve[best_strat]):
-        options.append(Option(name=f"{best_name} + re-embed {f:.0%} ({best_strat})", retention=r, recall=r * native,
-                              reembed_fraction=f, needs_texts=True, one_off_s_per_item=t_c + t_hub,
-                              needs_query_log=query_log is not None, extra_bytes_per_item=4.0,
-                              extra_bytes_fixed=art_bytes, details={"strategy": best_strat}))
-
+    best_strat = m.selective(strategies, fractions)
     on_step("re-ranking")
-    rr = {}
-    for K in rerank_k:
+    m.rerank(rerank_k)
+    m.options.append(Option(name="full re-embed", retention=1.0, recall=m.native, reembed_fraction=1.0,
+                            needs_texts=True))
+    return {"native_recall": m.native, "n_eval": m.n_eval, "n_queries": len(m.rel), "n_fit": len(m.X_fit),
+            "options": m.options, "curves": m.curves, "best_strategy": best_strat}
+
+
+class _Measurement:
+    """The steps of :func:`measure_options`, each adding its options (in the order the report lists them) and
+    curves; the best first stage (clustered + hub penalty) is what re-embedding and re-ranking build on."""
+
+    BEST = "clustered + hub penalty"
+
+    def __init__(self, X_fit, Y_fit, X_eval, Y_eval, Q_new, relevant, *, query_log, k, hub_k, hub_weight,
+                 random_state):
+        self.X_fit, self.Y_fit = np.asarray(X_fit, np.float32), np.asarray(Y_fit, np.float32)
+        self.X_eval, self.Y_eval = np.asarray(X_eval, np.float32), np.asarray(Y_eval, np.float32)
+        self.rel = np.asarray(relevant, dtype=np.int64)
+        if len(Q_new) != len(self.rel):
+            raise InputError(f"{len(Q_new)} queries but {len(self.rel)} relevant rows")
+        self.Q_new, self.query_log, self.k, self.hub_k, self.hub_weight = Q_new, query_log, k, hub_k, hub_weight
+        self.random_state = random_state
+        self.n_eval = len(self.X_eval)
+        self.native = recall(relevant_ranks(Q_new, self.Y_eval, self.rel), k)
+        self.options: list[Option] = []
+        self.curves: dict = {}
+
+    def add(self, name, ranks, **kw) -> float:
+        r = recall(ranks, self.k)
+        self.options.append(Option(name=name, retention=r / self.native, recall=r, **kw))
+        return r / self.native
+
+    def _timed_transform(self, est):
         t0 = time.perf_counter()
-        r, cover = rerank_recall(Q_new, best_docs, Y_eval, rel, K, k, **first)
-        dt = (time.perf_counter() - t0) / len(rel)
-        rr[K] = {"retention": r / native, "candidates_covered": cover}
-        options.append(Option(name=f"{best_name} + re-rank top {K}", retention=r / native, recall=r, rerank_k=K,
-                              needs_texts=True, one_off_s_per_item=t_c + t_hub, query_s=dt,
-                              needs_query_log=query_log is not None, extra_bytes_per_item=4.0,
-                              extra_bytes_fixed=art_bytes, details={"candidates_covered": cover}))
-    curves["rerank"] = rr
-    options.append(Option(name="full re-embed", retention=1.0, recall=native, reembed_fraction=1.0, needs_texts=True))
-    return {"native_recall": native, "n_eval": n_eval, "n_queries": len(rel), "n_fit": len(X_fit),
-            "options": options, "curves": curves, "best_strategy": best_strat}
+        out = est.transform(self.X_eval)
+        return out, (time.perf_counter() - t0) / self.n_eval
+
+    def maps(self, center: bool, clustered_kw: dict | None) -> None:
+        """The global orthogonal map and the clustered one, each as an option."""
+        from ..align.clustered import ClusteredProcrustes
+        from ..align.procrustes import FewPairsWarning, OrthogonalProcrustes
+
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", FewPairsWarning)
+            ortho = OrthogonalProcrustes(center=center).fit(self.X_fit, self.Y_fit)
+        self.clustered = ClusteredProcrustes(random_state=self.random_state, **(clustered_kw or {})).fit(
+            self.X_fit, self.Y_fit)
+        M_o, t_o = self._timed_transform(ortho)
+        self.M_c, self.t_c = self._timed_transform(self.clustered)
+        self.art_bytes = self.clustered.rotations_.size * 8 + self.clustered.centroids_.size * 8
+        self.add("orthogonal (one global Q)", relevant_ranks(self.Q_new, M_o, self.rel), one_off_s_per_item=t_o)
+        self.add("clustered Procrustes", relevant_ranks(self.Q_new, self.M_c, self.rel), one_off_s_per_item=self.t_c,
+                 extra_bytes_fixed=self.art_bytes)
+
+    def hub_penalty(self) -> None:
+        """The clustered map with the hub penalty against the query log (or the anchors' new-model vectors)."""
+        from .scoring import hub_penalty
+
+        self.ref = np.asarray(self.query_log, np.float32) if self.query_log is not None else self.Y_fit
+        t0 = time.perf_counter()
+        self.pen_c = hub_penalty(self.M_c, self.ref, self.hub_k)
+        self.t_hub = (time.perf_counter() - t0) / self.n_eval
+        self.hub_kw = dict(needs_query_log=self.query_log is not None, extra_bytes_per_item=4.0,
+                           extra_bytes_fixed=self.art_bytes)
+        self.add(self.BEST, relevant_ranks(self.Q_new, self.M_c, self.rel, penalty=self.pen_c, weight=self.hub_weight),
+                 one_off_s_per_item=self.t_c + self.t_hub, **self.hub_kw)
+
+    def fusion(self, Q_old, beta: float) -> None:
+        """Dual-query fusion, without and with the hub penalty."""
+        fuse = dict(Q_old=Q_old, old_docs=self.X_eval, beta=beta)
+        self.add("dual-query fusion (clustered + old-model query)", relevant_ranks(self.Q_new, self.M_c, self.rel,
+                                                                                   **fuse),
+                 one_off_s_per_item=self.t_c, needs_old_model=True, extra_bytes_fixed=self.art_bytes)
+        self.add("dual-query fusion + hub penalty",
+                 relevant_ranks(self.Q_new, self.M_c, self.rel, **fuse, penalty=self.pen_c, weight=self.hub_weight),
+                 one_off_s_per_item=self.t_c + self.t_hub, needs_old_model=True, **self.hub_kw)
+
+    def selective(self, strategies, fractions) -> str:
+        """Retention curves of re-embedding a fraction of the items chosen by each strategy; the best strategy's
+        points as options. Returns that strategy."""
+        from ..align.procrustes import FewPairsWarning
+        from .scoring import hub_penalty
+
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", FewPairsWarning)
+            mapped_fit = self.clustered.transform(self.X_fit)
+        scores = reliability_scores(self.X_eval, self.M_c, self.X_fit, self.Y_fit,
+                                    anchor_residuals(mapped_fit, self.Y_fit), query_log=self.query_log,
+                                    random_state=self.random_state)
+        pen_native = hub_penalty(self.Y_eval, self.ref, self.hub_k)
+        curve = {}
+        for strat in [s for s in strategies if s in scores]:
+            pts = []
+            for f in fractions:
+                sel = select(scores[strat], f)
+                D = self.M_c.copy()
+                D[sel] = self.Y_eval[sel]
+                pen = self.pen_c.copy()
+                pen[sel] = pen_native[sel]
+                pts.append(recall(relevant_ranks(self.Q_new, D, self.rel, penalty=pen, weight=self.hub_weight),
+                                  self.k) / self.native)
+            curve[strat] = pts
+        self.curves["reembed"] = {"fractions": list(fractions), "first_stage": self.BEST, "retention": curve}
+        best = max((s for s in curve if s != "random"), key=lambda s: np.mean(curve[s]), default="random")
+        for f, r in zip(fractions, curve[best]):
+            self.options.append(Option(name=f"{self.BEST} + re-embed {f:.0%} ({best})", retention=r,
+                                       recall=r * self.native, reembed_fraction=f, needs_texts=True,
+                                       one_off_s_per_item=self.t_c + self.t_hub, **self.hub_kw,
+                                       details={"strategy": best}))
+        return best
+
+    def rerank(self, rerank_k) -> None:
+        """Re-ranking the best first stage's top K candidates with the new model's vectors, for each K."""
+        rr = {}
+        for K in rerank_k:
+            t0 = time.perf_counter()
+            r, cover = rerank_recall(self.Q_new, self.M_c, self.Y_eval, self.rel, K, self.k, penalty=self.pen_c,
+                                     weight=self.hub_weight)
+            dt = (time.perf_counter() - t0) / len(self.rel)
+            rr[K] = {"retention": r / self.native, "candidates_covered": cover}
+            self.options.append(Option(name=f"{self.BEST} + re-rank top {K}", retention=r / self.native, recall=r,
+                                       rerank_k=K, needs_texts=True, one_off_s_per_item=self.t_c + self.t_hub,
+                                       query_s=dt, **self.hub_kw, details={"candidates_covered": cover}))
+        self.curves["rerank"] = rr
 
 
 def measure_options_split(X, Y, Q_new, relevant, *, eval_fraction: float = 0.5, random_state=0, **kw) -> dict:
