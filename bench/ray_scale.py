@@ -7,7 +7,7 @@ so most rows are near-copies of 10,000 real ones) is migrated 384 -> 384 into pa
 orthogonal map fitted on 5,000 real pairs):
 
 * ``local``: ``vecbridge.jobs.migrate`` (one process: a reader thread and a writer), the baseline;
-* ``ray xW``: ``migrate_on_ray`` with W workers on a Ray instance started once for the store (as on a cluster that
+* ``ray xW``: ``migrate`` on the Ray engine with W workers on a Ray instance started once for the store (as on a cluster that
   is already running; its start-up is timed apart), the same source, a fresh target each time.
 
 Every run writes a new collection without building its vector index (``build_index=False``: the index build is the
@@ -91,7 +91,7 @@ def timed(run, url: str, n: int) -> float:
 def bench_store(name: str, n: int, workers: list[int], repeats: int, tmp: Path) -> dict:
     import ray
 
-    from vecbridge.jobs.distributed import migrate_on_ray
+    from vecbridge.runtime.ray_engine import RayEngine
 
     module = import_module(f"tests.connectors.engines.{name}")
     reason = module.unavailable()
@@ -118,9 +118,9 @@ def bench_store(name: str, n: int, workers: list[int], repeats: int, tmp: Path) 
                 print(f"{name} local: {n / runs['local'][-1]:,.0f} vectors/s", flush=True)
                 for w in workers:
                     url = eng.url(f"ray{w}x{r}")
-                    runs[f"ray x{w}"].append(timed(lambda: migrate_on_ray(
-                        src, align, url, workers=w, build_index=False, checkpoint_path=tmp / f"r{name}{w}{r}.json"),
-                        url, n))
+                    runs[f"ray x{w}"].append(timed(lambda: migrate(
+                        src, align, url, engine=RayEngine(workers=w), build_index=False,
+                        checkpoint_path=tmp / f"r{name}{w}{r}.json"), url, n))
                     print(f"{name} ray x{w}: {n / runs[f'ray x{w}'][-1]:,.0f} vectors/s", flush=True)
         finally:
             ray.shutdown()

@@ -4,6 +4,7 @@ with an alignment and write gives the collection a single-process ``migrate`` gi
 written into its own source; stores that cannot be read in parallel are refused in one line."""
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import subprocess
@@ -75,7 +76,7 @@ def test_our_error_is_found_inside_what_ray_raised():
     error raised to the user is ours wherever it sits in that chain, else Ray's own exception."""
     from types import SimpleNamespace
 
-    from vecbridge.jobs.distributed import task_error
+    from vecbridge.runtime.ray_engine import task_error
 
     class TaskError(Exception):   # stands in for ray.exceptions.RayTaskError: the unwrapping is our own logic
         def __init__(self, cause):
@@ -222,6 +223,7 @@ def test_an_existing_target_is_refused_and_kept(ray_cluster, tmp_path):
 class NoRanges(FileCollection):
     """A file store that cannot cut key ranges (what a store without a keyset scan looks like)."""
 
+    capabilities = dataclasses.replace(FileCollection.capabilities, key_ranges=False)
     key_ranges = Collection.key_ranges
 
 

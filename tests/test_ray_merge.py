@@ -4,6 +4,7 @@ second vector field of keep-both), with the same ``linked``/``renamed`` counts; 
 same result with every record once; the CLI runs it with ``--engine ray --json``."""
 from __future__ import annotations
 
+import importlib
 import json
 import os
 
@@ -18,6 +19,7 @@ from vecbridge.connectors import VectorBatch, connect
 from vecbridge.errors import InputError, StoreError
 from vecbridge.jobs import merge
 from vecbridge.jobs.merge import A_FIELD
+from vecbridge.runtime.ray_engine import RayEngine
 
 os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")   # keep every Ray address on the loopback
 
@@ -95,8 +97,6 @@ def _counts(result) -> tuple:
 def test_ray_merge_equals_single_process(ray_cluster, store, tmp_path, links):
     """Every policy the store supports; keep-both where it has no second vector field is refused before any
     write, as the local merge refuses it."""
-    from vecbridge.jobs import merge_on_ray
-
     engine, url = store
     inp = _inputs(url, tmp_path, links)
     renamed = 7 if links == "file" else 0
@@ -104,15 +104,16 @@ def test_ray_merge_equals_single_process(ray_cluster, store, tmp_path, links):
         local = merge(inp["a"], inp["b"], url(f"local_{policy}"), inp["align"], links=inp["links"], policy=policy,
                       batch_size=BATCH)
         seen = []
-        ray = merge_on_ray(inp["a"], inp["b"], url(f"ray_{policy}"), inp["align"], links=inp["links"], policy=policy,
-                           workers=2, ranges_per_worker=2, batch_size=BATCH, on_progress=seen.append)
+        ray = merge(inp["a"], inp["b"], url(f"ray_{policy}"), inp["align"], links=inp["links"], policy=policy,
+                    engine=RayEngine(workers=2, units_per_worker=2), batch_size=BATCH, on_progress=seen.append)
         assert _counts(ray) == _counts(local) == (N_A + N_B - SHARED, SHARED, renamed, N_A + N_B - SHARED)
         assert sum(seen) == N_A + N_B, "every record of both inputs read once"
         _assert_same(url(f"ray_{policy}"), url(f"local_{policy}"), policy)
     assert not list(tmp_path.glob("*.merge.json")), "the checkpoints go when the jobs are done"
     if "keep-both" not in POLICIES[engine]:
         with pytest.raises(StoreError, match="not supported"):
-            merge_on_ray(inp["a"], inp["b"], url("both"), inp["align"], links=inp["links"], policy="keep-both")
+            merge(inp["a"], inp["b"], url("both"), inp["align"], links=inp["links"], policy="keep-both",
+                  engine=RayEngine(workers=2))
         assert not connect(url("both")).exists()
 
 
@@ -123,8 +124,6 @@ class Interrupt(Exception):
 def test_an_interrupted_merge_resumes_exact(ray_cluster, store, tmp_path):
     """The driver dies part-way (B's slices partly written); a resume with one worker ends exact: every record once,
     the counts of the whole job, a checkpoint the local merge refuses to use."""
-    from vecbridge.jobs import merge_on_ray
-
     engine, url = store
     inp = _inputs(url, tmp_path, "file")
     policy = POLICIES[engine][-1]
@@ -140,8 +139,8 @@ def test_an_interrupted_merge_resumes_exact(ray_cluster, store, tmp_path):
 
     options = {"links": inp["links"], "policy": policy, "batch_size": BATCH, "checkpoint_path": ckpt}
     with pytest.raises(Interrupt):
-        merge_on_ray(inp["a"], inp["b"], url("ray"), inp["align"], workers=2, ranges_per_worker=2,
-                     on_progress=progress, **options)
+        merge(inp["a"], inp["b"], url("ray"), inp["align"], engine=RayEngine(workers=2, units_per_worker=2),
+              on_progress=progress, **options)
     state = json.loads(ckpt.read_text())
     assert sorted(state["ranges"]) == ["a", "b"]
     written = sum(p["written"] for p in state["phases"].values())
@@ -150,8 +149,8 @@ def test_an_interrupted_merge_resumes_exact(ray_cluster, store, tmp_path):
     with pytest.raises(InputError, match="different kind"):
         merge(inp["a"], inp["b"], url("ray"), inp["align"], resume=True, **options)
     with pytest.raises(InputError, match="already started"):
-        merge_on_ray(inp["a"], inp["b"], url("ray"), inp["align"], workers=1, **options)
-    ray = merge_on_ray(inp["a"], inp["b"], url("ray"), inp["align"], workers=1, resume=True, **options)
+        merge(inp["a"], inp["b"], url("ray"), inp["align"], engine=RayEngine(workers=1), **options)
+    ray = merge(inp["a"], inp["b"], url("ray"), inp["align"], engine=RayEngine(workers=1), resume=True, **options)
     assert ray["written"] == N_A + N_B - SHARED - written
     assert (ray["linked"], ray["renamed"], ray["count"]) == (local["linked"], local["renamed"], local["count"])
     _assert_same(url("ray"), url("local"), policy)
@@ -162,32 +161,63 @@ def test_a_task_whose_worker_dies_is_rerun_and_counted_once(ray_cluster, tmp_pat
     """The worker process of B's first slice and of A's first slice dies after a few committed batches: Ray re-runs
     each from the slice's start, and the driver counts the replayed batches, their linked and renamed records
     included, only once."""
-    from vecbridge.jobs import distributed, merge_on_ray
+    merge_job = importlib.import_module("vecbridge.jobs.merge")   # the module (vecbridge.jobs.merge is the job)
 
     url = lambda name: f"file://{tmp_path / name}"
     inp = _inputs(url, tmp_path, "file")
     local = merge(inp["a"], inp["b"], url("local"), inp["align"], links=inp["links"], batch_size=BATCH)
     attempts = tmp_path / "attempts"
     attempts.mkdir()
-    original = distributed.copy_range
+    original = merge_job.copy_unit
 
-    def dies_once(*args):   # a local function: Ray ships it by value
+    def dies_once(unit, job):   # a local function: Ray ships it by value
         import os
 
-        index = args[3]
-        first = not list(attempts.glob(f"{index}-*"))
-        (attempts / f"{index}-{os.getpid()}").touch()
-        for n, report in enumerate(original(*args)):
+        first = not list(attempts.glob(f"{unit.phase}-*"))
+        (attempts / f"{unit.phase}-{os.getpid()}").touch()
+        for n, report in enumerate(original(unit, job)):
             yield report
-            if first and index in (0, 2) and n == 2:
+            if first and unit.phase in ("b-range-0000", "a-range-0000") and n == 2:
                 os._exit(1)   # the worker process dies, as on a lost node
 
-    monkeypatch.setattr(distributed, "copy_range", dies_once)
-    ray = merge_on_ray(inp["a"], inp["b"], url("ray"), inp["align"], links=inp["links"], workers=2,
-                       ranges_per_worker=1, batch_size=BATCH)
-    assert len(list(attempts.glob("0-*"))) == len(list(attempts.glob("2-*"))) == 2, "each died once, ran again"
+    monkeypatch.setattr(merge_job, "copy_unit", dies_once)
+    ray = merge(inp["a"], inp["b"], url("ray"), inp["align"], links=inp["links"],
+                engine=RayEngine(workers=2, units_per_worker=1), batch_size=BATCH)
+    assert len(list(attempts.glob("b-range-0000-*"))) == len(list(attempts.glob("a-range-0000-*"))) == 2, \
+        "each died once, ran again"
     assert _counts(ray) == _counts(local)
     _assert_same(url("ray"), url("local"), "keep-b")
+
+
+def test_keep_both_waits_for_every_slice_of_b(ray_cluster, pg_engine, tmp_path, monkeypatch):
+    """keep-both sets A's mapped vector on the merged records phase B wrote (in place: only rows that exist), so A's
+    slices start once every slice of B is written: here B's last slice is slow (it waits up to a few seconds for A's
+    slices to end) and still every linked record gets A's mapped vector, as in the local merge."""
+    merge_job = importlib.import_module("vecbridge.jobs.merge")   # the module (vecbridge.jobs.merge is the job)
+
+    url = collection_urls(pg_engine, tmp_path)
+    inp = _inputs(url, tmp_path, "ids")
+    local = merge(inp["a"], inp["b"], url("local"), inp["align"], policy="keep-both", batch_size=BATCH)
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    original = merge_job.copy_unit
+
+    def slow_last_b(unit, job):   # a local function: Ray ships it by value
+        import time
+
+        if unit.phase == "b-range-0003":
+            deadline = time.monotonic() + 6
+            while len(list(marks.glob("a-*"))) < 4 and time.monotonic() < deadline:
+                time.sleep(0.05)
+        yield from original(unit, job)
+        (marks / unit.phase).touch()
+
+    monkeypatch.setattr(merge_job, "copy_unit", slow_last_b)
+    ray = merge(inp["a"], inp["b"], url("ray"), inp["align"], policy="keep-both", batch_size=BATCH,
+                engine=RayEngine(workers=2, units_per_worker=2))
+    assert (marks / "b-range-0003").exists(), "B was cut into four slices"
+    assert _counts(ray) == _counts(local)
+    _assert_same(url("ray"), url("local"), "keep-both")
 
 
 def test_cli_merge_on_ray(ray_cluster, tmp_path):
@@ -208,8 +238,6 @@ def test_cli_merge_on_ray(ray_cluster, tmp_path):
 def test_ray_merge_on_a_milvus_server(ray_cluster, milvus_engine, tmp_path):
     """A Milvus server, linked by a pairs file, keep-a (A's vectors mapped in both phases): as the local merge.
     (Milvus has no second vector field for keep-both; keep-b adds nothing the file and pgvector runs do not check.)"""
-    from vecbridge.jobs import merge_on_ray
-
     tag = tmp_path.name[-12:].replace("-", "_").lower()
     url = lambda name: milvus_engine.url(f"{name}_{tag}")
     inp = _inputs(url, tmp_path, "file")
@@ -217,7 +245,7 @@ def test_ray_merge_on_a_milvus_server(ray_cluster, milvus_engine, tmp_path):
         name = policy.replace("-", "_")   # Milvus names: letters, digits, underscores
         local = merge(inp["a"], inp["b"], url(f"local_{name}"), inp["align"], links=inp["links"], policy=policy,
                       batch_size=BATCH * 4)
-        ray = merge_on_ray(inp["a"], inp["b"], url(f"ray_{name}"), inp["align"], links=inp["links"], policy=policy,
-                           workers=2, ranges_per_worker=2, batch_size=BATCH * 4)
+        ray = merge(inp["a"], inp["b"], url(f"ray_{name}"), inp["align"], links=inp["links"], policy=policy,
+                    engine=RayEngine(workers=2, units_per_worker=2), batch_size=BATCH * 4)
         assert _counts(ray) == _counts(local) == (N_A + N_B - SHARED, SHARED, 7, N_A + N_B - SHARED)
         _assert_same(url(f"ray_{name}"), url(f"local_{name}"), policy)

@@ -19,6 +19,7 @@ from vecbridge.align import Alignment, OrthogonalProcrustes
 from vecbridge.connectors import VectorBatch, connect
 from vecbridge.errors import InputError
 from vecbridge.jobs import migrate
+from vecbridge.runtime.ray_engine import RayEngine
 
 # Ray turns 127.0.0.1 in an address into this machine's network address unless it is told that the cluster is a
 # local one: keep every address on the loopback
@@ -37,6 +38,7 @@ from vecbridge.align import Alignment, OrthogonalProcrustes
 from vecbridge.connectors import VectorBatch, connect
 from vecbridge.errors import InputError
 from vecbridge.jobs import migrate
+from vecbridge.runtime.ray_engine import RayEngine
 rng = np.random.default_rng(0)
 X, Y = rng.normal(size=(50, 4)).astype(np.float32), rng.normal(size=(50, 4)).astype(np.float32)
 connect("file://{tmp_path}/src").create(dim=4).upsert(VectorBatch([str(i) for i in range(50)], X))
@@ -128,11 +130,9 @@ def _assert_same(url, reference):
 
 
 def test_ray_migrate_equals_single_process(cluster, store, tmp_path):
-    from vecbridge.jobs.distributed import migrate_on_ray
-
     src, align, reference = _setup(store, tmp_path)
     seen = []
-    result = migrate_on_ray(src, align, store("ray"), workers=2, batch_size=BATCH, on_progress=seen.append)
+    result = migrate(src, align, store("ray"), engine=RayEngine(workers=2), batch_size=BATCH, on_progress=seen.append)
     assert (result.count, result.read, result.written, result.resumed_from) == (N, N, N, 0)
     assert sum(seen) == N
     _assert_same(store("ray"), reference)
@@ -140,21 +140,20 @@ def test_ray_migrate_equals_single_process(cluster, store, tmp_path):
 
 
 def test_a_worker_node_removed_mid_run_ends_exact(cluster, store, tmp_path, monkeypatch):
-    from vecbridge.jobs import distributed
-    from vecbridge.jobs.distributed import migrate_on_ray
+    from vecbridge.jobs import rewrite
 
     src, align, reference = _setup(store, tmp_path)
     attempts = tmp_path / "attempts"
     attempts.mkdir()
-    original = distributed.copy_range
+    original = rewrite.copy_unit
     doomed = cluster["worker"].node_id
 
-    def logged(*args):   # a local function: Ray ships it by value; it notes every attempt of every task
+    def logged(unit, job):   # a local function: Ray ships it by value; it notes every attempt of every task
         import ray
 
         node = ray.get_runtime_context().get_node_id()
-        (attempts / f"{args[3]}-{node}-{time.time_ns()}").touch()
-        for n, report in enumerate(original(*args)):
+        (attempts / f"{unit.phase}-{node}-{time.time_ns()}").touch()
+        for n, report in enumerate(original(unit, job)):
             yield report
             # a task on the node to be removed waits there after its first batch (a minute at most), so that it is
             # still running when the node goes, however far ahead of the driver streamed tasks run
@@ -162,7 +161,7 @@ def test_a_worker_node_removed_mid_run_ends_exact(cluster, store, tmp_path, monk
             while node == doomed and n == 0 and time.monotonic() < deadline:
                 time.sleep(0.05)
 
-    monkeypatch.setattr(distributed, "copy_range", logged)
+    monkeypatch.setattr(rewrite, "copy_unit", logged)
     c = cluster["cluster"]
     done = {"read": 0, "removed": False}
 
@@ -177,7 +176,8 @@ def test_a_worker_node_removed_mid_run_ends_exact(cluster, store, tmp_path, monk
             cluster["worker"] = c.add_node(num_cpus=1)
 
     worker = cluster["worker"]
-    result = migrate_on_ray(src, align, store("ray"), workers=2, batch_size=BATCH // 4, on_progress=progress)
+    result = migrate(src, align, store("ray"), engine=RayEngine(workers=2), batch_size=BATCH // 4,
+                     on_progress=progress)
     assert done["removed"]
     assert len(list(attempts.iterdir())) > 2 * 4, "the task of the removed node ran again"
     assert result.read == result.written == N and done["read"] == N
@@ -191,8 +191,6 @@ class Interrupt(Exception):
 def test_an_interrupted_driver_resumes_exact(cluster, store, tmp_path):
     """The driver dies part-way (some ranges done, others half written); a resume with another worker count skips
     the finished ranges, continues the others from their last key, and ends exact."""
-    from vecbridge.jobs.distributed import migrate_on_ray
-
     src, align, reference = _setup(store, tmp_path)
     ckpt = tmp_path / "ray.ckpt.json"
     done = {"read": 0}
@@ -203,16 +201,16 @@ def test_an_interrupted_driver_resumes_exact(cluster, store, tmp_path):
             raise Interrupt
 
     with pytest.raises(Interrupt):
-        migrate_on_ray(src, align, store("ray"), workers=2, batch_size=BATCH, checkpoint_path=ckpt,
-                       ranges_per_worker=3, on_progress=progress)
+        migrate(src, align, store("ray"), engine=RayEngine(workers=2, units_per_worker=3), batch_size=BATCH,
+                checkpoint_path=ckpt, on_progress=progress)
     state = json.loads(ckpt.read_text())
     assert len(state["ranges"]) == 6
     phases = state["phases"].values()
     assert any(p["done"] for p in phases) and 0 < sum(p["written"] for p in phases) < N
     with pytest.raises(InputError, match="different kind"):   # not a checkpoint the single-process job can use
         migrate(src, align, store("ray"), batch_size=BATCH, checkpoint_path=ckpt, resume=True)
-    result = migrate_on_ray(src, align, store("ray"), workers=1, batch_size=BATCH, checkpoint_path=ckpt,
-                            resume=True)
+    result = migrate(src, align, store("ray"), engine=RayEngine(workers=1), batch_size=BATCH, checkpoint_path=ckpt,
+                     resume=True)
     assert result.resumed_from > 0 and result.resumed_from + result.written == N
     _assert_same(store("ray"), reference)
     assert not ckpt.exists()
@@ -263,8 +261,6 @@ SINGLE_PROCESS_CLIENTS = {"milvus_lite": "milvus_lite", "qdrant_local": "qdrant_
 @pytest.mark.parametrize("kind", sorted(SINGLE_PROCESS))
 def test_single_process_stores_are_refused_in_one_line(kind, tmp_path):
     """As source or as target, before anything is written: every Ray task would open the store itself."""
-    from vecbridge.jobs.distributed import migrate_on_ray
-
     pytest.importorskip("ray")
     pytest.importorskip(SINGLE_PROCESS_CLIENTS[kind])
     url = SINGLE_PROCESS[kind]
@@ -272,13 +268,13 @@ def test_single_process_stores_are_refused_in_one_line(kind, tmp_path):
     connect(src).create(dim=4).upsert(VectorBatch(["a", "b"], np.eye(2, 4, dtype=np.float32)))
     align = Alignment.from_estimator(OrthogonalProcrustes().fit(np.eye(4), np.eye(4))).save(tmp_path / "a.vb")
     with pytest.raises(InputError, match="one process at a time") as refused:
-        migrate_on_ray(src, align, f"file://{tmp_path}/t", workers=2)
+        migrate(src, align, f"file://{tmp_path}/t", engine=RayEngine(workers=2))
     assert "\n" not in str(refused.value) and "the source " + connect(src).display_url in str(refused.value)
     assert not (tmp_path / "t").exists()
     connect(f"file://{tmp_path}/f").create(dim=4).upsert(VectorBatch(["a"], np.eye(1, 4, dtype=np.float32)))
     target = url(tmp_path / "out", "tgt")
     with pytest.raises(InputError, match="the target .* one process at a time"):
-        migrate_on_ray(f"file://{tmp_path}/f", align, target, workers=2)
+        migrate(f"file://{tmp_path}/f", align, target, engine=RayEngine(workers=2))
     assert not (tmp_path / "out").exists() and not connect(target).exists()
 
 
@@ -311,10 +307,8 @@ def server_engine(request, tmp_path_factory):
 def test_ray_migrate_on_a_server(cluster, server_engine, tmp_path):
     """A store on a server (its embedded forms are refused: one process at a time): the same result as a
     single-process migrate, bit for bit."""
-    from vecbridge.jobs.distributed import migrate_on_ray
-
     store = lambda name: server_engine.url(f"{name}_{tmp_path.name[-12:].replace('-', '_').lower()}")
     src, align, reference = _setup(store, tmp_path)
-    result = migrate_on_ray(src, align, store("ray"), workers=2, batch_size=BATCH * 5)
+    result = migrate(src, align, store("ray"), engine=RayEngine(workers=2), batch_size=BATCH * 5)
     assert (result.read, result.written) == (N, N)
     _assert_same(store("ray"), reference)

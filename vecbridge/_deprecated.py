@@ -17,3 +17,19 @@ def moved(old: str, names: dict[str, str]):
         return getattr(importlib.import_module(new), name)
 
     return __getattr__
+
+
+def on_engine(old: str, new: str, job, make_engine):
+    """A removed ``*_on_ray(..., workers=, ray_address=, ranges_per_worker=)`` entry point, kept for one release (it
+    warns, as :func:`moved` does, when it is looked up): ``job(..., engine=make_engine("ray", ...))``, the job itself
+    on the Ray engine. ``new``: the job's public name, for the warning."""
+    warnings.warn(f"{old} is replaced by {new}(..., engine=RayEngine(workers=...)); the old name goes in the next "
+                  f"release", DeprecationWarning, stacklevel=3)
+
+    def twin(*args, workers: int = 2, ray_address: str | None = None, ranges_per_worker: int | None = None,
+             **options):
+        engine = make_engine("ray", workers=workers, ray_address=ray_address, units_per_worker=ranges_per_worker)
+        return job(*args, engine=engine, **options)
+
+    twin.__name__ = twin.__qualname__ = old.rpartition(".")[2]
+    return twin

@@ -23,8 +23,11 @@ def pause_point(name: str) -> None:
             os.kill(os.getpid(), signal.SIGSTOP)
 
 
-for module in ("checkpoint", "pipeline", "rewrite", "merge", "upgrade"):   # each imported fault_point by name
+for module in ("checkpoint", "pipeline", "rewrite", "merge", "upgrade.starting", "upgrade.sync", "upgrade.scheduler",
+               "upgrade.cutover"):   # each imported fault_point by name
     importlib.import_module(f"vecbridge.jobs.{module}").fault_point = pause_point
+for module in ("checkpoint", "pipeline"):   # where the checkpoint and the copy jobs' batch points live now
+    importlib.import_module(f"vecbridge.runtime.{module}").fault_point = pause_point
 
 if __name__ == "__main__":
     from vecbridge.cli import main

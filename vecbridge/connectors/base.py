@@ -10,7 +10,7 @@ with the next record, nothing skipped and nothing repeated (as long as the colle
 Partitioned scans: connectors that scan with a keyset cursor (file, pgvector, Milvus, Qdrant, Qdrant Edge) or an
 offset cursor (Chroma) also split a collection into disjoint :class:`KeyRange` slices (:meth:`Collection.key_ranges`),
 and ``scan(after=r.after, until=r.until)`` reads exactly one slice: the slices together hold every record once. A
-distributed job gives each worker one slice, unless the store is :attr:`Collection.single_process`.
+distributed job gives each worker one slice, unless the store is ``single_process`` (:class:`Capabilities`).
 """
 from __future__ import annotations
 
@@ -208,25 +208,24 @@ class Collection(abc.ABC):
 
     #: URL scheme(s) this connector serves, for messages
     scheme: str = ""
-    #: records per :meth:`upsert` that ``migrate`` sends when the user names no batch size; connectors whose store
-    #: writes faster in other sizes (one COPY stream, a server's batch limit) override it
-    preferred_batch_size: int = 1000
-    #: True where one process at a time may open the collection (an embedded store that locks its files or is not
-    #: process-safe, or one that lives in this process's memory): a job spread over processes (``--engine ray``)
-    #: refuses it. Key ranges still work there, for a partitioned, resumable scan in one process
-    single_process: bool = False
+    #: what this collection's store can do (see :class:`Capabilities`): every connector declares its own, as a class
+    #: attribute or, where it depends on the URL (an embedded store or a server), as a property
+    capabilities: Capabilities = Capabilities()
 
     @property
-    def capabilities(self) -> Capabilities:
-        """What this collection's store can do (see :class:`Capabilities`)."""
-        cls = type(self)
-        return Capabilities(
-            key_ranges=cls.key_ranges is not Collection.key_ranges,
-            named_vectors=cls.with_vector_field is not Collection.with_vector_field,
-            alias=cls.point_alias is not Collection.point_alias,
-            serving_view=callable(getattr(self, "serving_view", None)),
-            deferred_index=bool(self.supports_deferred_index), single_process=bool(self.single_process),
-            preferred_batch_size=int(self.preferred_batch_size))
+    def preferred_batch_size(self) -> int:
+        """Kept for one release: read ``capabilities.preferred_batch_size``."""
+        return self.capabilities.preferred_batch_size
+
+    @property
+    def single_process(self) -> bool:
+        """Kept for one release: read ``capabilities.single_process``."""
+        return self.capabilities.single_process
+
+    @property
+    def supports_deferred_index(self) -> bool:
+        """Kept for one release: read ``capabilities.deferred_index``."""
+        return self.capabilities.deferred_index
 
     def __init__(self, url: str, *, read_only: bool = False):
         self.url = url
@@ -256,7 +255,7 @@ class Collection(abc.ABC):
         """At most ``n`` disjoint :class:`KeyRange` slices that together cover every record, in scan order, cut at
         quantiles of sampled primary keys (deterministic for a seed), or of positions where the store has no key
         order to range over (Chroma); each is read with ``scan(after=r.after, until=r.until)``. Connectors without a
-        ranged scan refuse."""
+        ranged scan refuse (and do not declare ``capabilities.key_ranges``)."""
         raise StoreError(f"{self.scheme or 'store'}: ranges not supported yet")
 
     @abc.abstractmethod
@@ -300,7 +299,7 @@ class Collection(abc.ABC):
         """Create the collection the URL names (``exist_ok``: one that exists with this dim and metric is fine).
 
         ``index=False`` leaves the vector index to :meth:`build_index` after a bulk load, where
-        :attr:`supports_deferred_index` says that is faster; stores that index as they go ignore it."""
+        ``capabilities.deferred_index`` says that is faster; stores that index as they go ignore it."""
 
     @abc.abstractmethod
     def upsert(self, batch: VectorBatch) -> int:
@@ -327,9 +326,6 @@ class Collection(abc.ABC):
     def drop_vector_field(self, name: str) -> None:
         """Remove a vector field / column and its values (what ``upgrade finalize --drop-old`` asks for)."""
         raise StoreError(f"{self.scheme}: removing a vector field is not supported by this store")
-
-    #: True where ``create(..., index=False)`` + :meth:`build_index` makes bulk loads faster
-    supports_deferred_index = False
 
     def build_index(self) -> None:
         """Build the search index after a bulk load (no-op for stores that maintain it as they go)."""

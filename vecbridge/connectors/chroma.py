@@ -39,7 +39,7 @@ plan, and each slice reads just its own records (the skip walks an index, no vec
 have every slice list all ids to find its own. They hold under the same contract as a resumed scan: the collection
 is not modified while the job runs.
 
-A persistent directory is :attr:`~ChromaCollection.single_process`: Chroma takes no lock, but its client is not
+A persistent directory is ``single_process`` (its capabilities): Chroma takes no lock, but its client is not
 process-safe (each process keeps its own vector index in memory and writes it back), so a job spread over processes
 needs a server.
 """
@@ -61,6 +61,7 @@ from chromadb.errors import NotFoundError
 from ..errors import InputError, NotFound
 from ..fs import require_writable
 from .base import (
+    Capabilities,
     Collection,
     CollectionIdentity,
     CollectionInfo,
@@ -126,8 +127,6 @@ def _user_id(chroma_id: str, meta: dict | None) -> Any:
 
 class ChromaCollection(Collection):
     scheme = "chroma"
-    #: records per upsert the migration pipeline should send: under Chroma's default batch limit (5461)
-    preferred_batch_size = 5000
 
     def __init__(self, url: str, *, read_only: bool = False):
         super().__init__(url, read_only=read_only)
@@ -161,9 +160,10 @@ class ChromaCollection(Collection):
         return CollectionIdentity("chroma", f"{where}/{tenant}/{database}", self.name)
 
     @property
-    def single_process(self) -> bool:
-        """A persistent directory: not process-safe (see the module notes)."""
-        return self.path is not None
+    def capabilities(self) -> Capabilities:
+        """Offset ranges; a persistent directory is not process-safe (see the module notes); batches under Chroma's
+        default limit of 5461 records per upsert."""
+        return Capabilities(key_ranges=True, single_process=self.path is not None, preferred_batch_size=5000)
 
     @property
     def local_path(self) -> str | None:

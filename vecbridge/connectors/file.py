@@ -35,6 +35,7 @@ import numpy as np
 from ..errors import InputError, NotFound, StoreError
 from ..fs import require_writable
 from .base import (
+    Capabilities,
     Collection,
     CollectionIdentity,
     CollectionInfo,
@@ -151,6 +152,7 @@ class _Segment:
 
 class FileCollection(Collection):
     scheme = "file"
+    capabilities = Capabilities(key_ranges=True)
     #: whether this handle has removed the temporaries that killed writers left (once, before its first write)
     _swept = False
 

@@ -61,7 +61,16 @@ from pymilvus.exceptions import DataNotMatchException, ErrorCode, MilvusExceptio
 
 from ..errors import InputError, NotFound, StoreError
 from ..fs import require_writable
-from .base import Collection, CollectionIdentity, CollectionInfo, KeyRange, VectorBatch, check_metric, ranges_from_keys
+from .base import (
+    Capabilities,
+    Collection,
+    CollectionIdentity,
+    CollectionInfo,
+    KeyRange,
+    VectorBatch,
+    check_metric,
+    ranges_from_keys,
+)
 from .readonly import readable_path
 from .url import canonical_host, known_params, resolved_path
 
@@ -239,9 +248,9 @@ class MilvusCollection(Collection):
         return self.vector_name
 
     @property
-    def single_process(self) -> bool:
-        """A Milvus Lite database is locked by the one process that opens it."""
-        return self.lite_path is not None
+    def capabilities(self) -> Capabilities:
+        """Aliases; a Milvus Lite database is locked by the one process that opens it."""
+        return Capabilities(key_ranges=True, alias=True, single_process=self.lite_path is not None)
 
     @property
     def local_path(self) -> str | None:

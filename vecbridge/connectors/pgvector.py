@@ -54,7 +54,16 @@ from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict
 
 from ..errors import InputError, NotFound, StoreError
-from .base import Collection, CollectionIdentity, CollectionInfo, KeyRange, VectorBatch, first_line, ranges_from_keys
+from .base import (
+    Capabilities,
+    Collection,
+    CollectionIdentity,
+    CollectionInfo,
+    KeyRange,
+    VectorBatch,
+    first_line,
+    ranges_from_keys,
+)
 from .url import canonical_host, query_params, resolved_path
 
 T = TypeVar("T")
@@ -111,8 +120,10 @@ class _ConnectFailed(Exception):
 
 class PgVectorCollection(Collection):
     scheme = "postgresql"
-    #: rows per upsert the migration pipeline should send: one COPY stream each, so large batches pay off
-    preferred_batch_size = 10_000
+    #: extra vector columns, a serving view, an index built after a bulk load; 10,000 rows per upsert: one COPY
+    #: stream each, so large batches pay off
+    capabilities = Capabilities(key_ranges=True, named_vectors=True, serving_view=True, deferred_index=True,
+                                preferred_batch_size=10_000)
 
     def __init__(self, url: str, *, read_only: bool = False):
         super().__init__(url, read_only=read_only)
@@ -477,7 +488,6 @@ class PgVectorCollection(Collection):
         return ids, scores
 
     # --- writing ------------------------------------------------------------------------------------------------------
-    supports_deferred_index = True
 
     def create(self, dim: int, metric: str = "cosine", *, exist_ok: bool = False,
                index: bool = True) -> "PgVectorCollection":

@@ -27,8 +27,8 @@ last point, so a resumed scan restarts just after it (new points with larger ids
 is repeated). ``key_ranges`` cuts that order at point ids (exact quantiles, from a walk over the ids alone), and
 ``scan(after=, until=)`` reads one slice: keyset slices, which stay exact even if points are written meanwhile.
 
-Local mode (a directory, or ``:memory:``) is :attr:`single_process`: qdrant-client locks the directory for one
-client, and the in-memory store lives in this process only, so a job spread over processes needs a server.
+Local mode (a directory, or ``:memory:``) is ``single_process`` (its capabilities): qdrant-client locks the directory
+for one client, and the in-memory store lives in this process only, so a job spread over processes needs a server.
 
 Sampling: Qdrant's random ``Sample`` query cannot be seeded, so ``sample`` draws ``n`` positions with a seeded
 generator over the exact count, walks the point ids only (no vectors, no payloads) with ``scroll`` to find the ids at
@@ -66,7 +66,7 @@ from qdrant_client.http.exceptions import ResponseHandlingException, UnexpectedR
 
 from ..errors import InputError, NotFound, StoreError
 from ..fs import require_writable
-from .base import CollectionIdentity, CollectionInfo, VectorBatch, first_line
+from .base import Capabilities, CollectionIdentity, CollectionInfo, VectorBatch, first_line
 from .qdrant_points import ID_KEY, QdrantPointsCollection, json_point_id, stored_points
 from .qdrant_points import TO_METRIC as _TO_METRIC
 from .readonly import readable_path
@@ -160,9 +160,10 @@ class QdrantCollection(QdrantPointsCollection):
         return self.vector_name
 
     @property
-    def single_process(self) -> bool:
-        """Local mode: the directory is locked by one client, and ``:memory:`` is this process's own."""
-        return self.mode != "server"
+    def capabilities(self) -> Capabilities:
+        """Named vectors and aliases; local mode is single-process: the directory is locked by one client, and
+        ``:memory:`` is this process's own."""
+        return Capabilities(key_ranges=True, named_vectors=True, alias=True, single_process=self.mode != "server")
 
     @property
     def local_path(self) -> str | None:

@@ -7,7 +7,7 @@ URL forms::
 
 Query option: ``vector=NAME``, the named vector to read/write (needed only when the shard has several).
 
-A shard is owned by one process (its write-ahead log is locked: the connector is :attr:`single_process`), so this
+A shard is owned by one process (its write-ahead log is locked: the connector declares ``single_process``), so this
 process keeps one open ``EdgeShard`` per directory, shared by every URL naming it, flushed and closed at exit. Writes
 are durable through the WAL. Indexing (HNSW) is left to the application (``EdgeShard.optimize()``); an unoptimised
 shard answers searches exactly.
@@ -42,7 +42,7 @@ import qdrant_edge as qe
 
 from ..errors import InputError, NotFound, StoreError
 from ..fs import require_writable
-from .base import CollectionIdentity, CollectionInfo, VectorBatch, first_line
+from .base import Capabilities, CollectionIdentity, CollectionInfo, VectorBatch, first_line
 from .qdrant_points import ID_KEY, QdrantPointsCollection, stored_points
 from .qdrant_points import TO_METRIC as _TO_METRIC
 from .qdrant_points import json_point_id as _pid
@@ -78,8 +78,8 @@ def _close_shards() -> None:
 class QdrantEdgeCollection(QdrantPointsCollection):
     scheme = "qdrant-edge"
     what = "qdrant-edge shard"
-    #: the shard's write-ahead log is locked by the one process that opens it
-    single_process = True
+    #: named vectors; the shard's write-ahead log is locked by the one process that opens it
+    capabilities = Capabilities(key_ranges=True, named_vectors=True, single_process=True)
 
     def __init__(self, url: str, *, read_only: bool = False):
         super().__init__(url, read_only=read_only)

@@ -43,10 +43,10 @@ from ray.data.extensions import ArrowTensorArray
 from ..connectors import connect
 from ..connectors.base import Collection, VectorBatch, check_metric
 from ..errors import CheckFailed, InputError, StoreError
-from ..jobs.distributed import Sealed, raise_one_line
 from ..jobs.rewrite import create_target, store_batch_size
 from ..results import JobResult
 from ..runtime.guard import exclusive_writer, refuse_inputs_as_target
+from ..runtime.ray_engine import Sealed, raise_one_line
 
 #: the columns of a dataset of records, in order
 COLUMNS = ("id", "vector", "payload")
@@ -63,7 +63,7 @@ __all__ = ["read_collection", "write_collection", "CollectionDatasource", "Colle
 def _refuse_single_process(coll: Collection, role: str) -> None:
     """Every Ray task opens the store itself: one that a single process may open would fail there or be another,
     empty store (one in this process's memory)."""
-    if getattr(coll, "single_process", False):
+    if coll.capabilities.single_process:
         raise InputError(f"the {role} {coll.display_url} is an embedded store that one process at a time can open: "
                          f"Ray Data needs the collection on a server or in a file:// store")
 
@@ -126,7 +126,7 @@ class CollectionDatasource(Datasource):
         super().__init__()
         coll = url if isinstance(url, Collection) else connect(Sealed(url).url, read_only=True)
         _refuse_single_process(coll, "source")
-        if type(coll).key_ranges is Collection.key_ranges:
+        if not coll.capabilities.key_ranges:
             raise InputError(f"{coll.display_url} cannot be split into key ranges, which parallel reads need: "
                              f"read it with vecbridge's single-process jobs, or copy it into a store that can")
         columns = list(COLUMNS if columns is None else columns)
@@ -383,7 +383,7 @@ def write_collection(ds: "ray.data.Dataset", url, *, dim: int | None = None, met
                 with contextlib.suppress(Exception):
                     connect(sink.url.url, read_only=False).drop()
             raise_one_line(ray, exc)
-        if build_index and sink.created and coll.supports_deferred_index:
+        if build_index and sink.created and coll.capabilities.deferred_index:
             coll.build_index()
         held = coll.info().count
     seconds = time.perf_counter() - t0

@@ -13,32 +13,33 @@ Unlinked A records keep their ids; with a links file, an unlinked A id that is a
 ``"a:<id>"`` so that neither record overwrites the other (the summary counts them). Two resumable phases
 (B, then A), checkpointed like ``migrate``.
 
-What is done to each batch lives in :class:`MergeSteps`, and the checks and the target's creation in
-:func:`prepare` and :func:`begin`: ``merge --engine ray`` (:func:`vecbridge.jobs.distributed.merge_on_ray`) runs
-the same code in its tasks, so both engines write the same records.
+What is done to each batch lives in :class:`MergeSteps`, run by the copy body of :mod:`vecbridge.runtime.pipeline`
+on any engine, so every engine writes the same records. On an engine whose bodies run in other processes (Ray), B
+and A are each cut into key ranges (phases ``b-range-NNNN`` and ``a-range-NNNN``); A's slices start once every slice
+of B is written, as in one process: keep-both sets A's mapped vector on the merged records phase B wrote.
 """
 from __future__ import annotations
 
 import time
+from functools import partial
 from pathlib import Path
 from typing import Callable
 
 import numpy as np
 
 from ..align.artifact import Alignment
-from ..connectors import connect
-from ..connectors.base import Collection, VectorBatch
+from ..connectors.base import Collection, KeyRange, VectorBatch
 from ..errors import InputError, StoreError, VecbridgeError
 from ..faultpoint import fault_point
 from ..linking.pairspec import PairSpec
-from ..pairing.pairs import read_pairs_file
+from ..pairing.table import pairing
 from ..results import MergeResult
 from ..runtime.checkpoint import Checkpoint
 from ..runtime.engine import engine_of
 from ..runtime.guard import check_checkpoint_path, check_checkpoint_writable, exclusive_writer, refuse_inputs_as_target
 from ..runtime.open import load_alignment, open_collection
-from ..runtime.pipeline import copy_stream
-from .rewrite import _discard, check_counts, check_source, default_checkpoint_path, mapper, store_batch_size
+from ..runtime.pipeline import CopyJob, committer, copy_unit, pending, range_phases
+from .rewrite import check_counts, check_source, default_checkpoint_path, discard_target, mapper, store_batch_size
 
 POLICIES = ("keep-b", "keep-a", "keep-both")
 A_FIELD = "a_mapped"
@@ -49,13 +50,14 @@ def _merge_payload(pa: dict, pb: dict) -> dict:
 
 
 class MergeSteps:
-    """What a merge does to each batch, one piece of code for the single-process run and for the Ray tasks.
+    """What a merge does to each batch, one piece of code for every engine.
 
     :meth:`phase_b` folds the linked A records into a batch of B; :meth:`phase_a` drops a batch of A's linked records,
-    renames the unlinked ones whose id B also holds and maps the rest. ``a``, ``b`` and ``a_into`` (where keep-both
-    writes A's mapped vectors) are open collections, or URLs (a ``str`` or anything with ``.url``) that each process
-    opens itself, so that a pickled copy travels to a Ray task without a connection in it. :attr:`stats` counts
-    the ``linked`` and ``renamed`` records of the batches this copy transformed."""
+    renames the unlinked ones whose id B also holds and maps the rest. ``a``, ``b`` and ``a_into`` (the merged
+    collection: keep-both writes A's mapped vectors to its second field) are open collections, or URLs (a ``str`` or
+    anything with ``.url``) that each process opens itself, so that a pickled copy travels to a Ray task without a
+    connection in it. :attr:`stats` counts the ``linked`` and ``renamed`` records of the batches this copy
+    transformed."""
 
     def __init__(self, a, b, alignment: Alignment, *, explicit: dict | None = None, policy: str = "keep-b",
                  a_into=None):
@@ -71,12 +73,12 @@ class MergeSteps:
     def _coll(self, role: str) -> Collection | None:
         if role not in self._open:
             given = getattr(self, role)
-            if given is None or isinstance(given, Collection):
-                coll = given
-            elif role == "a_into":   # the merged collection's URL: A's mapped vectors go to its second field
-                coll = connect(getattr(given, "url", given)).with_vector_field(A_FIELD)
+            if given is None:
+                coll = None
+            elif role == "a_into":   # the merged collection: A's mapped vectors go to its second field
+                coll = open_collection(given, read_only=False).with_vector_field(A_FIELD)
             else:
-                coll = connect(getattr(given, "url", given), read_only=True)
+                coll = open_collection(given)
             self._open[role] = coll
         return self._open[role]
 
@@ -115,7 +117,7 @@ class MergeSteps:
 
     def counted(self, phase: str) -> Callable[[VectorBatch], tuple[VectorBatch, dict]]:
         """The transform of ``phase`` (``"a"`` or ``"b"``) returning each batch with the counts it added, which
-        :func:`~vecbridge.runtime.pipeline.copy_stream` keeps in the checkpoint (a resumed merge reports the whole job's
+        :func:`~vecbridge.runtime.pipeline.committer` keeps in the checkpoint (a resumed merge reports the whole job's
         linked and renamed records, not only its own)."""
         step = getattr(self, f"phase_{phase}")
 
@@ -170,21 +172,23 @@ def prepare(a, b, into, alignment, *, links: "str | PairSpec", policy: str, batc
                          f"{alignment.target_dim}-d space")
 
     spec = PairSpec.parse(links, allowed=("ids", "file"))
+    row = pairing(spec)
     explicit = None
-    if spec.kind == "file":
-        pairs = read_pairs_file(spec.value)
+    if row.listed is not None:   # a file of pairs links exactly the pairs it lists; else the same id links
+        pairs = row.listed(spec)
         explicit = {"a2b": {str(x): y for x, y in pairs}, "b2a": {str(y): x for x, y in pairs}}
 
-    C_a = C.with_vector_field(A_FIELD) if policy == "keep-both" else None  # refuses before anything is written
+    if policy == "keep-both":
+        C.with_vector_field(A_FIELD)   # refuses before anything is written where the store has no second field
     bs = store_batch_size(C, batch_size)
     ckpt_path = Path(checkpoint_path) if checkpoint_path else default_checkpoint_path(alignment_path, C, "merge")
     check_checkpoint_path(ckpt_path, [A, B, C], alignment_path)
     check_checkpoint_writable(ckpt_path)
     C.check_writable()
     identity = {"kind": kind, "a": str(A.identity), "b": str(B.identity), "into": str(C.identity),
-                "alignment": alignment.fingerprint, "links": str(spec) if spec.kind == "ids" else Path(spec.value).name,
+                "alignment": alignment.fingerprint, "links": row.name(spec),
                 "policy": policy}
-    return {"A": A, "B": B, "C": C, "C_a": C_a, "alignment": alignment, "explicit": explicit, "bs": bs,
+    return {"A": A, "B": B, "C": C, "alignment": alignment, "explicit": explicit, "bs": bs,
             "checkpoint": Checkpoint(ckpt_path, identity), "a_info": a_info, "b_info": b_info}
 
 
@@ -213,7 +217,7 @@ def begin(ckpt: Checkpoint, C: Collection, alignment: Alignment, b_info, policy:
     ckpt.batch_size = bs
     ckpt.mark_creating()
     try:
-        deferred = {"index": False} if C.supports_deferred_index else {}
+        deferred = {"index": False} if C.capabilities.deferred_index else {}
         C.create(dim=alignment.target_dim, metric=b_info.metric, **deferred)
         if policy == "keep-both":
             C.add_vector_field(A_FIELD, alignment.target_dim, b_info.metric)
@@ -237,39 +241,60 @@ def finish(C: Collection, ckpt: Checkpoint) -> int:
 def merge(a, b, into, alignment, *, links: "str | PairSpec" = "ids", policy: str = "keep-b",
           batch_size: int | None = None, resume: bool = False, overwrite: bool = False, checkpoint_path=None,
           on_progress=None, engine=None) -> MergeResult:
+    """Merge A (mapped through ``alignment``) and B into the new collection ``into`` (see the module's notes).
+    ``engine``: where the copying runs (None: here, B then A in one pass each; Ray: key ranges of each, B's first).
+    ``linked`` and ``renamed`` count the whole job, also across a resume (they are kept in the checkpoint)."""
     engine = engine_of(engine)
-    if engine.name == "ray":  # temporary: the Ray twin, until this job runs its body through the engine seam
-        from .distributed import merge_on_ray
-
-        return merge_on_ray(a, b, into, alignment, links=links, policy=policy, workers=engine.workers,
-                            ray_address=engine.address, ranges_per_worker=engine.units_per_worker,
-                            batch_size=batch_size, resume=resume, overwrite=overwrite,
-                            checkpoint_path=checkpoint_path, on_progress=on_progress)
     job = prepare(a, b, into, alignment, links=links, policy=policy, batch_size=batch_size,
-                  checkpoint_path=checkpoint_path)
-    with exclusive_writer(job["C"]):
-        return _merge(**job, policy=policy, resume=resume, overwrite=overwrite, on_progress=on_progress)
+                  checkpoint_path=checkpoint_path, kind="merge-ranges" if engine.remote else "merge")
+    A, B, C, ckpt = job["A"], job["B"], job["C"], job["checkpoint"]
+    engine.require((A, "input A"), (B, "input B"), (C, "merged collection"))
+    with exclusive_writer(C), engine.session():
+        planned: dict = {}
+
+        def plan():   # before the target is created: a store without key ranges refuses with nothing written
+            if engine.remote:
+                planned.update(b=[r.as_dict() for r in B.key_ranges(engine.units)],
+                               a=[r.as_dict() for r in A.key_ranges(engine.units)])
+
+        created, bs = begin(ckpt, C, job["alignment"], job["b_info"], policy, bs=job["bs"], resume=resume,
+                            overwrite=overwrite, before_create=plan)
+        if created and engine.remote:
+            ckpt.state["ranges"] = planned
+        parts = _parts(ckpt, ranged=engine.remote)
+        ckpt.start()
+        resumed_from = ckpt.written
+        steps = MergeSteps(engine.portable(A), engine.portable(B), job["alignment"], explicit=job["explicit"],
+                           policy=policy, a_into=engine.portable(C) if policy == "keep-both" else None)
+        shared = CopyJob(engine.portable(C), bs, {p: partial(steps.counted, p) for p in ("b", "a")})
+
+        def copy(phase: str, source: Collection) -> None:
+            units = pending(ckpt, engine.portable(source), phase, parts[phase])
+            engine.run(copy_unit, units, shared=shared, on_report=committer(ckpt, units, on_progress=on_progress))
+
+        t0 = time.perf_counter()
+        try:
+            copy("b", B)
+            fault_point("merge.between-phases")   # A after all of B: keep-both sets A's vectors on B's records
+            copy("a", A)
+        except (VecbridgeError, OSError) as exc:
+            if created and (ckpt.written == 0 or isinstance(exc, InputError)):
+                discard_target(C, ckpt)   # bad input data or a refused first write: no half-merged collection
+            raise
+        fault_point("merge.before-finish")
+        stats = {k: ckpt.total(k) for k in ("linked", "renamed")}   # the whole job's, across resumes
+        written = ckpt.written - resumed_from
+        count = finish(C, ckpt)
+    return MergeResult(A.display_url, B.display_url, C.display_url, policy, job["a_info"].count, job["b_info"].count,
+                       written, stats["linked"], stats["renamed"], count, time.perf_counter() - t0)
 
 
-def _merge(A, B, C, C_a, alignment, explicit, policy, bs, resume, overwrite, checkpoint, a_info, b_info,
-           on_progress):
-    ckpt = checkpoint
-    created, bs = begin(ckpt, C, alignment, b_info, policy, bs=bs, resume=resume, overwrite=overwrite)
-    ckpt.start()
-    steps = MergeSteps(A, B, alignment, explicit=explicit, policy=policy, a_into=C_a)
-    t0 = time.perf_counter()
-    try:
-        written = copy_stream(B, C, transform=steps.counted("b"), checkpoint=ckpt, phase="b", batch_size=bs,
-                              on_progress=on_progress)
-        fault_point("merge.between-phases")
-        written += copy_stream(A, C, transform=steps.counted("a"), checkpoint=ckpt, phase="a", batch_size=bs,
-                               on_progress=on_progress)
-    except (VecbridgeError, OSError) as exc:
-        if created and (ckpt.written == 0 or isinstance(exc, InputError)):
-            _discard(C, ckpt)   # bad input data or a refused first write: no half-merged collection left behind
-        raise
-    fault_point("merge.before-finish")
-    stats = {k: ckpt.total(k) for k in ("linked", "renamed")}   # the whole job's, across resumes
-    count = finish(C, ckpt)
-    return MergeResult(A.display_url, B.display_url, C.display_url, policy, a_info.count, b_info.count, written,
-                       stats["linked"], stats["renamed"], count, time.perf_counter() - t0)
+def _parts(ckpt: Checkpoint, *, ranged: bool) -> dict[str, list]:
+    """``(phase, key range)`` of B's and of A's units: each whole (phases ``b``, ``a``), or the key ranges the
+    checkpoint holds."""
+    if not ranged:
+        return {"b": [("b", None)], "a": [("a", None)]}
+    ranges = ckpt.state.get("ranges")
+    if not isinstance(ranges, dict) or not ranges.get("a") or not ranges.get("b"):
+        raise InputError(f"checkpoint {ckpt.path} holds no key ranges; remove it and the target to start over")
+    return {p: range_phases(f"{p}-", [KeyRange.from_dict(d) for d in ranges[p]]) for p in ("b", "a")}

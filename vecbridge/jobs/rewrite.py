@@ -6,12 +6,13 @@ import json
 import re
 import time
 import warnings
+from functools import partial
 from pathlib import Path
 from typing import Callable
 
 from ..align.artifact import Alignment
 from ..connectors import connect
-from ..connectors.base import Collection, VectorBatch, first_duplicate
+from ..connectors.base import Collection, KeyRange, VectorBatch, first_duplicate
 from ..errors import CheckFailed, InputError, StoreError, VecbridgeError
 from ..faultpoint import fault_point
 from ..results import DryRun, MigrationPlan, MigrationResult
@@ -19,7 +20,7 @@ from ..runtime.checkpoint import Checkpoint
 from ..runtime.engine import engine_of
 from ..runtime.guard import check_checkpoint_path, check_checkpoint_writable, exclusive_writer, refuse_inputs_as_target
 from ..runtime.open import load_alignment, open_collection
-from ..runtime.pipeline import copy_stream
+from ..runtime.pipeline import CopyJob, committer, copy_unit, pending, range_phases
 
 
 def default_checkpoint_path(alignment_path: Path | None, target: Collection, kind: str = "migrate") -> Path:
@@ -36,7 +37,7 @@ def store_batch_size(coll: Collection, requested: int | None) -> int:
         if int(requested) <= 0:
             raise InputError(f"batch size must be a positive number of records, got {requested}")
         return int(requested)
-    return coll.preferred_batch_size
+    return coll.capabilities.preferred_batch_size
 
 
 def check_source(src: Collection, alignment: Alignment):
@@ -103,21 +104,18 @@ def migrate(source, alignment, target=None, *, field: str | None = None, batch_s
     * ``build_index=False``: where the store defers its vector index (pgvector), leave the new collection without
       one (the user builds it later, e.g. ``CREATE INDEX CONCURRENTLY`` in a maintenance window).
     * ``on_phase``: called with ``"index"`` before a deferred index build (it can take minutes).
+    * ``engine``: where the copying runs (:mod:`vecbridge.runtime.engine`; None: here). In this process the source
+      is read in one pass (checkpoint phase ``main``); an engine whose bodies run elsewhere (Ray) copies
+      ``engine.units`` key ranges of it, a phase each, ``engine.workers`` at a time (the source needs key ranges;
+      no ``field`` and no dry run there yet).
 
     Only one run writes a target at a time; at the end the job checks that the target holds as many records as it
     read, and raises :class:`CheckFailed` if not.
     """
     engine = engine_of(engine)
-    if engine.name == "ray":  # temporary: the Ray twin, until this job runs its body through the engine seam
-        from .distributed import migrate_on_ray
-
-        if target is None or dry_run:
-            raise InputError("--engine ray writes a new collection: --field and --dry-run are not supported with it "
-                             "yet (use --engine local)")
-        return migrate_on_ray(source, alignment, target, workers=engine.workers, ray_address=engine.address,
-                              ranges_per_worker=engine.units_per_worker, batch_size=batch_size, resume=resume,
-                              overwrite=overwrite, checkpoint_path=checkpoint_path, metric=metric,
-                              build_index=build_index, on_progress=on_progress, on_start=on_start, on_phase=on_phase)
+    if engine.remote and (target is None or dry_run):
+        raise InputError("--engine ray writes a new collection: --field and --dry-run are not supported with it "
+                         "yet (use --engine local)")
     alignment, alignment_path = load_alignment(alignment)
     warn_failed_validation(alignment, alignment_path)
     src = open_collection(source)   # never written: the identity checks below make sure
@@ -134,16 +132,21 @@ def migrate(source, alignment, target=None, *, field: str | None = None, batch_s
         if target is None:
             raise InputError("a target collection is required (or --field NAME for an in-place vector field)")
         tgt = open_collection(target, read_only=False)
-        refuse_inputs_as_target(tgt, [(src, "the source collection itself")],
-                                "choose a new target (or --field NAME to add a vector field in place)")
+        refuse_inputs_as_target(tgt, [(src, "the source collection itself")], "choose a new target" + (
+            "" if engine.remote else " (or --field NAME to add a vector field in place)"))
+    engine.require((src, "source"), (tgt, "target"))
     bs = store_batch_size(tgt, batch_size)
     if dry_run:
         return DryRun(plan_migration(src, alignment, tgt, batch_size=bs, field=field))
 
-    info, ckpt_path, identity = preflight(src, tgt, alignment, alignment_path, checkpoint_path, kind="migrate",
-                                          field=field)
-    with exclusive_writer(tgt):
+    info, ckpt_path, identity = preflight(src, tgt, alignment, alignment_path, checkpoint_path,
+                                          kind="migrate-ranges" if engine.remote else "migrate", field=field)
+    with exclusive_writer(tgt), engine.session():
+        planned: list[KeyRange] = []
+
         def create():
+            if engine.remote:
+                planned.extend(src.key_ranges(engine.units))   # before any write: a store without ranges refuses
             if field is not None:
                 if overwrite and field in base.info().vector_fields:   # never the source's own: refused above
                     base.drop_vector_field(field)
@@ -154,13 +157,18 @@ def migrate(source, alignment, target=None, *, field: str | None = None, batch_s
 
         ckpt, created, bs = open_checkpoint(ckpt_path, identity, tgt, resume=resume, overwrite=overwrite,
                                             batch_size=bs, create=create, new_collection=field is None)
+        if created and engine.remote:
+            ckpt.state["ranges"] = [r.as_dict() for r in planned]
+        parts = range_phases("", _ranges_of(ckpt)) if engine.remote else [("main", None)]
         ckpt.start()
+        resumed_from = ckpt.written
         if on_start:
             on_start(info.count, ckpt.read)
         t0 = time.perf_counter()
+        units = pending(ckpt, engine.portable(src), "map", parts)
         try:
-            written = copy_stream(src, tgt, transform=mapper(alignment), checkpoint=ckpt, phase="main",
-                                  batch_size=bs, on_progress=on_progress)
+            engine.run(copy_unit, units, shared=CopyJob(engine.portable(tgt), bs, {"map": partial(mapper, alignment)}),
+                       on_report=committer(ckpt, units, on_progress=on_progress))
         except (VecbridgeError, OSError) as exc:
             # bad data in the source, or a target that refused the first write: never leave a half-written new
             # collection behind (a collection that already holds committed batches is kept for --resume)
@@ -171,8 +179,17 @@ def migrate(source, alignment, target=None, *, field: str | None = None, batch_s
         held = finish_target(tgt, ckpt, build_index=build_index, on_phase=on_phase, count=field is None)
     seconds = time.perf_counter() - t0
     check_counts(tgt, read=ckpt.read, written=ckpt.written, held=held, source=src)
-    return MigrationResult(src.display_url, tgt.display_url, info.count, ckpt.read, written,
-                           ckpt.written - written, seconds, written / seconds if seconds > 0 else None, field, bs)
+    written = ckpt.written - resumed_from
+    return MigrationResult(src.display_url, tgt.display_url, info.count, ckpt.read, written, resumed_from, seconds,
+                           written / seconds if seconds > 0 else None, field, bs)
+
+
+def _ranges_of(ckpt: Checkpoint) -> list[KeyRange]:
+    """The key ranges a distributed migration planned, from its checkpoint."""
+    ranges = [KeyRange.from_dict(d) for d in ckpt.state.get("ranges") or []]
+    if not ranges:
+        raise InputError(f"checkpoint {ckpt.path} holds no key ranges; remove it and the target to start over")
+    return ranges
 
 
 def preflight(src: Collection, tgt: Collection, alignment: Alignment, alignment_path, checkpoint_path, *, kind: str,
@@ -239,7 +256,7 @@ def create_target(tgt: Collection, dim: int, metric: str, *, overwrite: bool) ->
             raise StoreError(f"target already exists: {tgt.display_url} (choose a new collection, "
                              f"--resume an interrupted run, or --overwrite)")
         tgt.drop()
-    deferred = {"index": False} if tgt.supports_deferred_index else {}
+    deferred = {"index": False} if tgt.capabilities.deferred_index else {}
     tgt.create(dim=dim, metric=metric, **deferred)
 
 
@@ -247,7 +264,7 @@ def finish_target(tgt: Collection, ckpt: Checkpoint, *, build_index: bool, on_ph
                   count: bool = True) -> int | None:
     """After the last write: build a deferred index, count the target (``count``), close the checkpoint; returns
     the count for :func:`check_counts`."""
-    if build_index and tgt.supports_deferred_index:
+    if build_index and tgt.capabilities.deferred_index:
         if on_phase:
             on_phase("index")
         tgt.build_index()
@@ -291,5 +308,3 @@ def discard_target(tgt: Collection, ckpt: Checkpoint):
     finally:
         ckpt.remove()
 
-
-_discard = discard_target   # the name merge.py imports

@@ -15,6 +15,7 @@ factory, method)`` makes ``workers`` instances of ``factory()`` and calls ``inst
 from __future__ import annotations
 
 import contextlib
+import importlib
 import inspect
 from typing import Any, Callable, Protocol, Sequence
 
@@ -24,8 +25,8 @@ from ..errors import InputError
 Body = Callable[[Any, Any], Any]
 OnReport = Callable[[int, Any], None]
 
-#: the engines ``--engine`` offers, by name
-ENGINES = ("local", "ray")
+#: the engines ``--engine`` offers: name -> the class, imported when asked for (Ray only when a job runs on it)
+ENGINES = {"local": "vecbridge.runtime.engine:LocalEngine", "ray": "vecbridge.runtime.ray_engine:RayEngine"}
 
 
 class Pool(Protocol):
@@ -45,10 +46,13 @@ class Pool(Protocol):
 
 class Engine(Protocol):
     """What a job needs of an engine. ``name`` is ``local`` or ``ray``; ``workers`` bodies run at a time; a job cuts
-    its input into :attr:`units` pieces (key ranges) where it can, one where it cannot."""
+    its input into :attr:`units` pieces (key ranges) where it can, one where it cannot. ``remote``: the bodies run
+    in other processes, which open the stores themselves (a job plans key ranges, and a store only one process may
+    open is refused by :meth:`require`); a body is given each collection as :meth:`portable` makes it."""
 
     name: str
     workers: int
+    remote: bool
 
     @property
     def units(self) -> int: ...
@@ -56,6 +60,8 @@ class Engine(Protocol):
     def session(self) -> contextlib.AbstractContextManager: ...
 
     def require(self, *colls: tuple[Collection, str]) -> None: ...
+
+    def portable(self, coll: Collection) -> Any: ...
 
     def run(self, body: Body, units: Sequence, *, shared=None, on_report: OnReport | None = None) -> list: ...
 
@@ -72,13 +78,16 @@ def drive(body: Body, unit, shared, on_report: Callable[[Any], None] | None = No
     if not is_generator(body):
         return body(unit, shared)
     work = body(unit, shared)
-    while True:
-        try:
-            report = next(work)
-        except StopIteration as done:
-            return done.value
-        if on_report is not None:
-            on_report(report)
+    try:
+        while True:
+            try:
+                report = next(work)
+            except StopIteration as done:
+                return done.value
+            if on_report is not None:
+                on_report(report)
+    finally:
+        work.close()   # a report that raised stops the body now (its readers, its connections), not when collected
 
 
 class LocalEngine:
@@ -87,12 +96,17 @@ class LocalEngine:
     name = "local"
     workers = 1
     units = 1
+    remote = False
 
     def session(self) -> contextlib.AbstractContextManager:
         return contextlib.nullcontext(self)
 
     def require(self, *colls: tuple[Collection, str]) -> None:
         """Every store works here."""
+
+    def portable(self, coll: Collection) -> Collection:
+        """The collection itself: the bodies run in this process (an in-memory store, a vector-field view)."""
+        return coll
 
     def run(self, body: Body, units: Sequence, *, shared=None, on_report: OnReport | None = None) -> list:
         out = []
@@ -108,7 +122,8 @@ class LocalEngine:
 
 
 class LocalPool:
-    """One worker in this process; each submitted call runs when it is handed over."""
+    """One worker in this process; each submitted call runs when it is handed over (its result, or the exception that
+    failed it, comes back from :meth:`wait`)."""
 
     def __init__(self, factory: Callable[[], Any], method: str):
         self._call = getattr(factory(), method)
@@ -121,7 +136,11 @@ class LocalPool:
         return False
 
     def submit(self, key, *args) -> None:
-        self._done.append((key, self._call(*args)))
+        try:
+            result = self._call(*args)
+        except Exception as exc:  # noqa: BLE001 - handed back with its key, as a Ray pool does, for the job to raise
+            result = exc
+        self._done.append((key, result))
 
     def wait(self, timeout: float | None = None) -> list:
         done, self._done = self._done, []
@@ -139,12 +158,11 @@ def make_engine(name: str = "local", *, workers: int = 2, ray_address: str | Non
     """The engine ``--engine NAME --workers N --ray-address URL`` asks for (checked here, before any work)."""
     if name == "local":
         return LOCAL
-    if name != "ray":
+    if name not in ENGINES:
         raise InputError(f"unknown engine {name!r}: choose one of {', '.join(ENGINES)}")
-    from .ray_engine import RayEngine
-
+    module, _, cls = ENGINES[name].partition(":")
     kw = {} if units_per_worker is None else {"units_per_worker": units_per_worker}
-    return RayEngine(workers=workers, address=ray_address, **kw)
+    return getattr(importlib.import_module(module), cls)(workers=workers, address=ray_address, **kw)
 
 
 def engine_of(engine: "Engine | str | None") -> Engine:

@@ -9,8 +9,11 @@ from ..connectors.base import Collection
 
 
 def open_collection(obj, read_only: bool = True) -> Collection:
-    """``obj`` itself if it is a collection, else the collection its URL names (read-only unless asked)."""
-    return obj if isinstance(obj, Collection) else connect(obj, read_only=read_only)
+    """``obj`` itself if it is a collection, else the collection its URL names (read-only unless asked): a URL, or
+    anything holding one in ``.url`` (a :class:`~vecbridge.runtime.ray_engine.Sealed` URL, what a Ray task gets)."""
+    if isinstance(obj, Collection):
+        return obj
+    return connect(getattr(obj, "url", obj), read_only=read_only)
 
 
 def load_alignment(alignment) -> tuple[Alignment, Path | None]:

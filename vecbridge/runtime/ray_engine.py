@@ -149,6 +149,7 @@ class RayEngine:
     started for the job on this machine's loopback and stopped after it (never one another job started)."""
 
     name = "ray"
+    remote = True
 
     def __init__(self, workers: int = 2, address: str | None = None, units_per_worker: int = UNITS_PER_WORKER):
         ray_module()   # a missing extra fails first, in one line
@@ -188,14 +189,18 @@ class RayEngine:
             ray.shutdown()
 
     def require(self, *colls: tuple[Collection, str]) -> None:
-        """Every Ray task opens the stores itself: a store only one process may open (``single_process``) would fail
-        there, or be a different, empty one (a store in this process's memory), or be corrupted by concurrent
-        writers. ``colls``: ``(collection, role)`` pairs, checked before Ray starts."""
+        """Every Ray task opens the stores itself: a store only one process may open (``capabilities.single_process``)
+        would fail there, or be a different, empty one (a store in this process's memory), or be corrupted by
+        concurrent writers. ``colls``: ``(collection, role)`` pairs, checked before Ray starts."""
         for coll, role in colls:
-            if coll.single_process:
+            if coll.capabilities.single_process:
                 raise InputError(f"the {role} {coll.display_url} is an embedded store that one process at a time "
                                  f"can open: --engine ray needs the collection on a server or in a file:// store "
                                  f"(or use the default engine)")
+
+    def portable(self, coll: Collection) -> Sealed:
+        """The collection's URL, sealed: each task opens its own connection from it."""
+        return Sealed(url_of(coll))
 
     def _connected(self):
         if self._ray is None:
