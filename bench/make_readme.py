@@ -512,12 +512,34 @@ def ray_scale(d: dict) -> dict:
     return {"rates": rates, "projection": projection}
 
 
+def upgrade_state(d: dict) -> dict:
+    """Stamps written with one transaction per batch (today) vs a commit per row (before), medians; per-row figures
+    from runs stopped by the time cap, or extrapolated to sizes not run that way, say so."""
+    def per_row(r):
+        if r["per_row_extrapolated_from"]:
+            return f"{r['per_row_s']:,.0f} s (extrapolated from {r['per_row_extrapolated_from']:,})"
+        runs = "/".join(f"{s * r['n'] / n:.0f}" for s, n in r["per_row_runs"])
+        return f"{r['per_row_s']:,.0f} s ({runs}" + (", at the rate of runs stopped by the cap)" if r["per_row_capped"]
+                                                      else ")")
+
+    def per_batch(r):
+        if r["per_batch_runs"] is None:
+            return "not run"
+        return f"{r['per_batch_s']:.2f} s ({'/'.join(f'{s:.2f}' for s, _ in r['per_batch_runs'])})"
+
+    return {"timing": table(["stamps", "one transaction per batch (today)", "a commit per row (before)", "ratio"],
+                            [[f"{r['n']:,}", per_batch(r), per_row(r),
+                              f"{r['per_row_s'] / r['per_batch_s']:,.0f}x" if r["per_batch_s"] else ""]
+                             for r in d["rows"]])}
+
+
 RENDERERS = {"align_real": align_real, "geh": geh, "geh_calibration": geh_calibration, "geh_timing": geh_timing,
              "unsupervised_robust": unsupervised_robust, "minivec2vec": minivec2vec,
              "linking_retention": linking_retention, "quality_options": quality_options, "migrate": migrate,
              "rowwise": rowwise,
              "report_calibration": report_calibration, "connectors": connectors,
-             "upgrade_curve": upgrade_curve, "map_validation": map_validation, "ray_scale": ray_scale}
+             "upgrade_curve": upgrade_curve, "map_validation": map_validation, "ray_scale": ray_scale,
+             "upgrade_state": upgrade_state}
 
 
 # ------------------------------------------------------------------------------------------------------ main

@@ -23,6 +23,8 @@ from vecbridge.connectors import VectorBatch, connect
 from vecbridge.errors import InputError
 from vecbridge.jobs.upgrade import Upgrade, start
 from vecbridge.jobs.upgrade.state import record_digest
+from vecbridge.runtime.engine import LocalEngine
+from vecbridge.runtime.ray_engine import RayEngine
 
 os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")   # keep every Ray address on the loopback
 
@@ -112,8 +114,6 @@ def test_ray_reembed_stops_then_completes(ray_cluster, store, sample, real_model
     """A run stopped by ``limit`` (file store) or ``until`` (pgvector, into a new vector field) re-embeds exactly
     that many records; the next run, in another priority order, re-embeds the rest. (One stop condition per store:
     each run starts its actors, about 15 s on 2 cores.)"""
-    from vecbridge.jobs.distributed_reembed import reembed_on_ray
-
     model, expected = real_model
     url_of, in_place = store
     url, state = _start(sample, model, url_of, in_place, tmp_path)
@@ -121,11 +121,11 @@ def test_ray_reembed_stops_then_completes(ray_cluster, store, sample, real_model
     seen = []
     stop, first = ({"until": 0.75}, int(0.75 * N) - FIT) if in_place else ({"limit": 70}, 70)
     with Upgrade.open(state) as up:
-        r = reembed_on_ray(up, workers=2, batch_size=BATCH, on_progress=seen.append, **stop)
+        r = up.reembed(engine=RayEngine(workers=2), batch_size=BATCH, on_progress=seen.append, **stop)
     assert (r["engine"], r["workers"], r["reembedded"], sum(seen), r["stopped_by"]) == ("ray", 2, first, first, "done")
     assert len(_native(_check(state, expected, model))) == FIT + first
     with Upgrade.open(state) as up:
-        r = reembed_on_ray(up, workers=2, batch_size=BATCH, priority="hubs")
+        r = up.reembed(engine=RayEngine(workers=2), batch_size=BATCH, priority="hubs")
     assert r["reembedded"] == N - FIT - first and r["native_fraction"] == 1.0
     assert _native(_check(state, expected, model)) == set(sample.ids[:N])
     assert _snapshot(url) == before, "the old vectors are never written"
@@ -144,8 +144,6 @@ def _updated(state) -> dict:
 def test_interrupted_driver_then_the_cli_ends_complete(ray_cluster, sample, real_model, tmp_path):
     """The driver dies after its first stamped batches with more in flight (some written, none stamped): the
     stamped records are right, and ``upgrade reembed --engine ray`` run again re-does only the others."""
-    from vecbridge.jobs.distributed_reembed import reembed_on_ray
-
     model, expected = real_model
     url, state = _start(sample, model, lambda name: f"file://{tmp_path / name}", False, tmp_path)
     before = _snapshot(url)
@@ -157,7 +155,7 @@ def test_interrupted_driver_then_the_cli_ends_complete(ray_cluster, sample, real
             raise Interrupt
 
     with Upgrade.open(state) as up, pytest.raises(Interrupt):
-        reembed_on_ray(up, workers=2, batch_size=BATCH, on_progress=progress)
+        up.reembed(engine=RayEngine(workers=2), batch_size=BATCH, on_progress=progress)
     first = _updated(state)
     assert len(first) == FIT + sum(done) < N
     _check(state, expected, model, interrupted=True)
@@ -175,8 +173,6 @@ def test_interrupted_driver_then_the_cli_ends_complete(ray_cluster, sample, real
 
 
 def test_a_model_the_workers_cannot_load_is_one_line(ray_cluster, sample, tmp_path):
-    from vecbridge.jobs.distributed_reembed import reembed_on_ray
-
     url = f"file://{tmp_path}/src"
     connect(url).create(dim=768).upsert(VectorBatch(sample.ids[:50], sample.docs_new[:50],
                                                     [{"text": it["doc"]} for it in sample.items[:50]]))
@@ -186,7 +182,7 @@ def test_a_model_the_workers_cannot_load_is_one_line(ray_cluster, sample, tmp_pa
     start(url, model="tests.no_such_module:embed", text_field="text", state_path=state, alignment=align,
           to=f"file://{tmp_path}/new")
     with Upgrade.open(state) as up, pytest.raises(InputError, match="cannot import embedding function"):
-        reembed_on_ray(up, workers=1)
+        up.reembed(engine=RayEngine(workers=1))
     with Upgrade.open(state) as up:
         assert up.state.counts()["native"] == 0
 
@@ -219,11 +215,9 @@ class Deferred:
     to the one loop of ``Upgrade.reembed`` (here without Ray, with the lookup model, in a second). Notes when it is
     handed each batch."""
 
-    def __init__(self, up):
-        from vecbridge.jobs.upgrade import embed_and_write
-
-        self.up, self.held, self.handed = up, [], []
-        self.run = lambda batch, texts: embed_and_write(up.model, up.target, batch, texts)
+    def __init__(self, factory, method):
+        self.held, self.handed = [], []
+        self.run = getattr(factory(), method)
 
     def free(self):
         return 4 - len(self.held)
@@ -246,6 +240,17 @@ class Deferred:
         pass
 
 
+class DeferringEngine(LocalEngine):
+    """The local engine with :class:`Deferred` pools (kept in ``pools``)."""
+
+    def __init__(self):
+        self.pools = []
+
+    def pool(self, factory, method, *, in_flight=1):
+        self.pools.append(Deferred(factory, method))
+        return self.pools[-1]
+
+
 def test_stop_conditions_count_the_batches_in_flight(sample, tmp_path):
     """A spend cap counts the batches handed over and not yet back (or the pool would overspend), and the rate limit
     spaces the hand-overs, however many batches are in flight."""
@@ -255,14 +260,13 @@ def test_stop_conditions_count_the_batches_in_flight(sample, tmp_path):
     state = tmp_path / "d.upgrade.sqlite"
     start(url, model="tests.embedders:mpnet_lookup", text_field="text", state_path=state, to=f"file://{tmp_path}/new",
           fit_sample=200)
-    pools = []
-    make = lambda up: pools.append(Deferred(up)) or pools[-1]
+    engine = DeferringEngine()
     with Upgrade.open(state) as up:
-        r = up.reembed(batch_size=25, price_per_1k=1.0, spend_cap=0.06, pool=make)
+        r = up.reembed(batch_size=25, price_per_1k=1.0, spend_cap=0.06, engine=engine)
         assert (r["reembedded"], r["stopped_by"], r["spent"]) == (50, "spend cap", pytest.approx(0.05))
-        r = up.reembed(batch_size=10, limit=40, max_per_second=200, pool=make)
+        r = up.reembed(batch_size=10, limit=40, max_per_second=200, engine=engine)
     assert r["reembedded"] == 40 and r["seconds"] >= 40 / 200
-    times = [t for t, _ in pools[-1].handed]
+    times = [t for t, _ in engine.pools[-1].handed]
     assert len(times) == 4 and min(np.diff(times)) >= 10 / 200 - 1e-3, "hand-overs no faster than the rate"
     with Upgrade.open(state) as up:
         assert up.state.counts()["native"] == 200 + 50 + 40

@@ -19,8 +19,9 @@ from click.testing import CliRunner
 
 from vecbridge.cli import main
 from vecbridge.connectors import VectorBatch, connect
+from vecbridge.errors import InputError
 from vecbridge.jobs import upgrade as upgrade_job
-from vecbridge.jobs.upgrade import Upgrade
+from vecbridge.jobs.upgrade import Upgrade, starting
 from vecbridge.jobs.upgrade.state import UpgradeState
 
 from .conftest import write_collection
@@ -90,7 +91,7 @@ def test_start_refuses_an_existing_collection_unless_overwrite(tmp_path, sample)
 
 def _interrupt_after_first_batch(monkeypatch):
     """`upgrade start` stopped (as by Ctrl-C) after the fit, once migrate has written one batch."""
-    real = upgrade_job.migrate
+    real = starting.migrate
 
     def stopped(*args, **kwargs):
         def boom(n):
@@ -98,7 +99,7 @@ def _interrupt_after_first_batch(monkeypatch):
 
         return real(*args, **{**kwargs, "batch_size": 200, "on_progress": boom})
 
-    monkeypatch.setattr(upgrade_job, "migrate", stopped)
+    monkeypatch.setattr(starting, "migrate", stopped)
 
 
 # --- B: an interrupted start keeps its re-embedded fit sample, priority scores and hub reference ----------------
@@ -307,7 +308,8 @@ def test_finalize_drop_old_without_a_terminal_and_after_a_plain_finalize(tmp_pat
 
 # --- K: the plan's closing sentence follows its table -----------------------------------------------------------
 def test_plan_sentence_follows_the_numbers(capsys):
-    from vecbridge.cli import _console, _print_plan
+    from vecbridge.render.console import console as _console
+    from vecbridge.render.upgrade import plan as _print_plan
 
     stages = [{"native_fraction": f, "recall": r, "recall_fused": 0.95, "beta": 1.0}
               for f, r in ((0.0, 0.70), (0.1, 0.72), (0.25, 0.75), (0.5, 0.80), (1.0, 0.887))]
@@ -476,7 +478,7 @@ def test_rerun_of_a_start_reuses_its_own_target_and_replaces_an_overwritten_one(
                     overwrite=existing)
         point = "upgrade-start.mapped" if not existing else "upgrade-start.fitted"
         with monkeypatch.context() as m:
-            m.setattr(upgrade_job, "fault_point", stopped_at(point))
+            m.setattr(starting, "fault_point", stopped_at(point))
             with pytest.raises(KeyboardInterrupt):
                 upgrade_job.start(old.url, **args)
         drops.clear()
@@ -501,7 +503,7 @@ def test_a_state_whose_document_lacks_what_it_needs_is_refused(tmp_path, doc):
     with sqlite3.connect(path) as db:
         db.execute("UPDATE meta SET doc = ?", (doc,))
     db.close()
-    with pytest.raises(upgrade_job.InputError, match=str(path)):
+    with pytest.raises(InputError, match=str(path)):
         UpgradeState.open(path)
     r = run("upgrade", "status", "--state", path)
     assert r.exit_code == 3 and str(path) in " ".join(r.output.split()) and "Traceback" not in r.output, r.output

@@ -41,15 +41,30 @@ def augment_queries(queries) -> np.ndarray:
 
 
 # --- dual-query fusion ------------------------------------------------------------------------------------------------
-def fused_scores(q_new, mapped_docs, q_old, old_docs, beta: float = 1.0, penalty=None, weight: float = 0.0):
-    """(n_queries, n_docs) scores ``cos(q_new, T(x)) + beta * cos(q_old, x) - weight * r(T(x))``: for benchmarks and
-    small pools (a full score matrix)."""
-    S = l2_normalize(q_new) @ l2_normalize(mapped_docs).T
-    if beta:
-        S += beta * (l2_normalize(q_old) @ l2_normalize(old_docs).T)
+def fuse(cos_new, cos_old=None, beta: float = 1.0, penalty=None, weight: float = 0.0, *, mean: bool = False):
+    """The fusion formula, written once, on cosines already computed (any shape; ``penalty``: one hub score per
+    document, along the last axis): ``cos_new + beta cos_old - weight r(d)``; with ``mean``, the weighted mean
+    ``(cos_new + beta cos_old) / (1 + beta) - weight r(d)`` (a cosine again, as ``upgrade search`` serves it).
+    ``beta = inf`` is the old model alone: ``cos_old``, without the penalty (the hub score belongs to the new
+    vectors); without ``cos_old``, or with ``beta = 0``, the new model alone."""
+    if cos_old is not None and np.isinf(beta):
+        return cos_old
+    if cos_old is None or beta == 0:
+        s = cos_new
+    else:
+        s = cos_new + beta * cos_old
+        if mean:
+            s = s / (1.0 + beta)
     if penalty is not None and weight:
-        S -= weight * np.asarray(penalty, dtype=S.dtype)[None, :]
-    return S
+        s = s - weight * np.asarray(penalty, dtype=s.dtype)
+    return s
+
+
+def fused_scores(q_new, mapped_docs, q_old, old_docs, beta: float = 1.0, penalty=None, weight: float = 0.0):
+    """(n_queries, n_docs) scores ``cos(q_new, T(x)) + beta * cos(q_old, x) - weight * r(T(x))`` (:func:`fuse`): for
+    benchmarks and small pools (a full score matrix)."""
+    S = l2_normalize(q_new) @ l2_normalize(mapped_docs).T
+    return fuse(S, l2_normalize(q_old) @ l2_normalize(old_docs).T if beta else None, beta, penalty, weight)
 
 
 # --- re-ranking with the new model ------------------------------------------------------------------------------------

@@ -1,0 +1,161 @@
+"""``plan``: what an upgrade costs on this machine and, given queries with known answers in both models, the quality
+it serves at each stage, predicted on a re-embedded pool of the collection. Writes nothing."""
+from __future__ import annotations
+
+import time
+from typing import Callable
+
+import numpy as np
+
+from ...align.methods import method as method_of
+from ...connectors.base import Collection, VectorBatch
+from ...errors import InputError
+from ...pairing.reembed import _texts
+from ...runtime.models import load_model
+from ...runtime.open import open_collection
+from .serving import FUSION_BETAS, query_pairs
+
+#: native fractions at which :func:`plan` predicts what the upgrade serves
+PLAN_FRACTIONS = (0.0, 0.1, 0.25, 0.5, 1.0)
+#: a plan's default pool and fit sample (each at most a quarter of the collection: :func:`plan_sizes`)
+PLAN_POOL = PLAN_FIT_SAMPLE = 2000
+
+
+def _with_text(batch: VectorBatch, text_field: str) -> tuple[VectorBatch, list[str]]:
+    """The records of ``batch`` that hold a text, and their texts (:func:`vecbridge.pairing.reembed._texts`)."""
+    keep, texts = _texts(batch, text_field)
+    return batch.take(keep), texts
+
+
+def _encode(embed, texts: list[str], on_progress: Callable[[int], None], chunk: int = 256) -> np.ndarray:
+    """``embed(texts)`` in chunks, reporting each one done (a progress bar over minutes of encoding)."""
+    parts = []
+    for lo in range(0, len(texts), chunk):
+        parts.append(np.asarray(embed(texts[lo:lo + chunk]), dtype=np.float32))
+        on_progress(len(parts[-1]))
+    return np.concatenate(parts) if parts else np.zeros((0, 0), dtype=np.float32)
+
+
+def plan_sizes(count: int, pool: int | None, fit_sample: int | None) -> tuple[int, int, str | None]:
+    """The pool and fit sample a plan re-embeds: the user's, else 2,000 each but at most a quarter of the
+    collection each, so that predicting costs at most half a full re-embed (with the defaults alone, a 3,000-record
+    collection would be re-embedded whole to predict). The note says when the defaults were reduced."""
+    cap = max(100, count // 4)
+    p = pool if pool is not None else min(PLAN_POOL, cap)
+    f = fit_sample if fit_sample is not None else min(PLAN_FIT_SAMPLE, cap)
+    reduced = (pool is None and p < PLAN_POOL) or (fit_sample is None and f < PLAN_FIT_SAMPLE)
+    note = (f"predicting on a pool of {p:,} and a fit sample of {f:,} re-embedded records (a quarter of the "
+            f"{count:,} records each, not {PLAN_POOL:,}, so the plan costs at most half a full re-embed; --pool "
+            f"and --fit-sample choose)" if reduced else None)
+    return p, f, note
+
+
+def _others(src: Collection, n: int, held: set, text_field: str, seed: int) -> tuple[VectorBatch, list[str]]:
+    """Up to ``n`` sampled records with text, none of them in ``held``, and their texts."""
+    batch, texts = _with_text(src.sample(n + len(held), seed=seed), text_field)
+    keep = np.asarray([j for j, i in enumerate(batch.ids) if i not in held][:n], dtype=np.int64)
+    return batch.take(keep), [texts[j] for j in keep]
+
+
+def _stages(M, Y, docs, Qn, Qo, rel, staying, fractions, k: int, seed: int) -> list[dict]:
+    """What each stage serves: the pool with a ``fraction`` of it native (random order), new-model queries alone
+    and fused with old-model ones (the best weight on these queries), against staying on the old model."""
+    from ...quality.options import recall, relevant_ranks
+
+    order = np.random.default_rng(seed).permutation(len(docs))
+    stages = []
+    for f in fractions:
+        served = M.copy()
+        native = order[:int(round(f * len(docs)))]
+        served[native] = Y[native]
+        alone = recall(relevant_ranks(Qn, served, rel), k)
+        fused = {b: recall(relevant_ranks(Qn, served, rel, Q_old=Qo, old_docs=docs.vectors, beta=b), k)
+                 for b in FUSION_BETAS if 0 < b < np.inf}
+        best = max(fused, key=lambda b: (fused[b], -b))
+        stages.append({"native_fraction": f, "recall": alone, "recall_fused": max(fused[best], staying),
+                       "beta": best if fused[best] >= staying else "old model alone"})
+    return stages
+
+
+def predict_stages(src: Collection, embed, *, text_field: str, queries, old_queries, pool: int = 2000,
+                   fit_sample: int = 2000, method: str = "orthogonal", seed: int = 0, k: int = 10,
+                   fractions=PLAN_FRACTIONS, on_step: Callable[[str], None] = lambda s: None,
+                   on_start: Callable[[int], None] = lambda n: None,
+                   on_progress: Callable[[int], None] = lambda n: None) -> dict:
+    """Recall@k the upgrade serves at each stage, simulated on a pool of the collection: the queries' relevant
+    records plus ``pool`` others, all re-embedded, and a map fitted on ``fit_sample`` further re-embedded records
+    (as ``start`` does). Each stage serves the pool with a ``fraction`` of it native (random order), new-model
+    queries alone and fused with old-model ones (the fusion weight chosen on these queries, as ``upgrade tune``
+    does), against staying on the old model. Recall within a pool is higher than within the whole collection;
+    the comparison between stages is what carries over."""
+    from ...quality.options import recall, relevant_ranks
+
+    chosen = method_of(method)
+    new_q, old_q = query_pairs(queries, old_queries)
+    relevant, rel_texts = _with_text(src.get(list(dict.fromkeys(new_q.ids))), text_field)
+    if not len(relevant):
+        raise InputError(f"none of the queries' relevant records is in {src.display_url} with text in "
+                         f"{text_field!r}")
+    others, other_texts = _others(src, pool, set(relevant.ids), text_field, seed)
+    docs = VectorBatch.concat([relevant, others])
+    fit, fit_texts = _others(src, fit_sample, set(docs.ids), text_field, seed + 1)
+    if len(fit) < 2:
+        raise InputError(f"{src.display_url} has too few records with text beyond the pool to fit a map")
+    on_step(f"re-embedding {len(docs) + len(fit):,} stored texts to predict each stage")
+    on_start(len(docs) + len(fit))
+    t0 = time.perf_counter()
+    Y = _encode(embed, rel_texts + other_texts, on_progress)
+    Y_fit = _encode(embed, fit_texts, on_progress)
+    seconds = time.perf_counter() - t0
+    M = chosen.build(seed=seed).fit(fit.vectors, Y_fit).transform(docs.vectors)
+    row = {i: j for j, i in enumerate(docs.ids)}
+    use = np.asarray([qi for qi, i in enumerate(new_q.ids) if i in row], dtype=np.int64)
+    Qn, Qo = new_q.vectors[use], old_q.vectors[use]
+    rel = np.asarray([row[new_q.ids[qi]] for qi in use], dtype=np.int64)
+    staying = recall(relevant_ranks(Qo, docs.vectors, rel), k)
+    stages = _stages(M, Y, docs, Qn, Qo, rel, staying, fractions, k, seed)
+    alone_ok = [st["native_fraction"] for st in stages if st["recall"] >= staying]
+    return {"k": k, "queries": len(use), "pool": len(docs), "fit_sample": len(fit), "method": chosen.name,
+            "staying": staying, "stages": stages, "texts_encoded": len(docs) + len(fit), "encode_seconds": seconds,
+            "new_model_alone_from": alone_ok[0] if alone_ok else None}
+
+
+def plan(source, *, model: str, text_field: str, sample: int = 64, seed: int = 0, queries=None, old_queries=None,
+         pool: int | None = None, fit_sample: int | None = None, method: str = "orthogonal",
+         on_step: Callable[[str], None] = lambda s: None, on_start: Callable[[int], None] = lambda n: None,
+         on_progress: Callable[[int], None] = lambda n: None) -> dict:
+    """What an upgrade of ``source`` to ``model`` costs on this machine, measured on ``sample`` stored texts, and,
+    given queries with known answers in both models (``queries``, ``old_queries``), the Recall@10 it serves at each
+    stage (:func:`predict_stages`, on the pool and fit sample of :func:`plan_sizes`). Writes nothing."""
+    if (queries is None) != (old_queries is None):
+        raise InputError("predicting quality needs the queries in both models: give --queries and --old-queries")
+    src = open_collection(source)
+    info = src.info()
+    if info.count == 0:
+        raise InputError(f"collection is empty: {src.display_url}")
+    embed = load_model(model)
+    records = src.sample(sample, seed=seed)
+    texts = [p.get(text_field) for p in records.payloads]
+    texts = [t for t in texts if isinstance(t, str) and t]
+    if not texts:
+        raise InputError(f"no sampled record of {src.display_url} has text in payload field {text_field!r}")
+    embed(texts[:2])                          # model warm-up, not timed
+    t0 = time.perf_counter()
+    embed(texts)
+    per_text = (time.perf_counter() - t0) / len(texts)
+    with_text = len(texts) / len(records)
+    predicted = None
+    if queries is not None:
+        pool, fit_sample, note = plan_sizes(info.count, pool, fit_sample)
+        if note:
+            on_step(note)
+        predicted = predict_stages(src, embed, text_field=text_field, queries=queries, old_queries=old_queries,
+                                   pool=pool, fit_sample=fit_sample, method=method, seed=seed, on_step=on_step,
+                                   on_start=on_start, on_progress=on_progress)
+        per_text = predicted["encode_seconds"] / predicted["texts_encoded"]   # the larger measurement
+    return {"source": src.display_url, "count": info.count, "dim": info.dim, "model": model,
+            "texts_sampled": len(records), "with_text": with_text, "seconds_per_text": per_text,
+            "full_reembed_seconds": per_text * info.count * with_text, "predicted": predicted,
+            "stages": ["start: fit the map on a re-embedded sample, write mapped vectors beside the old ones",
+                       "reembed: replace mapped vectors by native ones in the background (resumable)",
+                       "cutover: serve the new model's vectors; rollback at any time until finalize"]}

@@ -1,0 +1,268 @@
+"""Re-embedding in the background: records picked in priority order, batch by batch, embedded and written by the
+engine's pool of workers, stamped when they come back; and the query-log scores the ``hubs`` and ``queries``
+priorities order by.
+
+The driver (this process) keeps the upgrade's state (its SQLite file is local to it) and runs the one loop of
+:class:`_Run`: it syncs, picks id batches in priority order, reads their records and texts from the source, stamps
+records without text, and hands each batch (records and texts) to a worker of ``engine.pool``: here, the batch is
+embedded and written when it is handed over, one at a time (:class:`~vecbridge.runtime.engine.LocalPool`); on Ray
+(:class:`~vecbridge.runtime.ray_engine.RayPool`), each of ``workers`` actors loads the model once (by its name, with
+:func:`~vecbridge.runtime.models.load_model`), opens the upgrade's target once, and keeps ``in_flight`` batches
+queued. A stamp is only written after its upsert, so a killed driver or worker loses at most the batches in flight,
+which the next run re-does (the upsert is by id).
+"""
+from __future__ import annotations
+
+import itertools
+import time
+from typing import Callable
+
+import numpy as np
+
+from ...connectors.base import Collection, VectorBatch
+from ...errors import InputError
+from ...faultpoint import fault_point
+from ...runtime.engine import engine_of
+from ...runtime.models import load_model
+from ...runtime.ray_engine import Sealed
+from ...vectors import l2_normalize
+from .base import HUB_K, open_target
+from .state import exclusive, record_digest
+from .sync import Syncing
+
+#: batches queued per Ray actor: one being embedded, the others on their way (hides the driver's round trips)
+IN_FLIGHT = 3
+
+
+def embed_and_write(embed, target: Collection, batch: VectorBatch, texts: list[str]) -> np.ndarray:
+    """One batch of ``reembed``: the new model run on ``texts`` (one per record of ``batch``), the records upserted
+    with its vectors, which are returned (for the hub scores). Every worker runs this."""
+    vectors = np.asarray(embed(texts), dtype=np.float32)
+    target.upsert(batch.with_vectors(vectors))
+    return vectors
+
+
+class Reembedder:
+    """The factory of ``reembed``'s pool and, in this process, its one worker: the upgrade's own model (loaded on
+    first use) and target (an embedded store allows one handle). Sent to a Ray actor it travels as the model's name
+    and the state's URLs (:class:`_Remote`): no handle, and no credential in what Ray prints."""
+
+    def __init__(self, up: "Scheduling"):
+        self._up = up
+
+    def __call__(self) -> "Reembedder":
+        return self
+
+    def embed_and_write(self, batch: VectorBatch, texts: list[str]) -> np.ndarray:
+        return embed_and_write(self._up.model, self._up.target, batch, texts)
+
+    def __reduce__(self):
+        meta = self._up.meta
+        target = Sealed(meta["target"]) if meta.get("target") and not meta.get("field") else None
+        return _Remote, (meta["model"], Sealed(meta["source"]), meta.get("field"), target)
+
+
+class _Remote:
+    """A :class:`Reembedder` in a worker process: called once there, it loads the model and opens the target (a
+    failure is one line on the driver), then embeds and writes each batch it is given."""
+
+    def __init__(self, model: str, source: Sealed, field: str | None, target: Sealed | None):
+        self._spec = (model, source, field, target)
+
+    def __call__(self) -> "_Remote":
+        model, source, field, target = self._spec
+        self._embed = load_model(model)
+        self._target = open_target(source.url, field, target.url if target is not None else None)
+        return self
+
+    def embed_and_write(self, batch: VectorBatch, texts: list[str]) -> np.ndarray:
+        return embed_and_write(self._embed, self._target, batch, texts)
+
+
+class Scheduling(Syncing):
+    """:meth:`reembed` and :meth:`learn_queries`."""
+
+    def reembed(self, *, limit: int | None = None, until: float | None = None, budget_seconds: float | None = None,
+                priority: str = "random", batch_size: int = 64, max_per_second: float | None = None,
+                price_per_1k: float | None = None, spend_cap: float | None = None,
+                on_progress: Callable[[int], None] | None = None,
+                on_start: Callable[[int], None] | None = None, engine=None) -> dict:
+        """Replace mapped vectors by the new model's own, ``batch_size`` records at a time, until ``limit``
+        records, a native ``until`` fraction, ``budget_seconds`` or the ``spend_cap`` (the upgrade's total spend at
+        ``price_per_1k`` texts, kept across runs) is reached, or nothing is left; each batch is written, then
+        stamped, so a killed run loses at most the batches in flight (re-done by the next run).
+
+        ``engine`` (local by default) gives the workers that embed and write the batches: here, one at a time; on
+        Ray, actors with several batches in flight (the result then says ``engine`` and ``workers``). One loop
+        picks the batches, holds the stop conditions and stamps, so every engine stops and stamps alike: records,
+        texts and spend are counted when a batch is handed over (a spend cap counts the batches in flight), and
+        ``max_per_second`` spaces the hand-overs (one batch queued per actor then)."""
+        if until is not None and not 0 < until <= 1:
+            raise InputError("until is a fraction of the collection in (0, 1]")
+        if spend_cap is not None and price_per_1k is None:
+            raise InputError("a spend cap needs the model's price per 1,000 texts")
+        if (spend_cap is not None and spend_cap < 0) or (price_per_1k is not None and price_per_1k < 0):
+            raise InputError("prices and spend caps are at least 0")
+        engine = engine_of(engine)
+        with exclusive(self.state.path):   # one writer per upgrade: its spend and stamps are this run's to keep
+            self._check("reembed")
+            with engine.session():
+                pool = engine.pool(Reembedder(self), "embed_and_write",
+                                   in_flight=1 if max_per_second else IN_FLIGHT)   # loading while the state syncs
+                try:
+                    result = self._reembed(pool, limit=limit, until=until, budget_seconds=budget_seconds,
+                                           priority=priority, batch_size=batch_size, max_per_second=max_per_second,
+                                           price_per_1k=price_per_1k, spend_cap=spend_cap, on_progress=on_progress,
+                                           on_start=on_start)
+                finally:
+                    pool.close()
+        if engine.name != "local":
+            result = {**result, "engine": engine.name, "workers": int(engine.workers)}
+        return result
+
+    def _reembed(self, pool, *, limit, until, on_start, **options) -> dict:
+        synced = self.sync()
+        counts = self.state.counts()
+        total = sum(counts.values())
+        todo = counts["mapped"] + counts["pending"]
+        if until is not None:
+            todo = min(todo, max(0, int(np.ceil(until * total)) - counts["native"]))
+        if limit is not None:
+            todo = min(todo, limit)
+        if on_start:
+            on_start(todo)
+        run = _Run(self, pool, todo, **options)
+        run.loop()
+        self.state.event("reembed", f"{run.done:,} records")
+        return {**self.status(), "reembedded": run.done, "stopped_by": run.stopped, "spent": run.spent,
+                "new_in_source": synced["added"],
+                "changed_in_source": synced["changed"], "removed_from_source": synced["removed"],
+                "without_text": run.no_text, "seconds": time.perf_counter() - run.t0}
+
+    def learn_queries(self, queries, *, k: int = HUB_K) -> dict:
+        """Score every record against a log of new-model query vectors: its hub score ``r(d)`` (the mean cosine to
+        its ``k`` nearest log queries: the ``hubs`` priority and the hub penalty of :meth:`search`) and how often
+        the log's queries retrieve it in their top ``k`` (the ``queries`` priority). The log becomes the hub
+        reference for records re-embedded later."""
+        with exclusive(self.state.path):
+            self._check("learn-queries")
+            return self._learn_queries(queries, k=k)
+
+    def _learn_queries(self, queries, *, k: int) -> dict:
+        Q = np.asarray(queries, dtype=np.float32)
+        if Q.ndim != 2 or not len(Q):
+            raise InputError("the query log is empty")
+        if Q.shape[1] != self.target.info().dim:
+            raise InputError(f"the query log has {Q.shape[1]} dimensions, the new model's vectors "
+                             f"{self.target.info().dim}: give queries encoded by the new model")
+        self.state.set_reference(Q)
+        self._reference = self.state.reference()
+        scored = 0
+        for batch in self.target.scan(batch_size=2000):
+            self.state.score("hubness", batch.ids, self.hubness(batch.vectors))
+            scored += len(batch)
+        hits: dict = {}
+        Qn = l2_normalize(Q)
+        for lo in range(0, len(Qn), 256):
+            ids, _ = self.target.search(Qn[lo:lo + 256], k)
+            for row in ids:
+                for i in row:
+                    hits[i] = hits.get(i, 0) + 1
+        self.state.score("query_hits", list(hits), list(hits.values()), reset=True)
+        self.meta = self.state.update(hub_reference=f"a query log of {len(Q):,} queries")
+        self.state.event("queries", f"{len(Q):,} logged queries scored {scored:,} records")
+        return {**self.status(), "queries": len(Q), "records_scored": scored, "records_retrieved": len(hits)}
+
+
+class _Run:
+    """One ``reembed`` loop: batches handed to the pool while it has room and no stop condition holds, each stamped
+    when it comes back; a failed batch is left for the next run, and its error raised once the others landed."""
+
+    def __init__(self, up: Scheduling, pool, todo: int, *, budget_seconds, priority, batch_size, max_per_second,
+                 price_per_1k, spend_cap, on_progress):
+        self.up, self.pool, self.todo = up, pool, todo
+        self.budget_seconds, self.priority, self.batch_size = budget_seconds, priority, batch_size
+        self.max_per_second, self.price_per_1k, self.spend_cap = max_per_second, price_per_1k, spend_cap
+        self.on_progress = on_progress
+        self.t0, self.done, self.no_text, self.stopped = time.perf_counter(), 0, 0, "done"
+        self.spent = float(up.meta.get("spent") or 0.0)
+        self.flying: dict[int, tuple] = {}   # key -> (ids, records, has, digests, cost) of each batch handed over
+        self.busy: set = set()               # their ids: not picked again while in flight
+        self.handed, self.committed, self.next_at, self.exhausted, self.error = 0, 0.0, None, False, None
+        self.keys = itertools.count()
+
+    def loop(self) -> None:
+        while True:
+            more = self.error is None and self.stopped == "done" and not self.exhausted and self.handed < self.todo
+            if more and self.pool.free():
+                wait = self.next_at - time.perf_counter() if self.next_at is not None else 0.0
+                if wait > 0:   # the rate limit: results may land meanwhile
+                    if self.flying:
+                        self.land(self.pool.wait(wait))
+                        continue
+                    time.sleep(wait)
+                if self.budget_seconds is not None and time.perf_counter() - self.t0 >= self.budget_seconds:
+                    self.stopped = "time budget"
+                    continue
+                self.hand_over()
+                continue
+            if not self.flying and not (more and self.pool.starting()):
+                break
+            self.land(self.pool.wait(None))
+        if self.error is not None:
+            raise self.error
+        if self.next_at is not None:
+            time.sleep(max(0.0, self.next_at - time.perf_counter()))
+
+    def hand_over(self) -> None:
+        """Pick the next batch, stamp its records without text, and hand the others to the pool."""
+        up, n = self.up, min(self.batch_size, self.todo - self.handed)
+        ids = [i for i in up.state.to_reembed(n + len(self.busy), self.priority) if i not in self.busy][:n]
+        if not ids:
+            self.exhausted = True
+            return
+        records = up.source.get(ids)
+        texts = [p.get(up.meta["text_field"]) for p in records.payloads]
+        has = [j for j, t in enumerate(texts) if isinstance(t, str) and t]
+        cost = len(has) * (self.price_per_1k or 0.0) / 1000
+        if self.spend_cap is not None and self.spent + self.committed + cost > self.spend_cap + 1e-9:
+            self.stopped = "spend cap"
+            return
+        if len(has) < len(records):   # nothing to embed: they keep their mapped vector, counted apart
+            self.no_text += len(records) - len(has)
+            missing = {records.ids[j] for j in range(len(records)) if j not in set(has)}
+            up.state.stamp([i for i in ids if i in missing], "no-text", "kept its mapped vector")
+        key, self.handed, self.committed = next(self.keys), self.handed + len(has), self.committed + cost
+        self.flying[key] = (ids, records, has, [record_digest(records.vectors[j], texts[j]) for j in has], cost)
+        self.busy.update(ids)
+        if self.max_per_second:   # spaced from the hand-over itself, not from the read before it
+            self.next_at = time.perf_counter() + len(has) / self.max_per_second
+        if has:
+            self.pool.submit(key, records.take(np.asarray(has)), [texts[j] for j in has])
+        else:
+            self.land([(key, None)])
+
+    def land(self, results) -> None:
+        """Stamp each batch back from the pool (written by then); a failed one is left for the next run."""
+        up = self.up
+        for key, vectors in results:
+            if key is None or isinstance(vectors, BaseException):
+                self.error = self.error or vectors
+                if key is not None:
+                    self.busy.difference_update(self.flying[key][0])
+                    self.committed -= self.flying.pop(key)[4]
+                continue
+            ids, records, has, digests, cost = self.flying.pop(key)
+            fault_point("reembed.batch-written")
+            self.busy.difference_update(ids)
+            self.committed -= cost
+            if has:
+                up.state.stamp([records.ids[j] for j in has], "native", up.meta["model"],
+                               hubness=up.hubness(vectors), digests=digests)
+                if self.price_per_1k:
+                    self.spent += cost
+                    up.meta = up.state.update(spent=self.spent)
+            up._drop(set(ids) - set(records.ids))   # deleted from the source since the sync
+            self.done += len(has)
+            if self.on_progress and has:
+                self.on_progress(len(has))

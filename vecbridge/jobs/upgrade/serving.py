@@ -1,0 +1,165 @@
+"""Serving an upgrade at every stage: new-model queries over its vectors (mapped and native alike), optionally fused
+with old-model queries over the old vectors and with the hub penalty (the formula of
+:func:`vecbridge.quality.scoring.fuse`), the weights chosen on queries with known answers, and the quality served
+measured against staying on the old model."""
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+from ...connectors.base import VectorBatch
+from ...errors import InputError
+from ...quality.scoring import fuse
+from ...runtime.models import load_model
+from ...runtime.open import open_collection
+from ...vectors import l2_normalize
+from .base import UpgradeBase
+
+#: the old query's weights tried by :meth:`Serving.tune_fusion` (``inf``: the old model alone, i.e. staying)
+FUSION_BETAS = (0.0, 0.25, 0.5, 1.0, 2.0, 3.0, 5.0, 10.0, float("inf"))
+#: the hub penalty's weights tried by :meth:`Serving.tune_fusion` (0: no penalty)
+HUB_WEIGHTS = (0.0, 0.25, 0.5, 1.0)
+
+
+def query_pairs(queries, old_queries) -> tuple[VectorBatch, VectorBatch]:
+    """The same queries in the new and the old model (each query's id is its relevant record's id)."""
+    new_q = VectorBatch.concat(list(open_collection(queries).scan(batch_size=2000)))
+    old_q = open_collection(old_queries).get(list(new_q.ids))
+    if len(old_q) < len(new_q):
+        raise InputError(f"only {len(old_q):,} of the {len(new_q):,} queries are in the old-model query collection")
+    by_id = dict(zip(old_q.ids, range(len(old_q))))
+    return new_q, old_q.take(np.asarray([by_id[i] for i in new_q.ids]))
+
+
+class Serving(UpgradeBase):
+    """:meth:`search`, :meth:`tune_fusion` and :meth:`measure`."""
+
+    def _candidates(self, q_new: np.ndarray, q_old: np.ndarray | None, k_candidates: int):
+        """Per query: ``(ids, cos_new, cos_old, hub)`` over its candidates, the union of the new search's and (with
+        old-model queries) the old search's top ``k_candidates``, in the order returned. Records the upgrade no
+        longer holds (gone from the source) are left out; ``hub`` is 0 where a record has no hub score."""
+        ids_n, _ = self.target.search(q_new, k_candidates)
+        ids_o = self.source.search(q_old, k_candidates)[0] if q_old is not None else [[]] * len(q_new)
+        cands = [list(dict.fromkeys(list(n) + list(o))) for n, o in zip(ids_n, ids_o)]
+        held = self.state.scores_of({i for row in cands for i in row})   # one lookup and one get per store
+        flat = [i for i in dict.fromkeys(i for row in cands for i in row) if i in held]
+        new_v = self.target.get(flat)
+        vn = dict(zip(new_v.ids, l2_normalize(new_v.vectors)))
+        vo = {}
+        if q_old is not None:
+            old_v = self.source.get(flat)
+            vo = dict(zip(old_v.ids, l2_normalize(old_v.vectors)))
+        out = []
+        for qi, cand in enumerate(cands):
+            both = [i for i in cand if i in held and i in vn and (q_old is None or i in vo)]
+            out.append((both, np.array([vn[i] @ q_new[qi] for i in both], dtype=np.float32),
+                        np.array([vo[i] @ q_old[qi] for i in both], dtype=np.float32) if q_old is not None else None,
+                        np.array([held[i] or 0.0 for i in both], dtype=np.float32)))
+        return out
+
+    @staticmethod
+    def _score(cos_new: np.ndarray, cos_old: np.ndarray | None, hub: np.ndarray, beta: float, weight: float):
+        """``(cos_new + beta cos_old) / (1 + beta) - weight r(d)``; ``beta = inf`` is the old model alone (staying,
+        no penalty: the hub score belongs to the new vectors)."""
+        return fuse(cos_new, cos_old, beta, hub, weight, mean=True)
+
+    def _recalls(self, queries_new, queries_old, relevant: list, settings, *, k: int, k_candidates: int) -> dict:
+        """Recall@k of each ``(beta, hub weight)`` setting on queries with known answers (``relevant[i]`` is the id of
+        query i's relevant record), all from one candidate pool per query."""
+        q_new = l2_normalize(np.asarray(queries_new, dtype=np.float32))
+        q_old = l2_normalize(np.asarray(queries_old, dtype=np.float32))
+        if not (len(q_new) == len(q_old) == len(relevant)) or not len(relevant):
+            raise InputError("measuring needs the same queries in both models and the id of each one's relevant "
+                             "record")
+        cands = self._candidates(q_new, q_old, k_candidates)
+        has_hub = any(h.any() for _, _, _, h in cands)
+        out = {}
+        for beta, w in settings(has_hub):
+            hits = 0
+            for (ids, cn, co, hub), rel in zip(cands, relevant):
+                order = np.argsort(-self._score(cn, co, hub, beta, w), kind="stable")[:k]
+                hits += rel in {ids[j] for j in order}
+            out[beta, w] = hits / len(relevant)
+        return out
+
+    def tune_fusion(self, queries_new, queries_old, relevant: list, *, k: int = 10, k_candidates: int = 100) -> dict:
+        """Choose the old query's weight ``beta`` and the hub penalty's weight on queries with known answers
+        (``relevant[i]`` is the id of query i's relevant record): the grid includes the old model alone (``inf``),
+        so the choice serves at least as well as staying on the old model on these queries. Saved in the state;
+        ``search`` uses them by default. The penalty is tried once records have hub scores (from the start's
+        re-embedded sample, or a query log: :meth:`learn_queries`)."""
+        weights = []
+
+        def grid(has_hub):
+            weights.extend(HUB_WEIGHTS if has_hub else (0.0,))
+            return [(b, w) for b in FUSION_BETAS for w in (weights if np.isfinite(b) else (0.0,))]
+
+        recall = self._recalls(queries_new, queries_old, relevant, grid, k=k, k_candidates=k_candidates)
+        # ties: the lightest penalty, then the smallest old-model weight (the old model alone last)
+        best_beta, best_w = max(recall, key=lambda bw: (recall[bw], -bw[1], -bw[0] if np.isfinite(bw[0]) else -1e9))
+        stays = bool(np.isinf(best_beta))
+        self.meta = self.state.update(fusion_beta=None if stays else best_beta, fusion_stays=stays,
+                                      hub_weight=best_w)
+        self.state.event("tuned", f"beta {best_beta}, hub weight {best_w} on {len(relevant):,} queries")
+        by_beta = {("inf" if np.isinf(b) else b): max(r for (bb, _), r in recall.items() if bb == b)
+                   for b in FUSION_BETAS}
+        return {"beta": "old model alone" if stays else best_beta, "hub_weight": best_w,
+                "recall": recall[best_beta, best_w], "staying": recall[np.inf, 0.0],
+                "new_model_only": recall[0.0, 0.0], "n_queries": len(relevant), "recall_by_beta": by_beta,
+                "hub_weights_tried": list(weights)}
+
+    def _tuned_beta(self) -> float:
+        """The old query's weight :meth:`tune_fusion` chose (``inf``: the old model alone), else 1."""
+        return np.inf if self.meta.get("fusion_stays") else float(self.meta.get("fusion_beta") or 1.0)
+
+    def measure(self, queries_new, queries_old, relevant: list, *, k: int = 10, k_candidates: int = 100) -> dict:
+        """Recall@k on queries with known answers as served now (the tuned weights, or fusion with beta 1 and no
+        penalty before any tuning), against the new model alone and staying on the old model. Kept in the state as
+        the latest probe (``status`` shows it)."""
+        beta = self._tuned_beta()
+        w = float(self.meta.get("hub_weight") or 0.0)
+        r = self._recalls(queries_new, queries_old, relevant, lambda _: [(beta, w), (0.0, 0.0), (np.inf, 0.0)],
+                          k=k, k_candidates=k_candidates)
+        counts = self.state.counts()
+        probe = {"k": k, "served": r[beta, w], "new_model_only": r[0.0, 0.0], "staying": r[np.inf, 0.0],
+                 "n_queries": len(relevant), "native_fraction": counts["native"] / max(1, sum(counts.values())),
+                 "at": time.time()}
+        self.meta = self.state.update(probe=probe)
+        self.state.event("probe", f"Recall@{k} served {probe['served']:.3f}, staying {probe['staying']:.3f}")
+        return self.status()
+
+    def search(self, texts: list[str], k: int = 10, *, old_model: str | None = None, beta: float | None = None,
+               hub_weight: float | None = None, k_candidates: int = 100) -> tuple[list[list], np.ndarray]:
+        """New-model queries over the upgrade's vectors (mapped and native alike). With ``old_model``, each query is
+        also encoded by the old model and every candidate scored ``(cos(q_new, v_new) + beta cos(q_old, v_old)) /
+        (1 + beta)`` over the union of both searches' candidates (dual-query fusion); ``hub_weight`` subtracts
+        ``weight * r(d)``, the record's hub score (the hub penalty). Both default to what :meth:`tune_fusion`
+        chose (else fusion with beta 1, no penalty)."""
+        q_new = l2_normalize(np.asarray(self.model(texts), dtype=np.float32))
+        weight = float(self.meta.get("hub_weight") or 0.0) if hub_weight is None else float(hub_weight)
+        q_old = None
+        if old_model is not None:
+            if beta is None:
+                beta = self._tuned_beta()
+            q_old = l2_normalize(np.asarray(load_model(old_model)(texts), dtype=np.float32))
+        if q_old is None and not weight:
+            return self._store_search(q_new, k)
+        out_ids, out_scores = [], np.full((len(texts), k), -np.inf, dtype=np.float32)
+        for qi, (ids, cn, co, hub) in enumerate(self._candidates(q_new, q_old, max(k, k_candidates))):
+            scores = self._score(cn, co, hub, beta or 0.0, weight)
+            order = np.argsort(-scores, kind="stable")[:k]
+            out_ids.append([ids[j] for j in order])
+            out_scores[qi, :len(order)] = scores[order]
+        return out_ids, out_scores
+
+    def _store_search(self, q_new: np.ndarray, k: int) -> tuple[list[list], np.ndarray]:
+        """The store's own search over the upgrade's vectors; records gone from the source left out."""
+        out_ids, out_scores = [], np.full((len(q_new), k), -np.inf, dtype=np.float32)
+        ids, scores = self.target.search(q_new, 2 * k)
+        held = self.state.scores_of([i for row in ids for i in row])
+        for qi, row in enumerate(ids):
+            keep = [j for j, i in enumerate(row) if i in held][:k]
+            out_ids.append([row[j] for j in keep])
+            out_scores[qi, :len(keep)] = np.asarray(scores[qi])[keep]
+        return out_ids, out_scores

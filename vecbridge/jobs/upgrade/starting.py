@@ -1,0 +1,343 @@
+"""``start``: fit the map on a re-embedded sample (or take one), write mapped vectors *beside* the old ones — a new
+vector field where the store has named vectors (PostgreSQL+pgvector, Qdrant), a new collection elsewhere — and stamp
+every record in the upgrade's state file. Resumable: the same command run again after an interruption continues."""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Callable
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+
+import numpy as np
+
+from ...align.artifact import Alignment
+from ...align.methods import method as method_of
+from ...connectors import connect
+from ...connectors.base import Collection, VectorBatch
+from ...connectors.url import redact
+from ...errors import InputError, StoreError, UsageError
+from ...faultpoint import fault_point
+from ...fs import require_writable
+from ...pairing.reembed import _texts, reembed_pairs
+from ...quality.scoring import hub_penalty
+from ...runtime.checkpoint import Checkpoint
+from ...runtime.guard import refuse_inputs_as_target
+from ...runtime.models import load_model
+from ...runtime.open import load_alignment, open_collection
+from ..rewrite import migrate, preflight
+from .base import HUB_K, open_target
+from .core import Upgrade
+from .stages import check
+from .state import UpgradeState, exclusive
+from .sync import digests_of
+
+_SECRET_PARAMS = ("password", "api_key", "token")
+#: stores whose credential is ``user:password`` as one token: a user without its password would shadow the
+#: environment's token (``MILVUS_TOKEN``), so the state keeps neither
+_USER_IN_TOKEN = ("milvus",)
+
+
+def url_without_secrets(url: str) -> str:
+    """The URL the state file keeps: no password, no secret query values (they come from the environment, as for
+    every command: ``PGPASSWORD``, ``QDRANT_API_KEY``, ``MILVUS_TOKEN`` ...)."""
+    parts = urlsplit(url)
+    netloc = parts.netloc
+    if "@" in netloc:
+        user, host = netloc.rsplit("@", 1)
+        netloc = host if parts.scheme.lower() in _USER_IN_TOKEN else f"{user.split(':', 1)[0]}@{host}"
+    query = urlencode([(k, v) for k, v in parse_qsl(parts.query, keep_blank_values=True)
+                       if not any(s in k.lower() for s in _SECRET_PARAMS)])
+    out = urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))
+    return out if out.startswith(f"{parts.scheme}://") else f"{parts.scheme}://{out.split(':', 1)[1]}"
+
+
+def _has_secrets(url: str) -> bool:
+    """Whether ``url`` carries a credential the state file leaves out (later commands read it from the
+    environment)."""
+    parts = urlsplit(url)
+    return parts.password is not None or any(s in k.lower() for k, _ in parse_qsl(parts.query) for s in _SECRET_PARAMS)
+
+
+def default_state_path(source: Collection) -> Path:
+    name = "".join(c if c.isalnum() or c in "-_." else "_" for c in str(source.identity))[-80:].strip("_")
+    return Path.cwd() / f"{name}.upgrade.sqlite"
+
+
+def start(source, *, model: str, text_field: str, state_path=None, field: str | None = None, to=None,
+          alignment=None, method: str = "orthogonal", fit_sample: int = 2000, seed: int = 0,
+          batch_size: int | None = None, overwrite: bool = False,
+          on_step: Callable[[str], None] = lambda s: None) -> dict:
+    """Begin an upgrade of ``source`` to ``model``: fit the map (``method``, see :mod:`vecbridge.align.methods`) on
+    ``fit_sample`` re-embedded records (or use ``alignment``), write mapped vectors into the new vector ``field`` of
+    the source (stores with named vectors) or into the new collection ``to``, write the re-embedded sample natively,
+    and stamp every record (with its residual and hub scores, measured against the re-embedded sample).
+
+    Nothing is written before every check passed: the source holds text in ``text_field``; the new vectors go
+    neither into the source (however its URL is spelled) nor into any vector field it has, nor into a collection
+    that exists already (``overwrite`` drops and recreates that one). The state file appears, whole, once the
+    map is fitted (stage ``starting``, with the fit sample): the same command run again after an interruption
+    continues into the target this start created, with the same sample; other settings or another collection are
+    refused."""
+    if (field is None) == (to is None):
+        raise UsageError("say where the new vectors go: a new vector field of the source (field) or a new "
+                         "collection (to), one of them")
+    src = open_collection(source)
+    chosen = method_of(method)
+    state_path = Path(state_path) if state_path else default_state_path(src)
+    _refuse_unwritable(state_path)
+    with exclusive(state_path):
+        info = src.info()
+        target = _new_vectors_target(src, info, field, to)
+        settings = {"source": str(src.identity), "field": field, "target": None if field else str(target.identity),
+                    "model": model, "text_field": text_field, "method": chosen.name, "fit_sample": fit_sample,
+                    "seed": seed, "alignment": None if alignment is None else _alignment_key(alignment)}
+        state = _unfinished_start(state_path, settings)
+        if state is None:
+            _refuse_existing(src, info, target, field, overwrite)
+            _require_text(src, text_field, seed)
+            state = _fit_and_create(src, info, state_path, settings, alignment=alignment, to=to, chosen=chosen,
+                                    replaces=field is None and target.exists(), on_step=on_step)
+        try:
+            return _write_and_stamp(src, state, alignment, field=field, to=to, batch_size=batch_size,
+                                    on_step=on_step)
+        finally:
+            state.close()
+
+
+def _refuse_unwritable(state_path: Path) -> None:
+    """Everything a start writes on this machine lies beside its state file (the state and its ``.part``, the fitted
+    alignment, the migration's checkpoint, SQLite's journal): a folder or state file it could not write is refused
+    now, in one line, before minutes of re-embedding are spent."""
+    hint = "choose a --state in a folder you can write"
+    require_writable(state_path, "the upgrade's state file and alignment", hint)
+    if state_path.exists() and not os.access(state_path, os.W_OK):
+        raise StoreError(f"cannot write the upgrade's state file {state_path}: it is read-only; {hint}")
+
+
+def _alignment_key(alignment) -> str:
+    """How a start's settings name a given alignment: its file, or its fingerprint."""
+    return alignment.fingerprint if isinstance(alignment, Alignment) else str(Path(alignment).resolve())
+
+
+def _source_field(src: Collection, info) -> str | None:
+    """The vector field the source's vectors are in (None: a store without named vectors)."""
+    if src.vector_field is not None:
+        return src.vector_field
+    return next(iter(info.vector_fields)) if len(info.vector_fields) == 1 else None
+
+
+def _new_vectors_target(src: Collection, info, field: str | None, to) -> Collection:
+    """Where the new vectors go, refused if it is the source itself or the source's own vector field."""
+    if field is not None:
+        if field == _source_field(src, info):
+            raise InputError(f"--field {field} holds the source's own vectors, which an upgrade never writes: "
+                             f"name a new field for the new model's vectors")
+        return connect(src.url).with_vector_field(field)   # a clear StoreError where the store has no named vectors
+    target = open_collection(to, read_only=False)
+    refuse_inputs_as_target(target, [(src, "the source collection itself")],
+                            "name a new collection for the new model's vectors (or --field NAME: a new vector field "
+                            "of the source)")
+    return target
+
+
+def _refuse_existing(src: Collection, info, target: Collection, field: str | None, overwrite: bool) -> None:
+    """A new upgrade writes into a field or collection of its own: one that exists (the application's, or another
+    upgrade's) is refused; a collection may be replaced with ``overwrite`` (dropped and recreated when the writing
+    starts), a vector field never (it is part of the source)."""
+    if field is not None and field in info.vector_fields:
+        raise InputError(f"the vector field {field!r} already exists in {src.display_url}: name a new field (an "
+                         f"upgrade never writes or drops a field of the source it did not create)")
+    if field is None and target.exists() and not overwrite:
+        raise StoreError(f"target already exists: {target.display_url} (name a new collection for the new vectors, "
+                         f"or --overwrite to drop and recreate it)")
+
+
+def _require_text(src: Collection, text_field: str, seed: int) -> None:
+    """The new model embeds each record's text: a field no sampled record holds text in is refused now."""
+    sampled = src.sample(200, seed=seed)
+    keep, _ = _texts(sampled, text_field)
+    if not len(keep):
+        fields = sorted({k for p in sampled.payloads for k in (p or {})})
+        raise InputError(f"no sampled record of {src.display_url} has text in payload field {text_field!r} "
+                         f"(its records hold: {', '.join(fields) or 'no payload'}): name it with --text-field")
+
+
+def _unfinished_start(path: Path, settings: dict) -> UpgradeState | None:
+    """The state of an interrupted start of this same upgrade (continued), None if there is no state; a state of
+    another upgrade, of one under way, or of a start with other settings is refused."""
+    if not path.exists():
+        return None
+    state = UpgradeState.open(path)
+    try:
+        meta = state.meta
+        check(meta, "start", path)
+        had = meta.get("settings") or {
+            "source": str(connect(meta["source"]).identity), "field": meta.get("field"), "model": meta["model"],
+            "target": str(connect(meta["target"]).identity) if meta.get("target") else None,
+            "text_field": meta["text_field"]}
+        if had["source"] != settings["source"]:
+            raise InputError(f"{path} holds an upgrade of another collection ({redact(meta['source'])}): choose "
+                             f"another state file")
+        differs = [k for k in settings if k in had and had[k] != settings[k]]
+        if differs:
+            raise InputError(f"{path} holds an unfinished start with other settings "
+                             f"({', '.join(f'{k} {had[k]!r}' for k in differs)}): run it again with those to "
+                             f"finish it, or remove {path} (and the new vectors it began writing) to start over")
+    except BaseException:
+        state.close()
+        raise
+    return state
+
+
+def _fit_and_create(src: Collection, info, state_path: Path, settings: dict, *, alignment, to, chosen,
+                    replaces: bool, on_step) -> UpgradeState:
+    """Fit the map on a re-embedded sample (unless ``alignment`` is given), then write the state file whole (its
+    settings, the alignment, the fit sample, and whether the target collection ``replaces`` one that exists, with
+    --overwrite): a start interrupted before has left nothing behind."""
+    model, text_field, seed = settings["model"], settings["text_field"], settings["seed"]
+    sample = None
+    if alignment is None:
+        on_step(f"re-embedding {settings['fit_sample']:,} stored texts ({text_field!r}) with {model} to fit the map")
+        olds, news = reembed_pairs(src, load_model(model), text_field=text_field, n=settings["fit_sample"], seed=seed)
+        fault_point("upgrade-start.sample-reembedded")
+        est = chosen.build(seed=seed).fit(olds.vectors, news)
+        alignment = Alignment.from_estimator(
+            est, target_model=model, metric=info.metric,
+            anchors={"method": "re-embedded-sample", "n": len(olds)}).save(
+                state_path.with_name(state_path.name.replace(".upgrade.sqlite", "") + ".align.vb"))
+        sample = (olds, news)
+        fault_point("upgrade-start.fitted")
+    aligned, align_file = load_alignment(alignment)
+    if aligned.source_dim != info.dim:
+        raise InputError(f"the alignment maps {aligned.source_dim}-dimensional vectors; {src.display_url} holds "
+                         f"{info.dim}-dimensional ones")
+    part = state_path.with_name(state_path.name + ".part")
+    if part.exists():
+        part.unlink()
+    state = UpgradeState.create(part, {
+        "source": url_without_secrets(src.url), "field": settings["field"], "model": model, "text_field": text_field,
+        "target": url_without_secrets(str(to)) if to else None, "alignment": str(align_file or ""),
+        "stage": "starting", "serving": "old", "source_field": _source_field(src, info), "settings": settings,
+        "replaces": replaces})
+    if sample is not None:   # the re-embedded sample is the hub reference until a query log replaces it
+        olds, news = sample
+        state.set_fit_sample(olds.ids, digests_of(olds, text_field), olds.vectors, news)
+        state.set_reference(news)
+    state.close()
+    os.replace(part, state_path)
+    return UpgradeState.open(state_path)
+
+
+def _kept_sample(src: Collection, state: UpgradeState):
+    """The start's fit sample ``(old records, new vectors, digests)`` as the source holds those records now (records
+    deleted since are left out), or None when the map was given."""
+    kept = state.fit_sample()
+    if kept is None:
+        return None
+    ids, digests, old, new = kept
+    now = src.get(ids)
+    row = {i: j for j, i in enumerate(ids)}
+    rows = np.asarray([row[i] for i in now.ids], dtype=np.int64)
+    return VectorBatch(now.ids, old[rows], now.payloads), new[rows], [digests[j] for j in rows]
+
+
+def _made_by_this_start(src: Collection, meta: dict, field: str | None, to) -> bool:
+    """Whether the field or collection the new vectors go to exists and was created by this start (run before and
+    interrupted): a field always (a start refuses one that exists), a collection unless the start was asked to
+    replace one that existed (``--overwrite``: then what is there may still be that one, dropped by the
+    migration)."""
+    if field is not None:
+        return field in src.info().vector_fields
+    return not meta.get("replaces", True) and connect(to).exists()
+
+
+def _adopt(src: Collection, alignment, field: str | None, to, checkpoint: Path) -> None:
+    """Let the migration continue into the field or collection an interrupted run of this start created (killed
+    before the migration's first checkpoint, or after its last): a checkpoint that has copied nothing, so every row
+    is written again into what exists, instead of dropping it (a store may not drop a vector field: Qdrant
+    Edge)."""
+    aligned, align_file = load_alignment(alignment)
+    target = connect(src.url).with_vector_field(field) if field else open_collection(to, read_only=False)
+    _, path, identity = preflight(src, target, aligned, align_file, checkpoint, kind="migrate", field=field)
+    Checkpoint(path, identity).start()
+
+
+def _write_mapped(src: Collection, state: UpgradeState, aligned, align_file, *, field, to, batch_size) -> None:
+    """Mapped vectors into the field or collection this start owns, by a resumable migration (once)."""
+    if state.meta.get("migrated"):
+        return
+    checkpoint = state.path.with_name(state.path.name + ".migrate.json")
+    given = aligned if align_file is None else align_file
+    if not checkpoint.exists() and _made_by_this_start(src, state.meta, field, to):
+        _adopt(src, given, field, to, checkpoint)
+    resume = checkpoint.exists()
+    migrate(src, given, None if field else to, field=field, batch_size=batch_size, checkpoint_path=checkpoint,
+            resume=resume, overwrite=not resume)
+    fault_point("upgrade-start.mapped")
+    state.update(migrated=True)
+
+
+def _stamp_mapped(src: Collection, state: UpgradeState, aligned, sample, text_field: str) -> None:
+    """Every record stamped ``mapped``, with its priority scores where the fit sample measures them (the target
+    holds the same ids; the old vectors score priority)."""
+    if sample is not None:
+        olds, news, _ = sample
+        residuals = _residual_scorer(aligned, (olds, news))
+    for batch in src.scan(batch_size=2000):
+        mapped = aligned.transform(batch.vectors)
+        scored = {} if sample is None else {
+            "residuals": residuals(batch.vectors, mapped), "hubness": hub_penalty(mapped, news, HUB_K)}
+        state.stamp(batch.ids, "mapped", aligned.fingerprint, digests=digests_of(batch, text_field), **scored)
+    fault_point("upgrade-start.stamped")
+
+
+def _write_sample(target: Collection, state: UpgradeState, sample) -> None:
+    """The fit's re-embedded texts are native vectors already: written and stamped ``native``."""
+    olds, news, digests = sample
+    if not len(olds):
+        return
+    target.upsert(olds.with_vectors(news))
+    fault_point("upgrade-start.sample-written")
+    with_self = hub_penalty(news, news, HUB_K + 1)   # each is its own nearest reference: leave it out
+    state.stamp(olds.ids, "native", state.meta["model"], digests=digests,
+                hubness=(with_self * (HUB_K + 1) - 1.0) / HUB_K)
+
+
+def _write_and_stamp(src: Collection, state: UpgradeState, alignment, *, field, to, batch_size, on_step) -> dict:
+    """The writing part of :func:`start`, resumable: mapped vectors (by a resumable migration into the field or
+    collection this start owns), then every record's stamp, then the fit sample's native vectors."""
+    meta = state.meta
+    aligned, align_file = load_alignment(meta["alignment"] or alignment)
+    sample = _kept_sample(src, state)
+    on_step("writing mapped vectors beside the old ones")
+    _write_mapped(src, state, aligned, align_file, field=field, to=to, batch_size=batch_size)
+    target = open_target(src.url, field, to)
+    _stamp_mapped(src, state, aligned, sample, meta["text_field"])
+    if sample is not None:
+        _write_sample(target, state, sample)
+    up = Upgrade(state)
+    up.source, up.target = src, target   # this run's handles hold the credentials the URLs given to it carry
+    try:   # the serving view or alias exists from now on, over the old vectors: point applications at it early
+        via = up._serve("old")
+    except StoreError as exc:
+        via = f"nothing switched (the serving view or alias could not be made: {exc})"
+    to_stage = check(state.meta, "start", state.path)
+    state.update(stage=to_stage, serving_via=via)
+    state.event(to_stage, f"alignment {aligned.fingerprint[:12]}; serving the old model's vectors through {via}")
+    up.meta = state.meta
+    status = up.status()
+    if _has_secrets(str(src.url)) or (to and _has_secrets(str(to))):
+        status["credentials"] = ("the state file keeps no password or token: later commands read them from the "
+                                 "environment (PGPASSWORD, QDRANT_API_KEY, MILVUS_TOKEN, ...)")
+    return status
+
+
+def _residual_scorer(alignment: Alignment, sample) -> Callable[[np.ndarray, np.ndarray], np.ndarray]:
+    """Expected unreliability of each mapped vector: the fit anchors' residuals ``1 - cos(T(x_a), y_a)`` near it in
+    the old space, weighted by similarity (the ``anchor_residual`` strategy the report measures). The anchors'
+    residuals are computed once; the scorer takes a batch's old and mapped vectors."""
+    from ...quality.options import anchor_residuals, reliability_scores
+
+    olds, news = sample
+    res = anchor_residuals(alignment.transform(olds.vectors), news)
+    return lambda X, mapped: reliability_scores(X, mapped, olds.vectors, news, res)["anchor_residual"]
