@@ -2,6 +2,8 @@
 from __future__ import annotations
 
 import importlib
+import importlib.abc
+import importlib.util
 import warnings
 
 
@@ -33,3 +35,43 @@ def on_engine(old: str, new: str, job, make_engine):
 
     twin.__name__ = twin.__qualname__ = old.rpartition(".")[2]
     return twin
+
+
+class OldPaths(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    """Modules that moved, importable under their old names for one release: ``old -> new module`` (every name
+    moved there) or ``old -> {name: new module}`` (a module split in two). Importing one makes a small module that
+    hands each name over from its new home with a :class:`DeprecationWarning`, as :func:`moved` does; the old
+    files are gone."""
+
+    def __init__(self, table: dict[str, "str | dict[str, str]"]):
+        self.table = table
+
+    def find_spec(self, fullname: str, path=None, target=None):
+        if fullname in self.table:
+            return importlib.util.spec_from_loader(fullname, self)
+        return None
+
+    def create_module(self, spec):
+        return None   # the default: an empty module, filled by exec_module
+
+    def exec_module(self, module) -> None:
+        old, new = module.__name__, self.table[module.__name__]
+        where = new if isinstance(new, str) else ", ".join(sorted(set(new.values())))
+        module.__doc__ = f"Deprecated: moved to {where}."
+        module.__getattr__ = moved(old, new) if isinstance(new, dict) else _forward(old, new)
+
+
+def _forward(old: str, new: str):
+    """A module ``__getattr__`` for ``old`` whose every name now lives in ``new``."""
+
+    def __getattr__(name: str):
+        if name.startswith("__"):
+            raise AttributeError(name)
+        target = importlib.import_module(new)
+        if not hasattr(target, name):
+            raise AttributeError(f"module {old!r} has no attribute {name!r}")
+        warnings.warn(f"{old}.{name} moved to {new}.{name}; the old path goes in the next release",
+                      DeprecationWarning, stacklevel=2)
+        return getattr(target, name)
+
+    return __getattr__

@@ -40,6 +40,7 @@ from ..errors import InputError
 from ..numeric.neighbors import knn
 from ..numeric.ranking import best_first, ranks_of, shared_count, top_k_indices
 from ..vectors import l2_normalize
+from .scoring import fuse
 
 STRATEGIES = ("random", "anchor_residual", "inconsistency", "combined", "frequency")
 DEFAULT_FRACTIONS = (0.01, 0.05, 0.10, 0.25)
@@ -85,15 +86,10 @@ def _first_stage(Q_new, docs, Q_old=None, old_docs=None, beta: float = 0.0, pena
     Qn, D = l2_normalize(Q_new), l2_normalize(docs)
     use_old = beta != 0 and Q_old is not None
     Qo, X = (l2_normalize(Q_old), l2_normalize(old_docs)) if use_old else (None, None)
-    pen = None if penalty is None or not weight else weight * np.asarray(penalty, dtype=np.float32)
+    pen = None if penalty is None else np.asarray(penalty, dtype=np.float32)
 
     def scores(sl: slice) -> np.ndarray:
-        S = Qn[sl] @ D.T
-        if use_old:
-            S += beta * (Qo[sl] @ X.T)
-        if pen is not None:
-            S -= pen[None, :]
-        return S
+        return fuse(Qn[sl] @ D.T, Qo[sl] @ X.T if use_old else None, beta, pen, weight)
 
     return Qn, Qo, X, scores
 

@@ -30,7 +30,7 @@ import numpy as np
 
 from ..errors import InputError
 from ..numeric.ranking import rank_candidates
-from ..quality.scoring import hub_penalty
+from ..quality.scoring import fuse, hub_penalty
 from ..vectors import l2_normalize
 
 
@@ -60,7 +60,7 @@ def fused_search(old_collection, alignment, q_new, q_old, k: int = 10, *, beta: 
     X = l2_normalize(got.vectors)
     M = l2_normalize(alignment.transform(got.vectors))
     Qn_u, Qo_u = l2_normalize(Qn), l2_normalize(Qo)
-    return rank_candidates(cand, got.ids, k, lambda qi, rows: M[rows] @ Qn_u[qi] + beta * (X[rows] @ Qo_u[qi]))
+    return rank_candidates(cand, got.ids, k, lambda qi, rows: fuse(M[rows] @ Qn_u[qi], X[rows] @ Qo_u[qi], beta))
 
 
 class FusedSearch:
