@@ -145,9 +145,9 @@ def test_fit_returns_self_and_fitted_state_ends_in_underscore():
 
 
 def test_cli_flat_keys_go_through_set_params():
-    """``--param KEY=VALUE`` reaches the estimators through jobs.link._estimator: flat GEH keys keep working, and
-    an unknown key or a bad value fails before any data is read."""
-    from vecbridge.jobs.link import _estimator
+    """``--param KEY=VALUE`` reaches the estimators through pairing.learned._estimator: flat GEH keys keep working,
+    and an unknown key or a bad value fails before any data is read."""
+    from vecbridge.pairing.learned import _estimator
 
     est = _estimator(GEH, {"shortlist": 32, "refine": None, "vote_decay": 1.0}, seed=4)
     assert est.search.shortlist == 32 and est.refine is None and est.votes.vote_decay == 1.0

@@ -22,7 +22,12 @@ from vecbridge.errors import InputError
 from vecbridge.jobs import migrate, verify
 from vecbridge.jobs.evaluate import evaluate_alignment
 from vecbridge.jobs.fit import fit_alignment
+from vecbridge.jobs.report import compatibility_report
+from vecbridge.linking import PairSpec
 from vecbridge.pairing.pairs import in_holdout
+from vecbridge.pairing.sampling import sample_pairs
+from vecbridge.pairing.table import pairing
+from vecbridge.runtime.ray_engine import RayEngine
 
 os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")   # every address of the cluster on the loopback
 
@@ -76,13 +81,11 @@ def stores(request, tmp_path_factory):
 def test_fit_equals_single_process(ray_cluster, stores, pairs, target, options):
     """Same pairs, same holdout, same sums up to the order in which they were added: the map agrees with the
     single-process one to float64 rounding (not bit for bit: each range adds its own partial sums)."""
-    from vecbridge.jobs.distributed_reduce import fit_on_ray
-
     pairs = pairs.replace("CSV", str(stores["csv"]))
     local = fit_alignment(stores["old"], stores[target], pairs=pairs, batch_size=256, **options)
     seen = []
-    ray = fit_on_ray(stores["old"], stores[target], pairs=pairs, batch_size=256, workers=2, on_batch=seen.append,
-                     **options)
+    ray = fit_alignment(stores["old"], stores[target], pairs=pairs, batch_size=256, engine=RayEngine(workers=2),
+                        on_batch=seen.append, **options)
     a, b = local.metadata["anchors"], ray.metadata["anchors"]
     assert (b["n_examined"], b["n_paired"]) == (a["n_examined"], a["n_paired"])
     assert a["n_paired"] == (N // 2 - UNPAIRED // 2 if pairs.startswith("file") else N - UNPAIRED)
@@ -99,12 +102,10 @@ def test_fit_equals_single_process(ray_cluster, stores, pairs, target, options):
 
 def test_fit_refuses_what_is_not_a_full_streamed_fit(stores):
     """Samples and in-memory methods are refused in one line before any work (no cluster needed)."""
-    from vecbridge.jobs.distributed_reduce import fit_on_ray
-
     for options, words in (({"max_pairs": 100}, "--max-pairs"), ({"pairs": "unsupervised"}, "unsupervised"),
                            ({"method": "clustered"}, "clustered")):
         with pytest.raises(InputError, match=words) as err:
-            fit_on_ray(stores["old"], stores["new"], **options)
+            fit_alignment(stores["old"], stores["new"], engine=RayEngine(workers=2), **options)
         assert "\n" not in str(err.value) and "--engine local" in str(err.value)
 
 
@@ -116,8 +117,6 @@ def _verdicts(result):
 def test_verify_every_record_agrees_with_single_process(ray_cluster, stores):
     """A good target, then one broken in each way in turn (and repaired): the same verdict per check as the
     single-process verify sampling every record, from counts of every record."""
-    from vecbridge.jobs.distributed_reduce import verify_on_ray
-
     target = stores["url"]("migrated")
     migrate(stores["old"], stores["align"], target, overwrite=True)
     tgt = connect(target)
@@ -125,7 +124,7 @@ def test_verify_every_record_agrees_with_single_process(ray_cluster, stores):
     rid = first.ids[0]
 
     def both():
-        ray = verify_on_ray(stores["old"], target, stores["align"], workers=2)
+        ray = verify(stores["old"], target, stores["align"], engine=RayEngine(workers=2))
         local = verify(stores["old"], target, stores["align"], sample=N)
         assert _verdicts(ray) == _verdicts(local), (ray, local)
         return ray
@@ -165,7 +164,8 @@ def test_verify_every_record_agrees_with_single_process(ray_cluster, stores):
 def test_evaluate_sample_is_uniform_over_held_out_pairs_and_split_free(ray_cluster, stores):
     """With room for every held-out pair, the Ray evaluation measures exactly the single-process pairs; with less,
     it measures ``max_pairs`` held-out pairs, the same ones however the source is cut into ranges."""
-    from vecbridge.jobs.distributed_reduce import evaluate_on_ray, sample_pairs_on_ray
+    def evaluate_on_ray(*args, workers, **options):
+        return evaluate_alignment(*args, engine=RayEngine(workers=workers), **options)
 
     align = fit_alignment(stores["old"], stores["new"], holdout=0.3)
     path = align.save(stores["root"] / "held.vb")
@@ -183,11 +183,15 @@ def test_evaluate_sample_is_uniform_over_held_out_pairs_and_split_free(ray_clust
     assert ray_all.n_pairs == local.n_pairs > 300 and ray_all.pairs.top1 == local.pairs.top1
     assert evaluate_on_ray(path, stores["old"], stores["newkey"], pairs=listed, max_pairs=100, workers=2).n_pairs == 100
 
-    import ray
-
     src, tgt = connect(stores["old"]), connect(stores["new"])
-    cuts = [sample_pairs_on_ray(ray, src, tgt, "ids", k=200, seed=1, holdout=0.3, workers=w, ranges_per_worker=r)
-            for w, r in ((2, 4), (1, 1))]
+
+    def sample_pairs_on_ray(workers, units_per_worker):
+        engine = RayEngine(workers=workers, units_per_worker=units_per_worker)
+        with engine.session():
+            plan = pairing("ids").plan(src, tgt, PairSpec.parse("ids"), engine)
+            return sample_pairs(plan, engine, k=200, seed=1, holdout=0.3)
+
+    cuts = [sample_pairs_on_ray(w, r) for w, r in ((2, 4), (1, 1))]
     (s1, t1, read1), (s2, _, read2) = cuts
     assert read1 == read2 == N
     assert s1.ids == s2.ids and len(set(s1.ids)) == 200, "the same sample whatever the ranges"
@@ -197,7 +201,8 @@ def test_evaluate_sample_is_uniform_over_held_out_pairs_and_split_free(ray_clust
 
 
 def test_report_gathers_its_pairs_on_ray(ray_cluster, stores):
-    from vecbridge.jobs.distributed_reduce import report_on_ray
+    def report_on_ray(*args, workers, **options):
+        return compatibility_report(*args, engine=RayEngine(workers=workers), **options)
 
     rep = report_on_ray(stores["old"], stores["newkey"], key="key", sample=400, options=False, workers=2)
     assert rep.correspondences.mode == "payload-key" and rep.correspondences.n == 400
@@ -301,12 +306,11 @@ print("RAY", "ray" in sys.modules)
 def test_milvus_lite_is_refused_before_ray_starts(tmp_path):
     """One process at a time may open a Lite database: refused in one line, before any Ray task."""
     pytest.importorskip("milvus_lite")
-    from vecbridge.jobs.distributed_reduce import fit_on_ray, verify_on_ray
-
     src = f"milvus://{tmp_path}/m.db/src"
     connect(src).create(dim=4).upsert(VectorBatch(["a", "b"], np.eye(2, 4, dtype=np.float32)))
     align = Alignment.from_estimator(OrthogonalProcrustes().fit(np.eye(4), np.eye(4))).save(tmp_path / "a.vb")
-    for run in (lambda: fit_on_ray(src, src, workers=2), lambda: verify_on_ray(src, src, align, workers=2)):
+    engine = RayEngine(workers=2)
+    for run in (lambda: fit_alignment(src, src, engine=engine), lambda: verify(src, src, align, engine=engine)):
         with pytest.raises(InputError, match="one process at a time") as err:
             run()
         assert "\n" not in str(err.value)
@@ -316,8 +320,7 @@ def test_milvus_lite_is_refused_before_ray_starts(tmp_path):
 def test_on_a_milvus_server(ray_cluster, milvus_engine, tmp_path):
     """Key ranges of a Milvus server: the fit equals the single-process one, verify checks every record and finds a
     changed vector, evaluate samples the held-out pairs (one range per worker: a Milvus connection is slow to open)."""
-    from vecbridge.jobs.distributed_reduce import evaluate_on_ray, fit_on_ray, verify_on_ray
-
+    engine = RayEngine(workers=2, units_per_worker=1)
     tag = tmp_path.name[-12:].replace("-", "_").lower()
     n = 1000
     X, Y, ids = _data(n)
@@ -326,17 +329,17 @@ def test_on_a_milvus_server(ray_cluster, milvus_engine, tmp_path):
     old.upsert(VectorBatch(ids, X, [{"n": i} for i in range(n)]))
     new.upsert(VectorBatch(ids[UNPAIRED:], Y[UNPAIRED:]))
     local = fit_alignment(old.url, new.url, holdout=0.2)
-    ray = fit_on_ray(old.url, new.url, holdout=0.2, workers=2, ranges_per_worker=1)
+    ray = fit_alignment(old.url, new.url, holdout=0.2, engine=engine)
     assert ray.metadata["anchors"]["n_paired"] == local.metadata["anchors"]["n_paired"] == n - UNPAIRED
     assert np.abs(local.tensors["matrix"] - ray.tensors["matrix"]).max() < 1e-9
     path = ray.save(tmp_path / "m.vb")
-    assert evaluate_on_ray(path, old.url, new.url, max_pairs=100, workers=2, ranges_per_worker=1).n_pairs == 100
+    assert evaluate_alignment(path, old.url, new.url, max_pairs=100, engine=engine).n_pairs == 100
 
     target = milvus_engine.url(f"migrated_{tag}")
     migrate(old.url, path, target)
-    assert verify_on_ray(old.url, target, path, workers=2, ranges_per_worker=1)["ok"]
+    assert verify(old.url, target, path, engine=engine)["ok"]
     first = connect(target).get([ids[0]])
     connect(target).upsert(first.with_vectors(-first.vectors))
-    bad = verify_on_ray(old.url, target, path, workers=2, ranges_per_worker=1)
+    bad = verify(old.url, target, path, engine=engine)
     assert _verdicts(bad) == _verdicts(verify(old.url, target, path, sample=n))
     assert not _verdicts(bad)["vectors"] and ids[0] in bad["checks"][3]["detail"]

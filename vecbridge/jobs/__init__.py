@@ -4,6 +4,8 @@ upgrade.
 The layers below never see a store (``align``, ``linking``) or a job (``connectors``); the CLI only parses and
 prints what these return.
 """
+import importlib
+
 from ..results import Evaluation, MergeResult, MigrationResult, Report, VerifyResult
 from ..runtime.checkpoint import Checkpoint
 from ..serving.rerank import FusedSearch, HubPenalizedSearch, RerankedSearch
@@ -26,18 +28,25 @@ __all__ = ["migrate", "merge", "plan_migration", "verify", "wrap", "WrappedColle
            "fit_on_ray", "verify_on_ray", "evaluate_on_ray", "report_on_ray"]
 
 
+#: the removed Ray twins of fit, verify, evaluate and report: old name -> the job that replaces it
+_REDUCTIONS = {"verify_on_ray": "verify.verify", "evaluate_on_ray": "evaluate.evaluate_alignment",
+               "report_on_ray": "report.compatibility_report", "fit_on_ray": "fit.fit_alignment"}
+
+
 def __getattr__(name: str):
     """The Ray engine's entry points, imported on first use (Ray itself only when a job runs)."""
-    if name in ("merge_on_ray", "migrate_on_ray"):
-        from . import distributed
+    if name in ("merge_on_ray", "migrate_on_ray", "reembed_on_ray"):   # replaced by the jobs' engine=; kept one release
+        from .._deprecated import on_engine
+        from ..runtime.engine import make_engine
 
-        return getattr(distributed, name)
-    if name == "reembed_on_ray":
-        from .distributed_reembed import reembed_on_ray
+        job = {"merge_on_ray": "merge", "migrate_on_ray": "migrate", "reembed_on_ray": "Upgrade.reembed"}[name]
+        run = Upgrade.reembed if name == "reembed_on_ray" else globals()[job]
+        return on_engine(f"{__name__}.{name}", f"{__name__}.{job}", run, make_engine)
+    if name in _REDUCTIONS:   # replaced by the jobs' engine=; kept for one release
+        from .._deprecated import on_engine
+        from ..runtime.engine import make_engine
 
-        return reembed_on_ray
-    if name in ("fit_on_ray", "verify_on_ray", "evaluate_on_ray", "report_on_ray"):
-        from . import distributed_reduce
-
-        return getattr(distributed_reduce, name)
+        module, _, job = _REDUCTIONS[name].partition(".")
+        return on_engine(f"{__name__}.{name}", f"{__name__}.{_REDUCTIONS[name]}",
+                         getattr(importlib.import_module(f"{__name__}.{module}"), job), make_engine)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import math
-from typing import Callable
 
 import numpy as np
 
@@ -10,40 +9,38 @@ from .. import metrics
 from ..align.artifact import Alignment
 from ..connectors.base import Collection, VectorBatch
 from ..errors import InputError
-from ..pairing.pairs import in_holdout
-from ..pairing.spec import iter_pairs
+from ..linking.pairspec import PairSpec
+from ..pairing.sampling import sample_pairs
+from ..pairing.table import STORED, pairing
 from ..results import Evaluation, EvaluationRetrieval, PairScores
 from ..runtime.engine import engine_of
 from ..runtime.open import load_alignment, open_collection
 
 
 def collect_pairs(source: Collection, target: Collection, pairs: str = "ids", *, holdout: float = 0.0,
-                  max_pairs: int = 10000, seed: int = 1) -> tuple[VectorBatch, VectorBatch]:
-    """Up to ``max_pairs`` pairs, only from the held-out side of the fit's id-hash split when it had one."""
+                  max_pairs: int = 10000, seed: int = 1, engine=None) -> tuple[VectorBatch, VectorBatch]:
+    """Up to ``max_pairs`` pairs, only from the held-out side of the fit's id-hash split when it had one.
+
+    In one process, a seeded sample of source records (enough for ``max_pairs`` held-out pairs) is paired in stream
+    order; on an engine spread over processes, a uniform sample of all the (held-out) pairs, drawn over every key
+    range of the source (:mod:`vecbridge.pairing.sampling` says why the two differ)."""
+    engine = engine_of(engine)
     limit = None
     info = source.info()
     if info.count > max_pairs:
         limit = min(info.count, int(math.ceil(max_pairs / holdout * 1.2)) if holdout > 0 else max_pairs)
-    src_parts, tgt_parts, n = [], [], 0
-    for s, t in iter_pairs(source, target, pairs, limit=limit, seed=seed):
-        if holdout > 0:
-            keep = in_holdout(s.ids, holdout)
-            s, t = s.take(keep), t.take(keep)
-        src_parts.append(s)
-        tgt_parts.append(t)
-        n += len(s)
-        if n >= max_pairs:
-            break
-    src_b, tgt_b = VectorBatch.concat(src_parts), VectorBatch.concat(tgt_parts)
-    if len(src_b) == 0:
+    spec = PairSpec.parse(pairs, allowed=STORED)
+    engine.require((source, "source"), (target, "target"))
+    with engine.session():
+        plan = pairing(spec).plan(source, target, spec, engine, limit=limit, seed=seed)
+        s, t, _ = sample_pairs(plan, engine, k=max_pairs, seed=seed, holdout=holdout)
+    if len(s) == 0:
         raise InputError("no evaluation pairs found" + (" in the held-out split" if holdout > 0 else ""))
-    n = min(len(src_b), max_pairs)
-    return src_b.take(np.arange(n)), tgt_b.take(np.arange(n))
+    return s, t
 
 
 def evaluate_alignment(alignment: Alignment, source, target, *, pairs: str = "ids", queries=None, k: int = 10,
-                       max_pairs: int = 10000, use_holdout: bool = True, seed: int = 1,
-                       collect: Callable | None = None, engine=None) -> Evaluation:
+                       max_pairs: int = 10000, use_holdout: bool = True, seed: int = 1, engine=None) -> Evaluation:
     """Quality of ``alignment`` on corresponding records of ``source`` (old model) and ``target`` (new model).
 
     * pair quality: top-1 accuracy and mean rank of each mapped source vector's true partner among all evaluated
@@ -54,22 +51,15 @@ def evaluate_alignment(alignment: Alignment, source, target, *, pairs: str = "id
       ``retention`` is None, and ``unreliable`` says why, when the native recall is too low for the ratio to mean
       anything (:func:`vecbridge.metrics.retention_ratio`).
 
-    ``collect`` gathers the pairs: :func:`collect_pairs` (the default), or a function with its signature
-    (:func:`vecbridge.jobs.distributed_reduce.evaluate_on_ray` passes one that samples them on a Ray cluster).
+    ``engine`` gathers the pairs (:func:`collect_pairs`); the measures are then taken on this machine.
 
     Returns an :class:`~vecbridge.results.Evaluation` (``result.as_dict()`` is the JSON).
     """
     engine = engine_of(engine)
-    if engine.name == "ray":  # temporary: the Ray twin, until this job runs its body through the engine seam
-        from .distributed_reduce import evaluate_on_ray
-
-        return evaluate_on_ray(alignment, source, target, pairs=pairs, queries=queries, k=k, max_pairs=max_pairs,
-                               use_holdout=use_holdout, seed=seed, workers=engine.workers,
-                               ray_address=engine.address, ranges_per_worker=engine.units_per_worker)
     alignment, _ = load_alignment(alignment)
     src, tgt = open_collection(source), open_collection(target)
     holdout = float(alignment.metadata.get("anchors", {}).get("holdout") or 0.0) if use_holdout else 0.0
-    s, t = (collect or collect_pairs)(src, tgt, pairs, holdout=holdout, max_pairs=max_pairs, seed=seed)
+    s, t = collect_pairs(src, tgt, pairs, holdout=holdout, max_pairs=max_pairs, seed=seed, engine=engine)
     mapped = alignment.transform(s.vectors)
     metric = alignment.metadata.get("metric", "cosine")
     result = Evaluation(n_pairs=len(s), held_out=holdout > 0, metric=metric,

@@ -1,6 +1,7 @@
 """Fit an alignment between two live collections: pair, stream, fit, freeze into an :class:`Alignment`."""
 from __future__ import annotations
 
+from functools import partial
 from pathlib import Path
 from typing import Callable
 
@@ -15,8 +16,9 @@ from ..errors import InputError
 from ..fs import require_writable
 from ..linking.pairspec import PairSpec
 from ..pairing.pairs import in_holdout
-from ..pairing.spec import iter_pairs
-from ..runtime.engine import engine_of
+from ..pairing.table import BATCH_SIZE, Pairing, pairing
+from ..pairing.units import PairJob, Plan, carried
+from ..runtime.engine import LOCAL, engine_of
 from ..runtime.open import open_collection
 from ..validation import check_paired
 from ..vectors import l2_normalize
@@ -25,59 +27,16 @@ from ..vectors import l2_normalize
 CLUSTERED_MAX_PAIRS = 200_000
 
 
-class _CountingSource:
-    """A source collection that counts the records read from it (``scan``, ``sample``, ``get``), so that "no pairs"
-    can say how many records were examined; every other attribute is the collection's own."""
-
-    def __init__(self, coll: Collection):
-        self._coll = coll
-        self.n_read = 0
-
-    def __getattr__(self, name):
-        return getattr(self._coll, name)
-
-    def scan(self, *args, **kwargs):
-        for batch in self._coll.scan(*args, **kwargs):
-            self.n_read += len(batch)
-            yield batch
-
-    def sample(self, *args, **kwargs):
-        batch = self._coll.sample(*args, **kwargs)
-        self.n_read += len(batch)
-        return batch
-
-    def get(self, *args, **kwargs):
-        batch = self._coll.get(*args, **kwargs)
-        self.n_read += len(batch)
-        return batch
-
-
-def _vector_links(spec: PairSpec):
-    """A links file whose anchors carry their vectors (re-embedded or reference-corpus anchors), else None."""
-    if spec.kind == "file" and spec.value.lower().endswith(".npz"):
-        from ..linking.links import Links
-
-        links = Links.load_npz(spec.value)
-        return links if links.has_vectors else None
-    return None
-
-
-def _vector_batches(links, batch_size: int, max_pairs):
-    from ..connectors.base import VectorBatch
-
-    n = len(links) if max_pairs is None else min(max_pairs, len(links))
-    for lo in range(0, n, batch_size):
-        hi = min(lo + batch_size, n)
-        yield (VectorBatch(links.source_ids[lo:hi], links.source_vectors[lo:hi]),
-               VectorBatch(links.target_ids[lo:hi], links.target_vectors[lo:hi]))
+#: the pairings a fit reads
+FIT_PAIRS = ("ids", "field", "file", "unsupervised")
 
 
 def _fit_unsupervised(source, target, *, n: int, seed: int, params: dict, source_model, target_model,
                       force: bool = False) -> Alignment:
-    """mini-vec2vec on a sample of each side, validated without labels (:func:`vecbridge.jobs.link.check_map`): a map
-    that fails is refused (:class:`~vecbridge.errors.CheckFailed`) unless ``force``, and the artifact records the
-    validation either way (``metadata["validation"]``) and that its anchors are pseudo-pairs."""
-    from .link import ADVICE_UNSUPERVISED, check_map, unsupervised_fit
+    """mini-vec2vec on a sample of each side, validated without labels (:func:`vecbridge.pairing.learned.check_map`):
+    a map that fails is refused (:class:`~vecbridge.errors.CheckFailed`) unless ``force``, and the artifact records
+    the validation either way (``metadata["validation"]``) and that its anchors are pseudo-pairs."""
+    from ..pairing.learned import ADVICE_UNSUPERVISED, check_map, unsupervised_fit
 
     if source is None or target is None:
         raise InputError("the unsupervised pairing needs a source and a target collection")
@@ -121,9 +80,9 @@ class PairAccumulator:
     """The fit's step for one batch of pairs, in one place: drop the held-out side (by id hash), refuse a bad vector by
     its record, normalise, add to the streamed moments (and keep the pairs for a method that does not stream).
 
-    The single-process fit and every Ray task (:func:`vecbridge.jobs.distributed_reduce.fit_on_ray`) feed their
-    batches to this same :meth:`add`, so both see the same pairs; Ray's per-range accumulators are then
-    merged (:meth:`merge`) in range order."""
+    Every unit of the fit (:func:`fit_unit`: the whole source in one process, or one key range of it in a Ray task)
+    feeds its batches to this same :meth:`add`, so all engines see the same pairs; the units' accumulators are then
+    merged (:meth:`merge`) in unit order."""
 
     def __init__(self, holdout: float = 0.0, normalization: str = "none", keep_pairs: bool = False):
         self.holdout = holdout
@@ -187,9 +146,85 @@ def freeze_fit(acc: PairAccumulator, *, n_examined: int, spec: PairSpec, chosen,
         normalization=acc.normalization, anchors=anchors, **(described or {}))
 
 
+def fit_unit(unit, job: PairJob, *, holdout: float, normalization: str, keep_pairs: bool):
+    """The fit's body (:mod:`vecbridge.runtime.engine`): one unit's pairs into a :class:`PairAccumulator`. Reports
+    ``(pairs in the batch, source records read so far)``; returns ``(accumulator, source records read)``."""
+    source, target = job.open()
+    batches, reader = unit.pairs(source, target, job)
+    acc = PairAccumulator(holdout, normalization, keep_pairs=keep_pairs)
+    for s_batch, t_batch in batches:
+        acc.add(s_batch, t_batch)
+        yield len(s_batch), reader.n_read
+    yield 0, reader.n_read   # the batches after the last pair count as read too
+    return acc, source.n_read
+
+
+def _progress(plan: Plan, on_batch: Callable[[int], None] | None):
+    """``on_report`` of the fit: a whole plan ticks the pairs of each batch (its total is the records it samples);
+    a split plan the records each unit has read (its total is every record, paired or not; each read counted once,
+    even when Ray re-runs a unit)."""
+    if on_batch is None:
+        return None
+    seen = [0] * len(plan.units)
+
+    def on_report(i: int, report: tuple[int, int]) -> None:
+        paired, read = report
+        if plan.split:
+            if read > seen[i]:
+                on_batch(read - seen[i])
+                seen[i] = read
+        elif paired:
+            on_batch(paired)
+    return on_report
+
+
+def _refuse_on_ray(spec: PairSpec, row: Pairing, chosen, max_pairs) -> None:
+    """On an engine spread over processes the fit is one streamed pass over every stored pair: what is not is refused
+    in one line, before any work."""
+    if not row.splits:
+        raise InputError(f"--engine ray fits on every stored pair (ids, field:NAME, file:PATH); the {spec.kind} "
+                         f"pairing works on a sample of each side on one machine: use --engine local")
+    if max_pairs is not None:
+        raise InputError("--engine ray fits on every pair in one streamed pass; --max-pairs fits on a sample: drop "
+                         "it, or use --engine local")
+    if not chosen.streams:
+        raise InputError(f"--method {chosen.name} holds its pairs in memory on one machine (it does not fit on "
+                         f"streamed sums): use --engine local")
+
+
+def _accumulate(source, target, spec: PairSpec, row: Pairing, engine, *, batch_size: int, max_pairs, seed: int,
+                body, on_start, on_batch) -> tuple[PairAccumulator, int, dict]:
+    """Plan the units of the pairs (a links file that carries its vectors: one, read here), run the fit's body over
+    them on the engine, merge what they gathered in unit order. Returns ``(accumulator, source records examined,
+    what the artifact says of where the pairs came from)``."""
+    links = row.vectors(spec)
+    if links is not None:
+        if engine.remote:
+            raise InputError(f"{spec.value} carries the vectors of its pairs: the fit reads no collection, so there is "
+                             f"nothing to spread over Ray: use --engine local")
+        plan = carried(links, spec, batch_size, max_pairs)
+        results = LOCAL.run(body, plan.units, shared=plan.job, on_report=_progress(plan, on_batch))
+        about = {"where": f"in {spec.value}", "metric": links.meta.get("metric", "cosine"), "links": links}
+    else:
+        src, tgt, described, metric = open_pair(source, target, spec)
+        engine.require((src, "source"), (tgt, "target"))
+        with engine.session():
+            plan = row.plan(src, tgt, spec, engine, batch_size=batch_size, limit=max_pairs, seed=seed)
+            if on_start:
+                count = described["source"]["count"]
+                on_start(plan.listed if plan.split and plan.listed else min(count, max_pairs) if max_pairs else count)
+            results = engine.run(body, plan.units, shared=plan.job, on_report=_progress(plan, on_batch))
+        about = {"where": f"between {src.display_url} and {tgt.display_url}", "metric": metric,
+                 "described": described}
+    acc = PairAccumulator(body.keywords["holdout"], body.keywords["normalization"], body.keywords["keep_pairs"])
+    for part, _ in results:   # in unit order
+        acc.merge(part)
+    return acc, sum(read for _, read in results), about
+
+
 def fit_alignment(source, target, *, pairs: "str | PairSpec" = "ids", method: str = "orthogonal", center: bool = False,
                   scale: bool = False, alpha: float = 0.01, normalization: str = "none", holdout: float = 0.0,
-                  max_pairs: int | None = None, seed: int = 0, batch_size: int = 2000,
+                  max_pairs: int | None = None, seed: int = 0, batch_size: int = BATCH_SIZE,
                   source_model: str | None = None, target_model: str | None = None,
                   params: dict | None = None, force: bool = False, on_batch: Callable[[int], None] | None = None,
                   on_start: Callable[[int], None] | None = None, engine=None) -> Alignment:
@@ -210,53 +245,33 @@ def fit_alignment(source, target, *, pairs: "str | PairSpec" = "ids", method: st
     (:mod:`vecbridge.align.validation`) and refused with :class:`~vecbridge.errors.CheckFailed` when it fails, unless
     ``force`` (then the artifact records the failed validation and ``migrate`` warns before using it).
 
-    A full streamed fit on stored pairs also runs on a Ray cluster:
-    :func:`vecbridge.jobs.distributed_reduce.fit_on_ray`.
+    ``engine`` (:mod:`vecbridge.runtime.engine`; the local one by default) runs the fit: on Ray each task streams
+    the pairs of one key range of the source (or a chunk of a listed file) into moments, merged in range order
+    and fitted once; the map equals the single-process fit up to float64 rounding. A sample (``max_pairs``, the
+    unsupervised pairing), a method that holds its pairs in memory (clustered) and a links file that carries its
+    vectors are refused there in one line.
     """
     engine = engine_of(engine)
-    if engine.name == "ray":  # temporary: the Ray twin, until this job runs its body through the engine seam
-        from .distributed_reduce import fit_on_ray
-
-        return fit_on_ray(source, target, pairs=pairs, method=method, center=center, scale=scale, alpha=alpha,
-                          normalization=normalization, holdout=holdout, max_pairs=max_pairs, seed=seed,
-                          batch_size=batch_size, source_model=source_model, target_model=target_model,
-                          params=params, force=force, workers=engine.workers, ray_address=engine.address,
-                          ranges_per_worker=engine.units_per_worker, on_batch=on_batch, on_start=on_start)
-    spec = PairSpec.parse(pairs, allowed=("ids", "field", "file", "unsupervised"))
-    chosen = method_of(method)
-    if params and spec.kind != "unsupervised":
+    spec = PairSpec.parse(pairs, allowed=FIT_PAIRS)
+    row, chosen = pairing(spec), method_of(method)
+    if engine.remote:
+        _refuse_on_ray(spec, row, chosen, max_pairs)
+    if params and not row.takes_params:
         raise InputError("estimator parameters apply to the unsupervised pairing only")
-    if spec.kind == "unsupervised":
+    if row.pseudo:
         return _fit_unsupervised(source, target, n=max_pairs or 10_000, seed=seed, params=params or {},
                                  source_model=source_model, target_model=target_model, force=force)
     check_fit_options(normalization, holdout)
     if not chosen.streams and max_pairs is None:   # a method that does not stream holds its pairs in memory
         max_pairs = CLUSTERED_MAX_PAIRS
-    links = _vector_links(spec)
-    described = {}
-    counting = None
-    if links is None:
-        src, tgt, described, metric = open_pair(source, target, spec)
-        count = described["source"]["count"]
-        if on_start:
-            on_start(min(count, max_pairs) if max_pairs else count)
-        src = counting = _CountingSource(src)
-        batches = iter_pairs(src, tgt, spec, batch_size=batch_size, limit=max_pairs, seed=seed)
-        where = f"between {src.display_url} and {tgt.display_url}"
-    else:
-        batches = _vector_batches(links, batch_size, max_pairs)
-        metric = links.meta.get("metric", "cosine")
-        where = f"in {spec.value}"
-    # a method that does not stream fits on the pairs themselves (bounded by max_pairs)
-    acc = PairAccumulator(holdout, normalization, keep_pairs=not chosen.streams)
-    for s_batch, t_batch in batches:
-        acc.add(s_batch, t_batch)
-        if on_batch:
-            on_batch(len(s_batch))
-    return freeze_fit(acc, n_examined=counting.n_read if counting is not None else acc.n_seen, spec=spec,
-                      chosen=chosen, where=where, max_pairs=max_pairs, seed=seed, center=center, scale=scale,
-                      alpha=alpha, metric=metric, links=links, source_model=source_model, target_model=target_model,
-                      described=described)
+    body = partial(fit_unit, holdout=holdout, normalization=normalization, keep_pairs=not chosen.streams)
+    acc, n_examined, about = _accumulate(source, target, spec, row, engine, batch_size=batch_size,
+                                         max_pairs=max_pairs, seed=seed, body=body, on_start=on_start,
+                                         on_batch=on_batch)
+    return freeze_fit(acc, n_examined=n_examined, spec=spec, chosen=chosen, where=about["where"],
+                      max_pairs=max_pairs, seed=seed, center=center, scale=scale, alpha=alpha,
+                      metric=about["metric"], links=about.get("links"), source_model=source_model,
+                      target_model=target_model, described=about.get("described", {}))
 
 
 def fit_to_file(output, source, target, *, engine=None, **options) -> tuple[Alignment, Path]:

@@ -29,18 +29,17 @@ from __future__ import annotations
 
 import math
 import warnings
-from dataclasses import dataclass
-from typing import Callable
+from dataclasses import dataclass, replace
 
 import numpy as np
 
 from .. import metrics
 from ..align.methods import method as method_of
 from ..align.procrustes import FewPairsWarning, OrthogonalProcrustes
-from ..connectors.base import Collection
+from ..connectors.base import Collection, CollectionInfo
 from ..errors import InputError
 from ..linking.pairspec import PairSpec
-from ..pairing.pairs import pairs_by_field
+from ..pairing.table import MIN_PAIRS, PAIRINGS, Request, pairing
 from ..results import (
     CorrespondenceSummary,
     CostAssumptions,
@@ -60,7 +59,7 @@ from ..results import (
     UnsupervisedRetrieval,
     Verdict,
 )
-from ..runtime.engine import engine_of
+from ..runtime.engine import LOCAL, engine_of
 from ..runtime.open import open_collection
 from ..validation import check_paired
 
@@ -74,7 +73,6 @@ THRESHOLDS = {
     "no_go_retention": 0.70,
     "worse_than_staying": 0.0,  # mapped recall below staying on A by more than this -> NO-GO
 }
-MIN_PAIRS = 50
 #: the plain map's name among the options (:func:`vecbridge.quality.options.measure_options`)
 ORTHO_OPTION = "orthogonal (one global Q)"
 
@@ -91,135 +89,83 @@ class Correspondences:
     new_ids: list | None = None   # ids of the Y rows in the new collection (None: re-embedded, no record)
 
 
-def _by_ids(old: Collection, new: Collection, sample: int, seed: int):
-    s = old.sample(sample, seed=seed)
-    t = new.get(list(s.ids))
-    pos = {i: j for j, i in enumerate(t.ids)}
-    rows = [j for j, i in enumerate(s.ids) if i in pos]
-    return s, t, rows, pos
-
-
 #: the pairings a report can use (see :class:`~vecbridge.linking.PairSpec`)
 REPORT_PAIRS = ("ids", "field", "reembed", "geh", "unsupervised")
 
 
-def _field_correspondences(old, new, key, sample, seed) -> Correspondences | None:
-    parts = list(pairs_by_field(old, new, key, limit=sample, seed=seed))
-    if not parts:
+def _correspond(spec: PairSpec, old: Collection, new: Collection | None, request: Request,
+                engine) -> Correspondences | None:
+    """The correspondences ``spec`` finds (:data:`vecbridge.pairing.table.PAIRINGS`), or None where a stored pairing
+    finds too few of them (then the report looks further). Only the unsupervised pairing takes the estimator's
+    parameters."""
+    row = pairing(spec)
+    found = row.sample(old, new, spec, request if row.pseudo else replace(request, params={}), engine)
+    if len(found) < row.report_min:
         return None
-    X = np.concatenate([a.vectors for a, _ in parts])
-    Y = np.concatenate([b.vectors for _, b in parts])
-    return Correspondences("payload-key", f"{len(X):,} sampled records share payload field {key!r}", X, Y,
-                           [i for a, _ in parts for i in a.ids], new_ids=[i for _, b in parts for i in b.ids])
+    return Correspondences(row.report_mode, found.reason, found.source.vectors, found.target.vectors,
+                           list(found.source.ids), pseudo=found.pseudo, diagnostics=found.diagnostics,
+                           new_ids=list(found.target.ids) if found.records else None)
 
 
-def _id_correspondences(old, new, sample, seed) -> Correspondences | None:
-    s, t, rows, pos = _by_ids(old, new, sample, seed)
-    if len(rows) < MIN_PAIRS:
-        return None
-    return Correspondences("shared-ids", f"{len(rows):,} of {len(s):,} sampled old ids also exist in the new "
-                           f"collection", s.vectors[rows], t.vectors[[pos[s.ids[j]] for j in rows]],
-                           [s.ids[j] for j in rows], new_ids=[s.ids[j] for j in rows])
-
-
-def _reembedded_correspondences(old, model, text_field, sample, seed) -> Correspondences:
-    from ..pairing.reembed import reembed_pairs
-    from ..runtime.models import load_model
-
-    olds, news = reembed_pairs(old, load_model(model), text_field=text_field, n=sample, seed=seed)
-    return Correspondences("re-embedded-sample", f"{len(olds):,} stored texts ({text_field!r}) re-embedded with "
-                           f"{model}", olds.vectors, news, list(olds.ids))
+def _request(sample: int, seed: int, model, text_field, params) -> Request:
+    """A report judges grown pairs itself (a failed validation is NO-GO, not an error): they are always kept."""
+    return Request(n=sample, seed=seed, model=model, text_field=text_field, params=params or {}, force=True,
+                   min_pairs=MIN_PAIRS)
 
 
 def find_correspondences(old: Collection, new: Collection | None, *, sample: int = 5000, seed: int = 0,
                          pairs: "str | PairSpec | None" = None, key: str | None = None, model: str | None = None,
                          text_field: str | None = None, seeds: str | None = None, unsupervised: bool = True,
-                         unsupervised_params: dict | None = None) -> Correspondences:
+                         unsupervised_params: dict | None = None, engine=None) -> Correspondences:
     """Pairs as ``pairs`` says (one of :data:`REPORT_PAIRS`); without it, the best available source of pairs in
-    order of reliability: a payload ``key``, shared ids, a re-embedded sample with ``model``, GEH from ``seeds``,
-    and unsupervised mini-vec2vec last (unless ``unsupervised`` is False)."""
-    params = unsupervised_params or {}
+    order of reliability: a payload ``key``, shared ids, then :func:`fallback_correspondences`.
+
+    On an engine spread over processes (``engine``, see :mod:`vecbridge.runtime.engine`) the stored pairs (payload
+    key, ids) are a uniform sample of ``sample`` of all such pairs, drawn over every key range of ``old``
+    (:mod:`vecbridge.pairing.sampling`); the other pairings work on a sample on this machine."""
+    engine = engine_of(engine)
+    request = _request(sample, seed, model, text_field, unsupervised_params)
     if pairs is not None:
         spec = PairSpec.parse(pairs, allowed=REPORT_PAIRS)
-        if spec.kind == "reembed":
-            if not (model and text_field):
-                raise InputError("re-embedding needs the new model and the payload field that holds the text")
-            return _reembedded_correspondences(old, model, text_field, sample, seed)
-        if new is None:
+        if "target" in pairing(spec).needs and new is None:
             raise InputError(f"the pairing {str(spec)!r} needs the new collection")
-        if spec.kind == "geh":
-            return _geh_correspondences(old, new, spec.value, sample, seed)
-        if spec.kind == "unsupervised":
-            return _unsupervised_correspondences(old, new, sample, seed, params)
-        found = (_field_correspondences(old, new, spec.value, sample, seed) if spec.kind == "field"
-                 else _id_correspondences(old, new, sample, seed))
+        found = _correspond(spec, old, new, request, engine)
         if found is None:
-            raise InputError(f"no correspondences by {spec.label} among {sample:,} sampled records")
+            among = f"the {old.info().count:,} records" if engine.remote else f"{sample:,} sampled records"
+            raise InputError(f"no correspondences by {spec.label} among {among}")
         return found
-    found = _field_correspondences(old, new, key, sample, seed) if key and new is not None else None
-    if found is None and new is not None:
-        found = _id_correspondences(old, new, sample, seed)
-    if found is not None:
-        return found
-    return fallback_correspondences(old, new, sample=sample, seed=seed, model=model, text_field=text_field,
-                                    seeds=seeds, unsupervised=unsupervised, unsupervised_params=params)
+    stored = ([PairSpec("field", key)] if key else []) + [PairSpec("ids")]
+    for spec in stored if new is not None else []:
+        found = _correspond(spec, old, new, request, engine)
+        if found is not None:
+            return found
+    corr = fallback_correspondences(old, new, sample=sample, seed=seed, model=model, text_field=text_field,
+                                    seeds=seeds, unsupervised=unsupervised, unsupervised_params=unsupervised_params)
+    if engine.remote:
+        corr.reason = f"no stored key shared by the collections (Ray scanned them all), so on this machine: " \
+                      f"{corr.reason}"
+    return corr
 
 
 def fallback_correspondences(old: Collection, new: Collection | None, *, sample: int, seed: int,
                              model: str | None = None, text_field: str | None = None, seeds: str | None = None,
                              unsupervised: bool = True, unsupervised_params: dict | None = None) -> Correspondences:
-    """The pairings :func:`find_correspondences` tries when the collections share no stored key (payload key, ids):
-    a re-embedded sample, GEH from seeds, unsupervised mini-vec2vec; else a one-line error saying what to give."""
-    params = unsupervised_params or {}
-    if model and text_field:
-        return _reembedded_correspondences(old, model, text_field, sample, seed)
-    if seeds and new is not None:
-        return _geh_correspondences(old, new, seeds, sample, seed)
-    if unsupervised and new is not None:
-        warnings.warn("the collections share no ids or payload key and no re-embedding model or seed pairs were "
-                      "given: matching them without labels (mini-vec2vec), which takes minutes and may not succeed; "
-                      "pass --pairs to say how records correspond", UserWarning, stacklevel=2)
-        return _unsupervised_correspondences(old, new, sample, seed, params)
+    """The pairings :func:`find_correspondences` tries when the collections share no stored key (payload key, ids),
+    most reliable first, the first whose needs are given: a re-embedded sample (``model`` and ``text_field``), GEH
+    from ``seeds``, unsupervised mini-vec2vec (unless ``unsupervised`` is False; it warns first); else a one-line
+    error saying what to give."""
+    request = _request(sample, seed, model, text_field, unsupervised_params)
+    for spec in (PairSpec("reembed"), PairSpec("geh", seeds or ""), PairSpec("unsupervised")):
+        row = pairing(spec)
+        if not row.ready(spec, new, request) or (row.pseudo and not unsupervised):
+            continue
+        if row.pseudo:
+            warnings.warn("the collections share no ids or payload key and no re-embedding model or seed pairs were "
+                          "given: matching them without labels (mini-vec2vec), which takes minutes and may not "
+                          "succeed; pass --pairs to say how records correspond", UserWarning, stacklevel=2)
+        return _correspond(spec, old, new, request, LOCAL)
     raise InputError("no correspondences: the collections share no ids; say how records correspond "
                      "(field:NAME, reembed with a model and a text field, or geh:FILE of seed pairs)")
-
-
-def _unsupervised_correspondences(old, new, sample, seed, params) -> Correspondences:
-    """mini-vec2vec ("mini-vec2vec: Scaling Universal Geometry Alignment with Linear Transformations", Dar 2025) on
-    a sample of each side, then the mutual nearest neighbours under its map."""
-    from .link import ADVICE_UNSUPERVISED, check_map, pseudo_pairs, unsupervised_fit
-
-    a, b, est = unsupervised_fit(old, new, sample=sample, seed=seed, params=params)
-    # label-free validation (vecbridge.align.validation); a failure is the verdict's to report (NO-GO), not an error
-    validation = check_map(est, old, new, a, b, seed=seed, force=True, what="the unsupervised alignment",
-                           advice=ADVICE_UNSUPERVISED)
-    pairs, scores = pseudo_pairs(est, a, b)
-    frac = len(pairs) / max(min(len(a), len(b)), 1)
-    diag = {"mutual_pairs": int(len(pairs)), "mutual_fraction": float(frac),
-            "mean_csls": float(np.mean(scores)) if len(scores) else 0.0, "validation": validation}
-    return Correspondences("unsupervised", f"no shared ids, texts or seeds; mini-vec2vec aligned {len(a):,} and "
-                           f"{len(b):,} unpaired vectors and {len(pairs):,} mutual nearest neighbours "
-                           f"({frac:.0%}) serve as pseudo-pairs", a.vectors[pairs[:, 0]], b.vectors[pairs[:, 1]],
-                           [a.ids[i] for i in pairs[:, 0]], pseudo=True, diagnostics=diag,
-                           new_ids=[b.ids[i] for i in pairs[:, 1]])
-
-
-def _geh_correspondences(old, new, seeds, sample, seed) -> Correspondences:
-    from .link import ADVICE_GEH, check_map, geh_fit, geh_map
-
-    a, b, geh = geh_fit(old, new, seeds, sample=sample, seed=seed, force=True)   # judged below: NO-GO, not a crash
-    links, n_seeds = geh.links_, int(geh.is_seed_.sum())
-    if len(links) < MIN_PAIRS:
-        raise InputError(f"GEH grew only {len(links)} links from {n_seeds} seeds: too few to fit a map")
-    validation = check_map(geh_map(a, b, geh), old, new, a, b, seed=seed, force=True,
-                           what="the map of the GEH links", advice=ADVICE_GEH)
-    precision = getattr(geh, "estimated_precision_", None)
-    how = (f"estimated precision {precision:.2f}" if precision is not None
-           else f"mean confidence {float(np.mean(geh.confidence_)):.2f}")
-    return Correspondences("geh", f"no shared ids; GEH grew {len(links):,} links from {n_seeds} seed pairs "
-                           f"({how})", a.vectors[links[:, 0]],
-                           b.vectors[links[:, 1]], [a.ids[i] for i in links[:, 0]],
-                           new_ids=[b.ids[i] for i in links[:, 1]], diagnostics={"validation": validation})
 
 
 def _log_pool_fit(sizes, values, full_size: int, hi: float = 1.0) -> float:
@@ -294,138 +240,37 @@ def compatibility_report(old, new=None, *, sample: int = 5000, seed: int = 0, ho
                          seeds: str | None = None, queries_new=None, queries_old=None, k: int = 10,
                          center: bool = False, unsupervised: bool = True, unsupervised_params: dict | None = None,
                          options: bool = True, target_retention: float = 0.95, old_model_retired: bool = False,
-                         on_step=lambda s: None, find_pairs: Callable | None = None, engine=None) -> Report:
+                         on_step=lambda s: None, engine=None) -> Report:
     """Everything a user needs to decide on an upgrade, as a :class:`~vecbridge.results.Report` (see the module
     docstring); ``report.as_dict()`` is the JSON.
 
     ``pairs`` says how records correspond (see :func:`find_correspondences`); ``method`` is the alignment method the
     user will fit (:data:`vecbridge.align.methods.METHODS`): held-out quality and retrieval are measured with it,
     while the Procrustes diagnostics (residual, bound) and the learning curve come from an orthogonal fit.
-    ``find_pairs`` gathers the correspondences: :func:`find_correspondences` (the default) or a function with its
-    signature (:func:`vecbridge.jobs.distributed_reduce.report_on_ray` passes one that samples stored pairs on a Ray
-    cluster)."""
+    ``engine`` gathers stored correspondences (on Ray: a uniform sample of all the pairs that share an id or a
+    payload key, over every key range of ``old``); everything after that works on this machine."""
     engine = engine_of(engine)
-    if engine.name == "ray":  # temporary: the Ray twin, until this job runs its body through the engine seam
-        from .distributed_reduce import report_on_ray
-
-        return report_on_ray(old, new, workers=engine.workers, ray_address=engine.address,
-                             ranges_per_worker=engine.units_per_worker, sample=sample, seed=seed, holdout=holdout,
-                             pairs=pairs, method=method, key=key, model=model, text_field=text_field, seeds=seeds,
-                             queries_new=queries_new, queries_old=queries_old, k=k, center=center,
-                             unsupervised=unsupervised, unsupervised_params=unsupervised_params, options=options,
-                             target_retention=target_retention, old_model_retired=old_model_retired, on_step=on_step)
+    _refuse_on_ray(engine, pairs, new)
     chosen = method_of(method)
-
-    old_c = open_collection(old)
-    new_c = open_collection(new) if new is not None else None
-    old_info = old_c.info()
-    if old_info.count == 0:
-        raise InputError(f"collection is empty: {old_c.display_url}")
+    old_c, new_c, old_info = _open_old_new(old, new)
     on_step("finding correspondences")
-    corr = (find_pairs or find_correspondences)(old_c, new_c, sample=sample, seed=seed, pairs=pairs, key=key,
-                                                model=model, text_field=text_field, seeds=seeds,
-                                                unsupervised=unsupervised, unsupervised_params=unsupervised_params)
-    n = len(corr.X)
-    if n < MIN_PAIRS:
-        raise InputError(f"only {n} correspondences: at least {MIN_PAIRS} are needed for a report")
-    # a NaN, inf or zero vector: name the record, not a row of this sample
-    check_paired(corr.X, corr.Y, names=("old collection", "new collection" if corr.new_ids is not None else
-                                        "re-embedded text of"), ids=(corr.ids, corr.new_ids or corr.ids))
-    rng = np.random.default_rng(seed)
-    perm = rng.permutation(n)
-    n_held = max(int(round(n * holdout)), min(200, n // 2))
-    held, train = perm[:n_held], perm[n_held:]
-    X, Y = corr.X.astype(np.float32), corr.Y.astype(np.float32)
-    # the retrieval pool is every sampled pair (held-out first, so that row i of the pool is held-out item i), the
-    # closest stand-in for the whole collection: retention, top-1 beyond the held-out items and the options use it
-    pool_order = np.concatenate([held, train])
-
-    on_step(f"fitting on {len(train):,} pairs, measuring on {len(held):,} held out")
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", FewPairsWarning)
-        est = OrthogonalProcrustes(center=center).fit(X[train], Y[train])
-        judged = est if chosen.name == "orthogonal" else \
-            chosen.build(center=center, seed=seed).fit(X[train], Y[train])
-    mapped_held = judged.transform(X[held])
-    pq = metrics.pair_quality(mapped_held, Y[held])
-    cos = np.einsum("ij,ij->i", metrics.prepare_vectors(mapped_held, "cosine"),
-                    metrics.prepare_vectors(Y[held], "cosine"))
-    held_resid = float(np.mean(np.sum((mapped_held - Y[held]) ** 2, axis=1)))
-    top1_curve = _top1_curve(mapped_held, Y[pool_order], pq.top1, np.random.default_rng(seed + 1), old_info.count)
-
-    # the sections so far, by key: verdict() and advice() read them as they read a report; Report(**report) at the end
-    report = {
-        "old": old_c.display_url, "new": new_c.display_url if new_c else None, "method": chosen.name,
-        "old_info": old_info.as_dict(), "new_info": new_c.info().as_dict() if new_c else None,
-        "correspondences": CorrespondenceSummary(mode=corr.mode, reason=corr.reason, n=n, train=len(train),
-                                                 held_out=len(held), pseudo=corr.pseudo, **(corr.diagnostics or {})),
-        # top-1 and mean rank are among the held-out items only ("pool"); top1_predicted carries top-1 to the
-        # collection's size ("full_size") with the same log-linear fit as retention
-        "held_out": HeldOutQuality(**pq.as_dict(), pool=len(held), residual=held_resid,
-                                   cosine_histogram=np.histogram(cos, bins=20, range=(-1, 1))[0].tolist(),
-                                   top1_curve=Top1Curve(pool_sizes=top1_curve["pool_sizes"], top1=top1_curve["top1"]),
-                                   top1_predicted=top1_curve["predicted"], full_size=top1_curve["full_size"]),
-        "fit": FitDiagnostics(residual=est.residual_, relative_residual=est.relative_residual_, delta=est.delta_,
-                              bound=est.bound_, bound_vacuous=bool(est.bound_ >= 4 * np.mean(np.sum(Y ** 2, axis=1))),
-                              singular_values=est.singular_values_.tolist(), center=center),
-        "thresholds": Thresholds(**THRESHOLDS),
-    }
-
-    # retrieval with queries: only queries whose relevant document is held out count
-    held_ids = [corr.ids[i] for i in held]
-    qb = rel = None
-    if queries_new is not None:
-        qn_c = open_collection(queries_new)
-        qb = qn_c.get(held_ids)
-        if len(qb) < 10:
-            raise InputError(_too_few_queries(qn_c, qb, corr, held_ids))
-        pos = {i: j for j, i in enumerate(held_ids)}
-        rel = np.array([pos[i] for i in qb.ids])
-
-    # learning curve over the number of anchors (one fit per size)
+    if engine.remote:
+        engine.require((old_c, "old collection"), (new_c, "new collection"))
+    with engine.session():
+        corr = find_correspondences(old_c, new_c, sample=sample, seed=seed, pairs=pairs, key=key, model=model,
+                                    text_field=text_field, seeds=seeds, unsupervised=unsupervised,
+                                    unsupervised_params=unsupervised_params, engine=engine)
+    sp = _split(corr, holdout, seed)
+    on_step(f"fitting on {len(sp.train):,} pairs, measuring on {len(sp.held):,} held out")
+    report = {"old": old_c.display_url, "new": new_c.display_url if new_c else None, "method": chosen.name,
+              "old_info": old_info.as_dict(), "new_info": new_c.info().as_dict() if new_c else None,
+              **_held_out_sections(sp, corr, chosen, center=center, seed=seed, full_size=old_info.count),
+              "thresholds": Thresholds(**THRESHOLDS)}
+    qb, rel = _held_out_queries(queries_new, corr, sp.held)
     on_step("learning curve")
-    sizes = [s for s in (25, 50, 100, 200, 500, 1000, 2000, 5000, 10000, 20000) if s < len(train)] + [len(train)]
-    curve = LearningCurve(n_anchors=[], top1=[], pool=len(held), retention=[] if qb is not None else None)
-    for s in sizes:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", FewPairsWarning)
-            mapped_s = OrthogonalProcrustes(center=center).fit(X[train[:s]], Y[train[:s]]).transform(X[held])
-        curve.n_anchors.append(int(s))
-        curve.top1.append(metrics.pair_quality(mapped_s, Y[held]).top1)
-        if qb is not None:   # None where the native recall is too low for the ratio to mean anything
-            curve.retention.append(metrics.recall_retention(qb.vectors, mapped_s, Y[held], rel, k=k)["retention"])
-    report["learning_curve"] = curve
-
-    measure = None
-    if qb is not None:
-        pool_x = X[pool_order]
-        mapped_pool = judged.transform(pool_x)
-        both, Q_old = _old_queries(queries_old, qb)     # fetched once: three-way comparison and options
-        if corr.pseudo:
-            # pseudo-pairs: the partners are estimates, so no "native" pool exists; measure what needs no true pairs
-            on_step("retrieval with new-model queries (mapped old vectors only)")
-            report["retrieval_unsupervised"] = UnsupervisedRetrieval(
-                k=k, n_queries=len(qb), pool=len(pool_order),
-                recall_mapped=metrics.recall_at_k(qb.vectors, mapped_pool, rel, k))
-        else:
-            on_step("retrieval with new-model queries")
-            report["retrieval"] = ReportRetrieval(**_retention_curve(qb.vectors, mapped_pool, Y[pool_order], rel, k,
-                                                                     rng, old_info.count), k=k, n_queries=len(qb))
-        if Q_old is not None:
-            rel_b = rel[both]
-            report["three_way"] = ThreeWay(
-                stay_on_old_model=metrics.recall_at_k(Q_old, pool_x, rel_b, k),
-                mapped_upgrade=metrics.recall_at_k(qb.vectors[both], mapped_pool, rel_b, k),
-                full_re_embed=None if corr.pseudo else metrics.recall_at_k(qb.vectors[both], Y[pool_order], rel_b,
-                                                                           k),
-                n_queries=len(both), pool=len(pool_order), k=k)
-        if options and not corr.pseudo and report["retrieval"].measured is not None:
-            all_old = Q_old if Q_old is not None and len(both) == len(qb) else None
-            measure = (X[train], Y[train], pool_x, Y[pool_order], qb, rel, all_old)
-    else:
-        # no queries: neighbourhood overlap, each held-out item's new vector as the query (itself excluded)
-        ov = metrics.topk_overlap(Y[held], mapped_held, Y[held], k=k + 1)
-        report["neighbourhood_overlap"] = NeighbourhoodOverlap(k=k, overlap=ov, pool=len(held))
+    report["learning_curve"] = _learning_curve(sp, qb, rel, k=k, center=center)
+    measure = _retrieval_sections(report, sp, corr, qb, rel, queries_old, k=k, full_size=old_info.count,
+                                  options=options, on_step=on_step)
     if old_model_retired:
         report["old_model_retired"] = True
     report["verdict"] = verdict(report)
@@ -437,14 +282,163 @@ def compatibility_report(old, new=None, *, sample: int = 5000, seed: int = 0, ho
     return Report(**report)
 
 
+def _refuse_on_ray(engine, pairs, new) -> None:
+    """On an engine spread over processes the report gathers stored pairs from both collections; a pairing that
+    works on a sample on one machine, or no new collection, is refused in one line before any work."""
+    if not engine.remote:
+        return
+    spec = PairSpec.parse(pairs, allowed=REPORT_PAIRS) if pairs else None
+    if spec is not None and not pairing(spec).splits:
+        raise InputError(f"--engine ray gathers stored pairs (ids, field:NAME); the {spec.kind} pairing works on a "
+                         f"sample on one machine: use --engine local")
+    if new is None:
+        raise InputError("--engine ray gathers pairs from both collections: give the new collection too")
+
+
+def _open_old_new(old, new) -> tuple[Collection, Collection | None, CollectionInfo]:
+    old_c = open_collection(old)
+    new_c = open_collection(new) if new is not None else None
+    old_info = old_c.info()
+    if old_info.count == 0:
+        raise InputError(f"collection is empty: {old_c.display_url}")
+    return old_c, new_c, old_info
+
+
+@dataclass
+class _Split:
+    """The correspondences as float32 (``X`` old, ``Y`` new), cut into held-out and training rows. The retrieval
+    pool is every sampled pair (held-out first, so that row i of the pool is held-out item i), the closest stand-in
+    for the whole collection: retention, top-1 beyond the held-out items and the options use it. ``rng`` drew the
+    split and draws the sub-pools of the retention curve, in that order."""
+
+    X: np.ndarray
+    Y: np.ndarray
+    held: np.ndarray
+    train: np.ndarray
+    pool_order: np.ndarray
+    rng: np.random.Generator
+    judged: object = None           # the user's method fitted on the training rows
+    mapped_held: np.ndarray | None = None
+
+
+def _split(corr: Correspondences, holdout: float, seed: int) -> _Split:
+    n = len(corr.X)
+    if n < MIN_PAIRS:
+        raise InputError(f"only {n} correspondences: at least {MIN_PAIRS} are needed for a report")
+    # a NaN, inf or zero vector: name the record, not a row of this sample
+    check_paired(corr.X, corr.Y, names=("old collection", "new collection" if corr.new_ids is not None else
+                                        "re-embedded text of"), ids=(corr.ids, corr.new_ids or corr.ids))
+    rng = np.random.default_rng(seed)
+    perm = rng.permutation(n)
+    n_held = max(int(round(n * holdout)), min(200, n // 2))
+    held, train = perm[:n_held], perm[n_held:]
+    return _Split(corr.X.astype(np.float32), corr.Y.astype(np.float32), held, train, np.concatenate([held, train]),
+                  rng)
+
+
+def _held_out_sections(sp: _Split, corr: Correspondences, chosen, *, center: bool, seed: int,
+                       full_size: int) -> dict:
+    """Fit the user's method (and an orthogonal map, for the Procrustes diagnostics) on the training rows; the
+    ``correspondences``, ``held_out`` and ``fit`` sections. Keeps the fitted map and the mapped held-out rows in
+    ``sp``."""
+    X, Y, held, train = sp.X, sp.Y, sp.held, sp.train
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FewPairsWarning)
+        est = OrthogonalProcrustes(center=center).fit(X[train], Y[train])
+        sp.judged = est if chosen.name == "orthogonal" else \
+            chosen.build(center=center, seed=seed).fit(X[train], Y[train])
+    sp.mapped_held = mapped_held = sp.judged.transform(X[held])
+    pq = metrics.pair_quality(mapped_held, Y[held])
+    cos = np.einsum("ij,ij->i", metrics.prepare_vectors(mapped_held, "cosine"),
+                    metrics.prepare_vectors(Y[held], "cosine"))
+    held_resid = float(np.mean(np.sum((mapped_held - Y[held]) ** 2, axis=1)))
+    top1_curve = _top1_curve(mapped_held, Y[sp.pool_order], pq.top1, np.random.default_rng(seed + 1), full_size)
+    return {
+        "correspondences": CorrespondenceSummary(mode=corr.mode, reason=corr.reason, n=len(corr.X), train=len(train),
+                                                 held_out=len(held), pseudo=corr.pseudo, **(corr.diagnostics or {})),
+        # top-1 and mean rank are among the held-out items only ("pool"); top1_predicted carries top-1 to the
+        # collection's size ("full_size") with the same log-linear fit as retention
+        "held_out": HeldOutQuality(**pq.as_dict(), pool=len(held), residual=held_resid,
+                                   cosine_histogram=np.histogram(cos, bins=20, range=(-1, 1))[0].tolist(),
+                                   top1_curve=Top1Curve(pool_sizes=top1_curve["pool_sizes"], top1=top1_curve["top1"]),
+                                   top1_predicted=top1_curve["predicted"], full_size=top1_curve["full_size"]),
+        "fit": FitDiagnostics(residual=est.residual_, relative_residual=est.relative_residual_, delta=est.delta_,
+                              bound=est.bound_, bound_vacuous=bool(est.bound_ >= 4 * np.mean(np.sum(Y ** 2, axis=1))),
+                              singular_values=est.singular_values_.tolist(), center=center),
+    }
+
+
+def _held_out_queries(queries_new, corr: Correspondences, held: np.ndarray):
+    """The new-model queries whose relevant document is held out (only those count), and the pool row of each
+    one's document: ``(queries, rows)``, or ``(None, None)`` without queries."""
+    if queries_new is None:
+        return None, None
+    held_ids = [corr.ids[i] for i in held]
+    qn_c = open_collection(queries_new)
+    qb = qn_c.get(held_ids)
+    if len(qb) < 10:
+        raise InputError(_too_few_queries(qn_c, qb, corr, held_ids))
+    pos = {i: j for j, i in enumerate(held_ids)}
+    return qb, np.array([pos[i] for i in qb.ids])
+
+
+def _learning_curve(sp: _Split, qb, rel, *, k: int, center: bool) -> LearningCurve:
+    """Held-out quality over the number of anchors (one orthogonal fit per size)."""
+    X, Y, held, train = sp.X, sp.Y, sp.held, sp.train
+    sizes = [s for s in (25, 50, 100, 200, 500, 1000, 2000, 5000, 10000, 20000) if s < len(train)] + [len(train)]
+    curve = LearningCurve(n_anchors=[], top1=[], pool=len(held), retention=[] if qb is not None else None)
+    for s in sizes:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", FewPairsWarning)
+            mapped_s = OrthogonalProcrustes(center=center).fit(X[train[:s]], Y[train[:s]]).transform(X[held])
+        curve.n_anchors.append(int(s))
+        curve.top1.append(metrics.pair_quality(mapped_s, Y[held]).top1)
+        if qb is not None:   # None where the native recall is too low for the ratio to mean anything
+            curve.retention.append(metrics.recall_retention(qb.vectors, mapped_s, Y[held], rel, k=k)["retention"])
+    return curve
+
+
+def _retrieval_sections(report: dict, sp: _Split, corr: Correspondences, qb, rel, queries_old, *, k: int,
+                        full_size: int, options: bool, on_step) -> tuple | None:
+    """With queries: retrieval over the pool (retention, or with pseudo-pairs only the mapped side) and the
+    three-way comparison with old-model queries; without: the neighbourhood overlap. Returns what the options are
+    measured on, or None where they cannot be."""
+    X, Y, pool_order = sp.X, sp.Y, sp.pool_order
+    if qb is None:   # each held-out item's new vector as the query (itself excluded)
+        ov = metrics.topk_overlap(Y[sp.held], sp.mapped_held, Y[sp.held], k=k + 1)
+        report["neighbourhood_overlap"] = NeighbourhoodOverlap(k=k, overlap=ov, pool=len(sp.held))
+        return None
+    pool_x = X[pool_order]
+    mapped_pool = sp.judged.transform(pool_x)
+    both, Q_old = _old_queries(queries_old, qb)     # fetched once: three-way comparison and options
+    if corr.pseudo:
+        # pseudo-pairs: the partners are estimates, so no "native" pool exists; measure what needs no true pairs
+        on_step("retrieval with new-model queries (mapped old vectors only)")
+        report["retrieval_unsupervised"] = UnsupervisedRetrieval(
+            k=k, n_queries=len(qb), pool=len(pool_order), recall_mapped=metrics.recall_at_k(qb.vectors, mapped_pool,
+                                                                                          rel, k))
+    else:
+        on_step("retrieval with new-model queries")
+        report["retrieval"] = ReportRetrieval(**_retention_curve(qb.vectors, mapped_pool, Y[pool_order], rel, k,
+                                                                 sp.rng, full_size), k=k, n_queries=len(qb))
+    if Q_old is not None:
+        rel_b = rel[both]
+        report["three_way"] = ThreeWay(
+            stay_on_old_model=metrics.recall_at_k(Q_old, pool_x, rel_b, k),
+            mapped_upgrade=metrics.recall_at_k(qb.vectors[both], mapped_pool, rel_b, k),
+            full_re_embed=None if corr.pseudo else metrics.recall_at_k(qb.vectors[both], Y[pool_order], rel_b, k),
+            n_queries=len(both), pool=len(pool_order), k=k)
+    if options and not corr.pseudo and report["retrieval"].measured is not None:
+        all_old = Q_old if Q_old is not None and len(both) == len(qb) else None
+        return X[sp.train], Y[sp.train], pool_x, Y[pool_order], qb, rel, all_old
+    return None
+
+
 def _too_few_queries(qn_c, qb, corr, held_ids) -> str:
     """Why fewer than 10 queries count, and what the queries need to be."""
     n_given = qn_c.info().count
     n_paired = len(qn_c.get(list(corr.ids)))
-    shared = {"shared-ids": "items present in both collections (the same id in each)",
-              "payload-key": "old-collection items whose payload key is found in the new collection",
-              "re-embedded-sample": "the sampled old-collection items whose texts were re-embedded",
-              "geh": "old-collection items linked by GEH to the new collection"}.get(corr.mode, "linked items")
+    shared = next((p.queries_hint for p in PAIRINGS.values() if p.report_mode == corr.mode), "linked items")
     return (f"only {len(qb)} of the {n_given:,} queries in {qn_c.display_url} have a held-out relevant document "
             f"(at least 10 are needed): a query's id must be the id of its relevant document in the old "
             f"collection, and that document must be one of the {len(corr.ids):,} sampled pairs, i.e. {shared}; "
@@ -542,78 +536,120 @@ def _ruled_out(report: "Report | dict", options, k: int) -> dict:
     return out
 
 
-def verdict(report: "Report | dict") -> Verdict:
-    """GO / CAUTION / NO-GO with the reason in one sentence (``report``: a report's sections by key, typed or plain
-    dicts, as far as they go)."""
-    t = report["thresholds"]
-    ho = report["held_out"]
-    top1 = ho["top1"]
-    retrieval = report.get("retrieval", {})
-    retention = retrieval.get("predicted")
-    pool = ho.get("pool")
-    among = f" among {pool:,} held-out items" if pool else ""
-    three = report.get("three_way")
-    retired = bool(report.get("old_model_retired"))
-    if retired and three and three["mapped_upgrade"] < three["stay_on_old_model"] - t["worse_than_staying"]:
-        full = three.get("full_re_embed")
+@dataclass
+class _Facts:
+    """What the verdict reads of a report (its sections by key, typed or plain dicts, as far as they go)."""
+
+    t: dict
+    top1: float
+    among: str                 # " among N held-out items", or ""
+    retrieval: dict
+    retention: float | None    # predicted recall retention@k
+    three: dict | None
+
+    @classmethod
+    def of(cls, report) -> "_Facts":
+        ho, retrieval = report["held_out"], report.get("retrieval", {})
+        pool = ho.get("pool")
+        return cls(report["thresholds"], ho["top1"], f" among {pool:,} held-out items" if pool else "", retrieval,
+                   retrieval.get("predicted"), report.get("three_way"))
+
+    @property
+    def worse_than_staying(self) -> bool:
+        three = self.three
+        return bool(three) and three["mapped_upgrade"] < three["stay_on_old_model"] - self.t["worse_than_staying"]
+
+    def re_embed(self) -> str:
+        full = self.three.get("full_re_embed")
+        return f"; a full re-embed gives {full:.3f}" if full is not None else ""
+
+
+def _staying_is_better(report, f: _Facts) -> Verdict | None:
+    """New-model queries over the mapped vectors retrieve worse than the old model: NO-GO, or CAUTION when the old
+    model is retired (staying is then no option)."""
+    if not f.worse_than_staying:
+        return None
+    three = f.three
+    if report.get("old_model_retired"):
         return Verdict("CAUTION", (
             f"the old model is retired, so staying is not an option: new-model queries over the mapped vectors reach "
             f"Recall@{three.get('k', 10)} {three['mapped_upgrade']:.3f} (the old model gave "
-            f"{three['stay_on_old_model']:.3f}" + (f"; a full re-embed gives {full:.3f}" if full is not None else "")
+            f"{three['stay_on_old_model']:.3f}" + f.re_embed()
             + "): serve the mapped vectors now and re-embed in the background (vecbridge upgrade), or re-embed "
             "before switching"))
-    if three and three["mapped_upgrade"] < three["stay_on_old_model"] - t["worse_than_staying"]:
-        full = three.get("full_re_embed")
-        return Verdict("NO-GO", (
-            f"new-model queries over the mapped old vectors retrieve worse than staying on the old model "
-            f"(Recall@{three.get('k', retrieval.get('k', 10))} {three['mapped_upgrade']:.3f} vs "
-            f"{three['stay_on_old_model']:.3f}" + (f"; a full re-embed gives {full:.3f}" if full is not None else "")
-            + (f", among {three['pool']:,} sampled items" if three.get("pool") else "")
-            + "): keep the old model or re-embed"))
-    validation = report.get("correspondences", {}).get("validation")
+    return Verdict("NO-GO", (
+        f"new-model queries over the mapped old vectors retrieve worse than staying on the old model "
+        f"(Recall@{three.get('k', f.retrieval.get('k', 10))} {three['mapped_upgrade']:.3f} vs "
+        f"{three['stay_on_old_model']:.3f}" + f.re_embed()
+        + (f", among {three['pool']:,} sampled items" if three.get("pool") else "")
+        + "): keep the old model or re-embed"))
+
+
+def _untrusted_pairs(report, f: _Facts) -> Verdict | None:
+    """Grown or unsupervised correspondences: NO-GO when they failed their label-free validation; CAUTION for
+    pseudo-pairs (retention against a re-embed needs true pairs)."""
+    c = report.get("correspondences", {})
+    validation = c.get("validation")
     if validation and not validation["passed"]:
-        what = "unsupervised" if report["correspondences"].get("pseudo") else "seed-grown"
+        what = "unsupervised" if c.get("pseudo") else "seed-grown"
         return Verdict("NO-GO", (
             f"the {what} correspondences failed their label-free validation (score {validation['score']:.2f} < "
             f"{validation['threshold']:.2f}: {validation['reason']}), so every figure below is measured on likely "
             f"wrong pairs: give seed pairs (--seeds) or re-embed a sample (--model/--text-field)"))
-    if report.get("correspondences", {}).get("pseudo"):
-        c = report["correspondences"]
-        ru = report.get("retrieval_unsupervised")
-        got = (f"; new-model queries over the mapped vectors reach Recall@{ru['k']} {ru['recall_mapped']:.3f}"
-               if ru else "")
-        return Verdict("CAUTION", (
-            f"the correspondences are unsupervised pseudo-pairs ({c['mutual_fraction']:.0%} of the sample found a "
-            f"mutual partner){got}; retention against a re-embed cannot be measured without true pairs: give "
-            f"--model/--text-field or --seeds to measure it"))
-    if top1 < t["no_go_top1"]:
-        pred, full = ho.get("top1_predicted"), ho.get("full_size")
-        word = "measured" if ho.get("top1_curve", {}).get("pool_sizes", [0])[-1] >= (full or 0) else "predicted"
-        extra = (f"; {word} {pred:.0%} among the collection's {full:,} items"
-                 if pred is not None and full and pool and full > pool else "")
-        return Verdict("NO-GO", f"only {top1:.0%} of held-out items find their own new vector "
-                                f"(top-1{among} < {t['no_go_top1']:.0%}{extra}): the spaces do not "
-                                f"align")
+    if not c.get("pseudo"):
+        return None
+    ru = report.get("retrieval_unsupervised")
+    got = f"; new-model queries over the mapped vectors reach Recall@{ru['k']} {ru['recall_mapped']:.3f}" if ru else ""
+    return Verdict("CAUTION", (
+        f"the correspondences are unsupervised pseudo-pairs ({c['mutual_fraction']:.0%} of the sample found a "
+        f"mutual partner){got}; retention against a re-embed cannot be measured without true pairs: give "
+        f"--model/--text-field or --seeds to measure it"))
+
+
+def _no_alignment(report, f: _Facts) -> Verdict | None:
+    """Too few held-out items find their own new vector: the spaces do not align."""
+    if f.top1 >= f.t["no_go_top1"]:
+        return None
+    ho = report["held_out"]
+    pred, full, pool = ho.get("top1_predicted"), ho.get("full_size"), ho.get("pool")
+    word = "measured" if ho.get("top1_curve", {}).get("pool_sizes", [0])[-1] >= (full or 0) else "predicted"
+    extra = (f"; {word} {pred:.0%} among the collection's {full:,} items"
+             if pred is not None and full and pool and full > pool else "")
+    return Verdict("NO-GO", f"only {f.top1:.0%} of held-out items find their own new vector "
+                            f"(top-1{f.among} < {f.t['no_go_top1']:.0%}{extra}): the spaces do not align")
+
+
+def _by_retention(report, f: _Facts) -> Verdict:
+    """The last word: retention unreliable or unmeasured (CAUTION), too low (NO-GO), or both thresholds met (GO)."""
+    t, top1, retention, retrieval = f.t, f.top1, f.retention, f.retrieval
     if retrieval.get("unreliable") and retention is None:
         return Verdict("CAUTION", (
-            f"held-out top-1 {top1:.3f}{among}, but recall retention@{retrieval.get('k', 10)} is "
+            f"held-out top-1 {top1:.3f}{f.among}, but recall retention@{retrieval.get('k', 10)} is "
             f"{retrieval['unreliable']}: the queries hardly find their relevant documents even among the new "
             f"collection's own vectors, so the ratio would mean nothing (are they new-model query vectors whose ids "
             f"name their relevant documents?)"))
     if retention is not None and retention < t["no_go_retention"]:
-        return Verdict("NO-GO", f"predicted recall retention@{retrieval['k']} "
-                                f"{retention:.3f} is below {t['no_go_retention']}")
+        return Verdict("NO-GO", f"predicted recall retention@{retrieval['k']} {retention:.3f} is below "
+                                f"{t['no_go_retention']}")
     if top1 >= t["go_top1"] and retention is not None and retention >= t["go_retention"]:
-        return Verdict("GO", f"held-out top-1 {top1:.3f}{among} and predicted retention "
-                             f"{retention:.3f} meet the GO thresholds ({t['go_top1']}, "
-                             f"{t['go_retention']})")
+        return Verdict("GO", f"held-out top-1 {top1:.3f}{f.among} and predicted retention {retention:.3f} meet the "
+                             f"GO thresholds ({t['go_top1']}, {t['go_retention']})")
     if retention is None:
-        return Verdict("CAUTION", f"held-out top-1 is {top1:.3f}{among}, but without new-model "
-                                  f"queries the retrieval quality kept cannot be measured (give "
-                                  f"--queries)")
-    return Verdict("CAUTION", f"held-out top-1 {top1:.3f}{among}, predicted retention "
-                              f"{retention:.3f}: usable, but below the GO thresholds "
-                              f"({t['go_top1']}, {t['go_retention']})")
+        return Verdict("CAUTION", f"held-out top-1 is {top1:.3f}{f.among}, but without new-model queries the "
+                                  f"retrieval quality kept cannot be measured (give --queries)")
+    return Verdict("CAUTION", f"held-out top-1 {top1:.3f}{f.among}, predicted retention {retention:.3f}: usable, but "
+                              f"below the GO thresholds ({t['go_top1']}, {t['go_retention']})")
+
+
+def verdict(report: "Report | dict") -> Verdict:
+    """GO / CAUTION / NO-GO with the reason in one sentence (``report``: a report's sections by key, typed or plain
+    dicts, as far as they go): the first rule that speaks decides, in this order."""
+    facts = _Facts.of(report)
+    for rule in (_staying_is_better, _untrusted_pairs, _no_alignment):
+        found = rule(report, facts)
+        if found is not None:
+            return found
+    return _by_retention(report, facts)
 
 
 def advice(report: "Report | dict") -> list[str]:

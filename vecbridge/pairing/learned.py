@@ -1,0 +1,158 @@
+"""Pairs a map is grown from rather than read: GEH from a few seed pairs (the Vector Linking paper (2026)),
+mini-vec2vec from nothing shared at all ("mini-vec2vec: Scaling Universal Geometry Alignment with Linear
+Transformations", Dar 2025), and the label-free check of the maps they stand for.
+
+``link``, ``fit --pairs unsupervised`` and the report grow their pairs here; such pairs can be silently wrong, so every
+map of them is validated without labels (:func:`check_map`) and refused when it fails, unless forced.
+"""
+from __future__ import annotations
+
+from typing import Callable
+
+import numpy as np
+
+from ..connectors.base import Collection, VectorBatch
+from ..errors import CheckFailed, InputError
+from .pairs import read_pairs_file
+
+
+def _estimator(cls, params: dict, seed: int):
+    """``cls(random_state=seed)`` with ``params`` set by ``set_params`` (flat names of GEH's option groups included)
+    and checked now, before any vector is read; an unknown name or a bad value is a one-line error."""
+    from ..numeric.estimator import UnknownParameter
+
+    est = cls(random_state=seed)
+    try:
+        est.set_params(**params)
+    except UnknownParameter as exc:
+        raise InputError(f"{exc.estimator} has no parameter {', '.join(exc.unknown)} "
+                         f"(known: {', '.join(exc.valid)})") from None
+    est._validate_params()
+    return est
+
+
+def geh_fit(source: Collection, target: Collection, seeds: str | None, *, sample: int, seed: int,
+            params: dict | None = None, force: bool = False, on_step: Callable[[str], None] = lambda s: None):
+    """GEH (the Vector Linking paper (2026)) grown from the id pairs in the file ``seeds`` over the seed records plus a
+    uniform sample of each collection. Returns ``(source_batch, target_batch, fitted GEH)``; ``links_`` index the two
+    batches. GEH refuses a bootstrap that never took off (:class:`CheckFailed`) unless ``force``. Shared by
+    ``link --mode geh`` and the report."""
+    from ..linking.geh import GEH
+
+    if not seeds:
+        raise InputError("GEH needs a file of 15-30 known id pairs (the pairing geh:FILE)")
+    est = _estimator(GEH, params or {}, seed)
+    if force:   # keep what grew, however little: the caller marks it
+        est.set_params(min_grown=0)
+    pairs = read_pairs_file(seeds)
+    a = _with_seeds(source, sample, seed, [p[0] for p in pairs])
+    b = _with_seeds(target, sample, seed, [p[1] for p in pairs])
+    on_step(f"growing {len(pairs)} seed pairs with GEH over {len(a):,} x {len(b):,} vectors")
+    idx = np.arange(len(pairs))
+    return a, b, est.fit(a.vectors, b.vectors, np.stack([idx, idx], axis=1))
+
+
+def unsupervised_fit(source: Collection, target: Collection, *, sample: int, seed: int, params: dict | None = None):
+    """mini-vec2vec (the mini-vec2vec paper (Dar, 2025)) on a uniform sample of each collection (different seeds: the
+    samples are unpaired).
+    Returns ``(source_sample, target_sample, fitted MiniVec2Vec)``; shared by ``link``, ``fit --pairs unsupervised``
+    and the report."""
+    from ..align.minivec2vec import MiniVec2Vec
+
+    est = _estimator(MiniVec2Vec, params or {}, seed)
+    a, b = source.sample(sample, seed=seed), target.sample(sample, seed=seed + 1)
+    for coll, batch in ((source, a), (target, b)):
+        if len(batch) == 0:
+            raise InputError(f"collection is empty: {coll.display_url}")
+    return a, b, est.fit(a.vectors, b.vectors)
+
+
+#: unpaired rows per side that validate an unsupervised or seed-grown map (``vecbridge.align.validation``)
+VALIDATION_ROWS = 2000
+#: below this many rows per side that the fit did not read (a small collection), validate on the fit's own rows
+MIN_FRESH_ROWS = 500
+#: GEH links beyond the seeds below which bootstrapping never took off
+MIN_GROWN_LINKS = 50
+#: what to do about a map that fails validation (the end of the one-line error)
+ADVICE_UNSUPERVISED = ("the unsupervised alignment is likely wrong: give seed pairs (--pairs geh:FILE or file:PATH) or "
+                       "re-embed a sample of texts with the new model (--pairs reembed --model NEW)")
+ADVICE_GEH = ("the links grown from the seeds are likely wrong: check that the seed pairs are true pairs, give more "
+              "of them, or re-embed a sample of texts with the new model (--pairs reembed --model NEW)")
+
+
+def validation_samples(source: Collection, target: Collection, used_source: VectorBatch, used_target: VectorBatch,
+                       *, seed: int) -> tuple[np.ndarray, np.ndarray, bool]:
+    """Unpaired samples that judge a map: up to :data:`VALIDATION_ROWS` rows of each collection that the fit did not
+    read, or, where a collection has fewer than :data:`MIN_FRESH_ROWS` to spare, the fit's own rows. Returns
+    ``(source vectors, target vectors, in_sample)``."""
+    def fresh(coll: Collection, used: VectorBatch, s: int) -> np.ndarray:
+        batch = coll.sample(VALIDATION_ROWS + len(used), seed=s)
+        seen = set(used.ids)
+        keep = np.fromiter((i not in seen for i in batch.ids), dtype=bool, count=len(batch))
+        return batch.vectors[keep][:VALIDATION_ROWS]
+
+    xs, ys = fresh(source, used_source, seed + 7919), fresh(target, used_target, seed + 7927)
+    if min(len(xs), len(ys)) >= MIN_FRESH_ROWS:
+        return xs, ys, False
+    return used_source.vectors, used_target.vectors, True
+
+
+def check_map(transform, source: Collection, target: Collection, used_source: VectorBatch, used_target: VectorBatch,
+              *, seed: int, force: bool, what: str, advice: str) -> dict:
+    """Validate a map fitted without true pairs (:func:`vecbridge.align.validation.validate_map`, label-free) and
+    refuse it with :class:`CheckFailed` when it fails, unless ``force``. Returns the validation for the record."""
+    from ..align.validation import validate_map
+
+    X, Y, in_sample = validation_samples(source, target, used_source, used_target, seed=seed)
+    v = validate_map(transform, X, Y, random_state=seed)
+    record = {**v.as_dict(), "rows": "the fit's own rows" if in_sample else "rows the fit did not read"}
+    if not v.passed and not force:
+        raise CheckFailed(f"{what} failed validation (score {v.score:.2f} < {v.threshold:.2f}: {v.reason}); "
+                          f"{advice}; nothing was written (--force keeps it anyway, marked as failed)")
+    return record
+
+
+def geh_map(a: VectorBatch, b: VectorBatch, geh):
+    """Orthogonal Procrustes (the ``fit`` default) on GEH's links: the map the links stand for."""
+    import warnings
+
+    from ..align.procrustes import FewPairsWarning, OrthogonalProcrustes
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FewPairsWarning)
+        return OrthogonalProcrustes().fit(a.vectors[geh.links_[:, 0]], b.vectors[geh.links_[:, 1]])
+
+
+def check_geh(source: Collection, target: Collection, a: VectorBatch, b: VectorBatch, geh, *, seed: int,
+              force: bool) -> dict:
+    """Refuse GEH links whose bootstrapping never took off (fewer than :data:`MIN_GROWN_LINKS` beyond the seeds) or
+    whose map fails validation (:func:`check_map`), unless ``force``."""
+    n_seeds = int(geh.is_seed_.sum())
+    grown = len(geh.links_) - n_seeds
+    if grown < MIN_GROWN_LINKS and not force:
+        raise CheckFailed(f"GEH grew only {grown} links beyond its {n_seeds} seed pairs (at least {MIN_GROWN_LINKS} "
+                          f"needed): bootstrapping never took off; {ADVICE_GEH}; nothing was written (--force keeps "
+                          f"them anyway)")
+    record = check_map(geh_map(a, b, geh), source, target, a, b, seed=seed, force=force,
+                       what="the map of the GEH links", advice=ADVICE_GEH)
+    return {**record, "grown_links": grown}
+
+
+def pseudo_pairs(est, a: VectorBatch, b: VectorBatch) -> tuple[np.ndarray, np.ndarray]:
+    """CSLS mutual nearest neighbours between the mapped source sample and the target sample: ``(pairs, scores)``."""
+    from ..numeric.neighbors import mutual_nearest_neighbours
+
+    return mutual_nearest_neighbours(est.transform(a.vectors), b.vectors)
+
+
+def _with_seeds(coll: Collection, sample: int, seed: int, seed_ids: list) -> VectorBatch:
+    """The seed records first (in the seed file's order), then a uniform sample of the rest."""
+    seeds = coll.get(seed_ids)
+    if len(seeds) != len(seed_ids):
+        missing = [i for i in seed_ids if i not in set(seeds.ids)][:3]
+        raise InputError(f"{len(seed_ids) - len(seeds)} seed ids are missing from {coll.display_url} "
+                         f"(e.g. {missing})")
+    rest = coll.sample(sample, seed=seed)
+    given = set(seed_ids)
+    keep = np.array([i not in given for i in rest.ids], dtype=bool)
+    return VectorBatch.concat([seeds, rest.take(keep)])
