@@ -16,7 +16,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "vecbridge"
 #: jobs (the verbs) -> renderers -> the CLI and the integrations with other frameworks
 LAYERS = {
     "ground": ["_version", "_blas", "_deprecated", "errors", "fs", "results", "validation", "vectors", "metrics",
-               "numeric", "sample", "faultpoint"],
+               "numeric", "sample", "faultpoint", "records"],
     "estimators": ["quality", "align", "linking"],
     "stores": ["connectors"],
     "plumbing": ["pairing", "runtime"],

@@ -1,4 +1,4 @@
-"""``vecbridge.ray`` on a real two-node Ray cluster (``ray.cluster_utils.Cluster``, every address local) against real
+"""``vecbridge.integrations.ray`` on a real two-node Ray cluster (``ray.cluster_utils.Cluster``, every address local) against real
 stores: a collection read as a Ray dataset holds every record once, as the store holds it; read, ``map_batches``
 with an alignment and write gives the collection a single-process ``migrate`` gives, bit for bit; a dataset is never
 written into its own source; stores that cannot be read in parallel are refused in one line."""
@@ -103,7 +103,7 @@ def test_our_error_is_found_inside_what_ray_raised():
 
 
 def test_import_cli_does_not_import_ray():
-    code = "import sys, vecbridge, vecbridge.cli; print('ray' in sys.modules, 'vecbridge.ray' in sys.modules)"
+    code = "import sys, vecbridge, vecbridge.cli; print('ray' in sys.modules, 'vecbridge.integrations.ray' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.split() == ["False", "False"]
@@ -155,7 +155,7 @@ def _assert_same(got, want):
 
 
 def test_read_collection_returns_every_record_once(ray_cluster, store):
-    import vecbridge.ray as vbr
+    import vecbridge.integrations.ray as vbr
 
     src = _source(store("src"))
     source = vbr.CollectionDatasource(src, batch_size=97)
@@ -170,7 +170,7 @@ def test_read_collection_returns_every_record_once(ray_cluster, store):
 
 
 def test_map_batches_and_write_equal_a_single_process_migrate(ray_cluster, store, tmp_path):
-    import vecbridge.ray as vbr
+    import vecbridge.integrations.ray as vbr
 
     src = _source(store("src"))
     align = _alignment()
@@ -184,7 +184,7 @@ def test_map_batches_and_write_equal_a_single_process_migrate(ray_cluster, store
 
 
 def test_writing_into_the_source_is_refused(ray_cluster, tmp_path):
-    import vecbridge.ray as vbr
+    import vecbridge.integrations.ray as vbr
 
     src = _source(f"file://{tmp_path / 'src'}")
     before = _records(src)
@@ -204,7 +204,7 @@ def test_writing_into_the_source_is_refused(ray_cluster, tmp_path):
 def test_an_existing_target_is_refused_and_kept(ray_cluster, tmp_path):
     """``mode="create"`` refuses a target that exists (checked by the driver when the first block is ready), in one
     line, and leaves it as it was; ``append`` upserts into it."""
-    import vecbridge.ray as vbr
+    import vecbridge.integrations.ray as vbr
 
     src = _source(f"file://{tmp_path / 'src'}")
     other = f"file://{tmp_path / 'other'}"
@@ -228,7 +228,7 @@ class NoRanges(FileCollection):
 
 
 def test_stores_that_cannot_be_read_in_parallel_are_refused_in_one_line(ray_cluster, tmp_path):
-    import vecbridge.ray as vbr
+    import vecbridge.integrations.ray as vbr
 
     src = _source(f"file://{tmp_path / 'src'}")
     with pytest.raises(InputError, match="key ranges") as err:

@@ -75,3 +75,50 @@ def _forward(old: str, new: str):
         return getattr(target, name)
 
     return __getattr__
+
+
+#: modules that moved in the renovation of the package's rooms, importable under their old names for one release
+MOVED_MODULES: dict[str, "str | dict[str, str]"] = {
+    "vecbridge.jobs.checkpoint": "vecbridge.runtime.checkpoint",
+    "vecbridge.jobs.guard": "vecbridge.runtime.guard",
+    "vecbridge.jobs.open": "vecbridge.runtime.open",
+    "vecbridge.jobs.pipeline": "vecbridge.runtime.pipeline",
+    "vecbridge.jobs.options": "vecbridge.quality.options",
+    "vecbridge.jobs.pair_spec": "vecbridge.pairing.spec",
+    "vecbridge.jobs.pairs": "vecbridge.pairing.pairs",
+    "vecbridge.jobs.upgrade_state": "vecbridge.jobs.upgrade.state",
+    "vecbridge.ray": "vecbridge.integrations.ray",
+    "vecbridge.jobs.reembed": {
+        **dict.fromkeys(["Embedder", "load_model"], "vecbridge.runtime.models"),
+        **dict.fromkeys(["read_texts", "reembed_pairs", "reference_pairs"], "vecbridge.pairing.reembed")},
+    "vecbridge.jobs.rerank": {
+        **dict.fromkeys(["augment_documents", "augment_queries", "fused_scores", "hub_penalty", "rerank_candidates"],
+                        "vecbridge.quality.scoring"),
+        **dict.fromkeys(["FusedSearch", "HubPenalizedSearch", "RerankedSearch", "fused_search"],
+                        "vecbridge.serving.rerank")},
+    "vecbridge.jobs.wrap": {
+        **dict.fromkeys(["MappedEmbeddings", "translate_queries"], "vecbridge.serving.translate"),
+        **dict.fromkeys(["WrappedCollection", "attach_field", "federated_search", "search_collections", "wrap"],
+                        "vecbridge.serving.wrap")},
+}
+
+
+#: the Ray twins of the jobs, replaced by ``engine=``: old name in :mod:`vecbridge.jobs` -> the job that now runs on
+#: the Ray engine (``module:attribute``)
+RAY_TWINS = {
+    "migrate_on_ray": "vecbridge.jobs:migrate", "merge_on_ray": "vecbridge.jobs:merge",
+    "reembed_on_ray": "vecbridge.jobs:Upgrade.reembed", "fit_on_ray": "vecbridge.jobs.fit:fit_alignment",
+    "verify_on_ray": "vecbridge.jobs:verify", "evaluate_on_ray": "vecbridge.jobs:evaluate_alignment",
+    "report_on_ray": "vecbridge.jobs:compatibility_report",
+}
+
+
+def ray_twin(package: str, name: str, make_engine):
+    """``package.name`` for a name of :data:`RAY_TWINS` (see :func:`on_engine`); AttributeError for any other."""
+    if name not in RAY_TWINS:
+        raise AttributeError(f"module {package!r} has no attribute {name!r}")
+    module, _, attr = RAY_TWINS[name].partition(":")
+    job = importlib.import_module(module)
+    for part in attr.split("."):
+        job = getattr(job, part)
+    return on_engine(f"{package}.{name}", f"{module}.{attr}", job, make_engine)

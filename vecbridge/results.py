@@ -274,7 +274,7 @@ class FitDiagnostics(JobResult):
 
 @dataclass
 class Thresholds(JobResult):
-    """What the verdict was judged against (:data:`vecbridge.jobs.report.THRESHOLDS`): GO needs both ``go_*``,
+    """What the verdict was judged against (:data:`vecbridge.quality.verdict.THRESHOLDS`): GO needs both ``go_*``,
     NO-GO any ``no_go_*``, or a mapped recall below staying on the old model by more than ``worse_than_staying``."""
 
     go_top1: float

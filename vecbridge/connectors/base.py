@@ -18,12 +18,20 @@ import abc
 import contextlib
 import re
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Iterator, Sequence
 
 import numpy as np
 
 from ..errors import InputError, NotFound, StoreError, VecbridgeError
+from ..records import (  # noqa: F401 (the record types, also read from here by every connector and job)
+    CollectionInfo,
+    KeyRange,
+    VectorBatch,
+    quantile_positions,
+    ranges_from_bounds,
+    ranges_from_keys,
+)
 from ..validation import check_vectors
 
 METRICS = ("cosine", "dot", "l2")
@@ -32,108 +40,6 @@ METRICS = ("cosine", "dot", "l2")
 RETRY_DELAYS = (0.5, 1.0, 2.0)
 #: the most characters of a client's own words that a message quotes
 DETAIL_CHARS = 300
-
-
-@dataclass
-class VectorBatch:
-    """Records in transit: ``ids[i]``, ``vectors[i]`` (float32) and ``payloads[i]`` (a dict, possibly empty)."""
-
-    ids: list
-    vectors: np.ndarray
-    payloads: list[dict] | None = None
-    cursor: Any = None
-
-    def __post_init__(self):
-        self.ids = list(self.ids)
-        self.vectors = np.asarray(self.vectors, dtype=np.float32)
-        if self.vectors.ndim == 1 and self.vectors.size == 0:
-            self.vectors = self.vectors.reshape(0, 0)
-        if self.vectors.ndim != 2 or self.vectors.shape[0] != len(self.ids):
-            raise InputError(f"batch has {len(self.ids)} ids but vectors of shape {self.vectors.shape}")
-        if self.payloads is None:
-            self.payloads = [{} for _ in self.ids]
-        elif len(self.payloads) != len(self.ids):
-            raise InputError(f"batch has {len(self.ids)} ids but {len(self.payloads)} payloads")
-
-    def __len__(self) -> int:
-        return len(self.ids)
-
-    @property
-    def dim(self) -> int:
-        return int(self.vectors.shape[1])
-
-    def take(self, index) -> "VectorBatch":
-        """A sub-batch (rows selected by an index array or boolean mask)."""
-        index = np.flatnonzero(index) if np.asarray(index).dtype == bool else np.asarray(index, dtype=np.int64)
-        return VectorBatch([self.ids[i] for i in index], self.vectors[index], [self.payloads[i] for i in index])
-
-    def with_vectors(self, vectors: np.ndarray) -> "VectorBatch":
-        """The same records with new vectors (e.g. mapped into another space); the cursor is kept."""
-        return VectorBatch(self.ids, vectors, self.payloads, self.cursor)
-
-    @classmethod
-    def concat(cls, batches: Sequence["VectorBatch"]) -> "VectorBatch":
-        batches = [b for b in batches if len(b)]
-        if not batches:
-            return cls([], np.zeros((0, 0), dtype=np.float32), [])
-        return cls([i for b in batches for i in b.ids], np.concatenate([b.vectors for b in batches]),
-                   [p for b in batches for p in b.payloads], batches[-1].cursor)
-
-
-@dataclass(frozen=True)
-class KeyRange:
-    """One slice of a keyset scan: the records after ``after`` (exclusive; None: from the start) up to and including
-    ``until`` (None: to the end), both cursors in the order of the connector's own scan. JSON-serialisable through
-    :meth:`as_dict` / :meth:`from_dict` (a checkpoint keeps the plan of a distributed job)."""
-
-    after: Any = None
-    until: Any = None
-
-    def as_dict(self) -> dict:
-        return {"after": self.after, "until": self.until}
-
-    @classmethod
-    def from_dict(cls, d: dict) -> "KeyRange":
-        return cls(d.get("after"), d.get("until"))
-
-
-def quantile_positions(count: int, n: int) -> list[int]:
-    """Positions (0-based, ascending, distinct) of the last record of each of the first ``n - 1`` of ``n`` even
-    slices of ``count`` sorted keys."""
-    if int(n) <= 0:
-        raise InputError(f"number of ranges must be positive, got {n}")
-    return sorted({(int(count) * i) // int(n) - 1 for i in range(1, int(n))} - {-1})
-
-
-def ranges_from_bounds(bounds: Sequence) -> list[KeyRange]:
-    """Consecutive ranges cut after each of ``bounds`` (distinct cursors in scan order): the first open at the start
-    and the last open at the end, so together they cover every record, whatever a sample of keys missed."""
-    edges = [None, *bounds, None]
-    return [KeyRange(a, b) for a, b in zip(edges[:-1], edges[1:])]
-
-
-def ranges_from_keys(keys: Sequence, n: int) -> list[KeyRange]:
-    """At most ``n`` ranges cut at evenly spaced quantiles of ``keys`` (sampled keys, sorted in scan order)."""
-    bounds: list = []
-    for pos in quantile_positions(len(keys), n):
-        if not bounds or keys[pos] != bounds[-1]:
-            bounds.append(keys[pos])
-    return ranges_from_bounds(bounds)
-
-
-@dataclass
-class CollectionInfo:
-    """What a report or a migration plan needs to know about a collection."""
-
-    name: str
-    dim: int
-    metric: str
-    count: int
-    vector_fields: dict[str, tuple[int, str]] = field(default_factory=dict)
-
-    def as_dict(self) -> dict:
-        return {"name": self.name, "dim": self.dim, "metric": self.metric, "count": self.count,
-                "vector_fields": {k: {"dim": d, "metric": m} for k, (d, m) in self.vector_fields.items()}}
 
 
 @dataclass(frozen=True)

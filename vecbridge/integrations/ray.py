@@ -1,7 +1,7 @@
 """Ray Data for pipelines that already run on Ray: a collection as a :class:`ray.data.Dataset`, a dataset written
 into a collection, and an :class:`~vecbridge.align.artifact.Alignment` as a ``map_batches`` function.
 
->>> import vecbridge.ray as vbr                                                           # doctest: +SKIP
+>>> import vecbridge.integrations.ray as vbr                                              # doctest: +SKIP
 >>> from vecbridge import Alignment                                                       # doctest: +SKIP
 >>> ds = vbr.read_collection("postgresql://db/app?table=docs")                           # doctest: +SKIP
 >>> ds = ds.map_batches(Alignment.load("minilm-to-mpnet.vb"))                             # doctest: +SKIP

@@ -1,10 +1,7 @@
-"""Everything that opens a store: fit from collections, link, report, evaluate, drift, migrate, merge, verify, wrap,
-upgrade.
-
-The layers below never see a store (``align``, ``linking``) or a job (``connectors``); the CLI only parses and
-prints what these return.
+"""The verbs, one module per command group: fit, link, report, evaluate, verify, drift, migrate (``rewrite``), merge,
+demo and the staged upgrade. Each job is written once (plan units -> run a body over each on an engine -> combine)
+and returns a result the CLI prints; the layers below never see a job.
 """
-import importlib
 
 from ..results import Evaluation, MergeResult, MigrationResult, Report, VerifyResult
 from ..runtime.checkpoint import Checkpoint
@@ -28,25 +25,10 @@ __all__ = ["migrate", "merge", "plan_migration", "verify", "wrap", "WrappedColle
            "fit_on_ray", "verify_on_ray", "evaluate_on_ray", "report_on_ray"]
 
 
-#: the removed Ray twins of fit, verify, evaluate and report: old name -> the job that replaces it
-_REDUCTIONS = {"verify_on_ray": "verify.verify", "evaluate_on_ray": "evaluate.evaluate_alignment",
-               "report_on_ray": "report.compatibility_report", "fit_on_ray": "fit.fit_alignment"}
-
 
 def __getattr__(name: str):
-    """The Ray engine's entry points, imported on first use (Ray itself only when a job runs)."""
-    if name in ("merge_on_ray", "migrate_on_ray", "reembed_on_ray"):   # replaced by the jobs' engine=; kept one release
-        from .._deprecated import on_engine
-        from ..runtime.engine import make_engine
+    """The removed ``*_on_ray`` entry points, kept for one release (:data:`vecbridge._deprecated.RAY_TWINS`)."""
+    from .._deprecated import ray_twin
+    from ..runtime.engine import make_engine
 
-        job = {"merge_on_ray": "merge", "migrate_on_ray": "migrate", "reembed_on_ray": "Upgrade.reembed"}[name]
-        run = Upgrade.reembed if name == "reembed_on_ray" else globals()[job]
-        return on_engine(f"{__name__}.{name}", f"{__name__}.{job}", run, make_engine)
-    if name in _REDUCTIONS:   # replaced by the jobs' engine=; kept for one release
-        from .._deprecated import on_engine
-        from ..runtime.engine import make_engine
-
-        module, _, job = _REDUCTIONS[name].partition(".")
-        return on_engine(f"{__name__}.{name}", f"{__name__}.{_REDUCTIONS[name]}",
-                         getattr(importlib.import_module(f"{__name__}.{module}"), job), make_engine)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return ray_twin(__name__, name, make_engine)

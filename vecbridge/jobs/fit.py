@@ -10,18 +10,15 @@ import numpy as np
 from ..align.artifact import Alignment
 from ..align.methods import METHODS as METHODS  # the table, for the CLI
 from ..align.methods import method as method_of
-from ..align.moments import PairMoments
 from ..connectors.base import Collection
 from ..errors import InputError
 from ..fs import require_writable
 from ..linking.pairspec import PairSpec
-from ..pairing.pairs import in_holdout
+from ..pairing.moments import PairAccumulator
 from ..pairing.table import BATCH_SIZE, Pairing, pairing
 from ..pairing.units import PairJob, Plan, carried
 from ..runtime.engine import LOCAL, engine_of
 from ..runtime.open import open_collection
-from ..validation import check_paired
-from ..vectors import l2_normalize
 
 #: pairs held in memory for a method that does not stream (clustered) when ``max_pairs`` is not given
 CLUSTERED_MAX_PAIRS = 200_000
@@ -74,50 +71,6 @@ def open_pair(source, target, spec: PairSpec) -> tuple[Collection, Collection, d
     return src, tgt, {"source": {"url": src.display_url, "dim": src_info.dim, "count": src_info.count},
                       "target": {"url": tgt.display_url, "dim": tgt_info.dim, "count": tgt_info.count}}, \
         tgt_info.metric
-
-
-class PairAccumulator:
-    """The fit's step for one batch of pairs, in one place: drop the held-out side (by id hash), refuse a bad vector by
-    its record, normalise, add to the streamed moments (and keep the pairs for a method that does not stream).
-
-    Every unit of the fit (:func:`fit_unit`: the whole source in one process, or one key range of it in a Ray task)
-    feeds its batches to this same :meth:`add`, so all engines see the same pairs; the units' accumulators are then
-    merged (:meth:`merge`) in unit order."""
-
-    def __init__(self, holdout: float = 0.0, normalization: str = "none", keep_pairs: bool = False):
-        self.holdout = holdout
-        self.normalization = normalization
-        self.moments: PairMoments | None = None   # None until a batch came
-        self.n_seen = 0                            # paired records (fit and held out)
-        self.kept: list | None = [] if keep_pairs else None
-
-    def add(self, s_batch, t_batch) -> None:
-        self.n_seen += len(s_batch)
-        keep = ~in_holdout(s_batch.ids, self.holdout)
-        X, Y = s_batch.vectors[keep], t_batch.vectors[keep]
-        if len(X):   # name the record, not a row of this batch, when a vector is NaN, inf or all zeros
-            X, Y = check_paired(X, Y, names=("source", "target"),
-                                ids=(np.asarray(s_batch.ids, dtype=object)[keep],
-                                     np.asarray(t_batch.ids, dtype=object)[keep]))
-        if self.normalization == "l2":
-            X, Y = l2_normalize(X, np.float64), l2_normalize(Y, np.float64)
-        if self.moments is None:
-            self.moments = PairMoments(s_batch.dim, t_batch.dim)
-        if len(X):
-            self.moments.update(X, Y, offset=self.moments.n)
-            if self.kept is not None:
-                self.kept.append((np.asarray(X, np.float32), np.asarray(Y, np.float32)))
-
-    def merge(self, other: "PairAccumulator") -> "PairAccumulator":
-        """Add what ``other`` gathered on another part of the pairs (sums: the order changes only the rounding)."""
-        self.n_seen += other.n_seen
-        if other.moments is not None:   # into sums of our own (``other``'s may be read-only: Ray's zero-copy arrays)
-            if self.moments is None:
-                self.moments = PairMoments(other.moments.src_dim, other.moments.tgt_dim)
-            self.moments.merge(other.moments)
-        if self.kept is not None and other.kept:
-            self.kept.extend(other.kept)
-        return self
 
 
 def freeze_fit(acc: PairAccumulator, *, n_examined: int, spec: PairSpec, chosen, where: str, max_pairs: int | None,
@@ -178,7 +131,7 @@ def _progress(plan: Plan, on_batch: Callable[[int], None] | None):
     return on_report
 
 
-def _refuse_on_ray(spec: PairSpec, row: Pairing, chosen, max_pairs) -> None:
+def _refuse_what_cannot_split(spec: PairSpec, row: Pairing, chosen, max_pairs) -> None:
     """On an engine spread over processes the fit is one streamed pass over every stored pair: what is not is refused
     in one line, before any work."""
     if not row.splits:
@@ -255,7 +208,7 @@ def fit_alignment(source, target, *, pairs: "str | PairSpec" = "ids", method: st
     spec = PairSpec.parse(pairs, allowed=FIT_PAIRS)
     row, chosen = pairing(spec), method_of(method)
     if engine.remote:
-        _refuse_on_ray(spec, row, chosen, max_pairs)
+        _refuse_what_cannot_split(spec, row, chosen, max_pairs)
     if params and not row.takes_params:
         raise InputError("estimator parameters apply to the unsupervised pairing only")
     if row.pseudo:

@@ -17,6 +17,7 @@ import numpy as np
 from ..connectors.base import Collection, VectorBatch
 from ..errors import InputError
 from ..linking.pairspec import KINDS, PairSpec
+from ..quality.compatibility import MIN_PAIRS
 from ..runtime.engine import engine_of
 from .pairs import _source_batches, pairs_by_field, pairs_by_ids, pairs_from_list, pairs_through_index, read_pairs_file
 from .sampling import sample_pairs
@@ -24,8 +25,6 @@ from .units import PairJob, Plan, field_index, listed_units, record_units
 
 #: records per read (and per lookup in the other collection) when a job names no batch size
 BATCH_SIZE = 2000
-#: correspondences a report needs; fewer shared ids than this are taken as chance, and the report looks further
-MIN_PAIRS = 50
 
 
 @dataclass

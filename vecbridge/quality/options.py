@@ -45,6 +45,8 @@ from .scoring import fuse
 STRATEGIES = ("random", "anchor_residual", "inconsistency", "combined", "frequency")
 DEFAULT_FRACTIONS = (0.01, 0.05, 0.10, 0.25)
 DEFAULT_RERANK_K = (20, 50, 100)
+#: the plain map's name among the options
+ORTHO_OPTION = "orthogonal (one global Q)"
 
 
 # --- reliability of each item's mapping ------------------------------------------------------------------------------
@@ -325,7 +327,7 @@ class _Measurement:
         M_o, t_o = self._timed_transform(ortho)
         self.M_c, self.t_c = self._timed_transform(self.clustered)
         self.art_bytes = self.clustered.rotations_.size * 8 + self.clustered.centroids_.size * 8
-        self.add("orthogonal (one global Q)", relevant_ranks(self.Q_new, M_o, self.rel), one_off_s_per_item=t_o)
+        self.add(ORTHO_OPTION, relevant_ranks(self.Q_new, M_o, self.rel), one_off_s_per_item=t_o)
         self.add("clustered Procrustes", relevant_ranks(self.Q_new, self.M_c, self.rel), one_off_s_per_item=self.t_c,
                  extra_bytes_fixed=self.art_bytes)
 

@@ -1,0 +1,252 @@
+"""Measures of a compatibility report on pairs already in hand (numpy in, result sections out):
+the held-out split, the fitted maps' quality, the retention and top-1 curves carried to the collection's size,
+the learning curve and the options that keep more quality. Finding the pairs is the report job's part.
+"""
+from __future__ import annotations
+
+import math
+import warnings
+from dataclasses import dataclass
+
+import numpy as np
+
+from .. import metrics
+from ..align.procrustes import FewPairsWarning, OrthogonalProcrustes
+from ..errors import InputError
+from ..results import (
+    CorrespondenceSummary,
+    CostAssumptions,
+    FitDiagnostics,
+    HeldOutQuality,
+    LearningCurve,
+    QualityOptions,
+    Recommendation,
+    ReembedCurve,
+    RerankPoint,
+    Top1Curve,
+)
+from ..validation import check_paired
+from .options import ORTHO_OPTION
+from .verdict import ruled_out
+
+#: the fewest correspondences a report works on
+MIN_PAIRS = 50
+
+
+@dataclass
+class Correspondences:
+    mode: str
+    reason: str
+    X: np.ndarray          # old-space vectors
+    Y: np.ndarray          # new-space vectors
+    ids: list              # old ids (the held-out split is drawn over these)
+    pseudo: bool = False   # True when Y are estimated partners (unsupervised), not the same items
+    diagnostics: dict | None = None
+    new_ids: list | None = None   # ids of the Y rows in the new collection (None: re-embedded, no record)
+
+
+def _log_pool_fit(sizes, values, full_size: int, hi: float = 1.0) -> float:
+    """``a + b log(pool size)`` fitted over the measured pools, evaluated at ``full_size`` and clamped to [0, hi];
+    the largest pool's value when there is nothing to extrapolate to."""
+    sizes, values = np.asarray(sizes, float), np.asarray(values, float)
+    if len(sizes) >= 2 and full_size > sizes[-1]:
+        b, a = np.polyfit(np.log(sizes), values, 1)
+        return float(np.clip(a + b * math.log(full_size), 0.0, hi))
+    return float(values[-1])
+
+
+def retention_curve(Qn, mapped, native, rel, k, rng, full_size) -> dict:
+    """Retention@k over the whole held-out pool and over random sub-pools; a log-linear fit predicts the
+    retention at ``full_size`` documents (clamped to [0, 1]).
+
+    A (sub-)pool whose native recall is below the floor of :func:`vecbridge.metrics.retention_ratio` gives no point;
+    when the whole pool is one of them, ``measured`` and ``predicted`` are None and ``unreliable`` says why."""
+    m = len(mapped)
+    sizes = sorted({max(k * 5, int(m * f)) for f in (0.25, 0.5, 1.0) if int(m * f) >= k * 5})
+    points, why = [], None
+    for size in sizes:
+        vals = []
+        for _ in range(3 if size < m else 1):
+            keep = np.sort(rng.choice(m, size, replace=False)) if size < m else np.arange(m)
+            inpool = np.isin(rel, keep)
+            where = {j: i for i, j in enumerate(keep)}
+            r = np.array([where[j] for j in rel[inpool]])
+            res = metrics.recall_retention(Qn[inpool], mapped[keep], native[keep], r, k=k)
+            if res["retention"] is None:
+                why = res["unreliable"]
+                continue
+            vals.append((res["retention"], res["recall_mapped"], res["recall_native"]))
+        if vals:
+            points.append((size, *np.mean(vals, axis=0)))
+    out = {"pool_sizes": [float(p[0]) for p in points], "retention": [float(p[1]) for p in points],
+           "recall_mapped": [float(p[2]) for p in points], "recall_native": [float(p[3]) for p in points],
+           "full_size": int(full_size), "pool": int(m)}
+    if not points or points[-1][0] != m:
+        out.update(measured=None, predicted=None, unreliable=why)
+        return out
+    out.update(measured=out["retention"][-1],
+               predicted=_log_pool_fit(out["pool_sizes"], out["retention"], full_size))
+    return out
+
+
+def pool_top1_curve(mapped_held, Y_pool, top1_held: float, rng, full_size: int) -> dict:
+    """Held-out top-1 as the candidate pool grows: among the held-out items alone (the reported figure), then with
+    the other sampled items' new vectors added as distractors (``Y_pool`` holds the held-out rows first); the same
+    ``a + b log(pool size)`` fit as retention predicts it for ``full_size`` items (never above the largest pool's)."""
+    n_held, n = len(mapped_held), len(Y_pool)
+    points = [(n_held, float(top1_held))]
+    for size in sorted({n // 2, n}):
+        if size <= n_held:
+            continue
+        vals = []
+        for _ in range(3 if size < n else 1):
+            extra = np.arange(n_held, n) if size == n else \
+                np.sort(rng.choice(np.arange(n_held, n), size - n_held, replace=False))
+            cand = np.concatenate([np.arange(n_held), extra])
+            ranks = metrics.partner_ranks(mapped_held, Y_pool[cand], np.arange(n_held))
+            vals.append(float(np.mean(ranks == 1)))
+        points.append((size, float(np.mean(vals))))
+    sizes, vals = [p[0] for p in points], [p[1] for p in points]
+    return {"pool_sizes": [int(x) for x in sizes], "top1": vals,
+            "predicted": _log_pool_fit(sizes, vals, full_size, hi=vals[-1]), "full_size": int(full_size)}
+
+
+@dataclass
+class PairSplit:
+    """The correspondences as float32 (``X`` old, ``Y`` new), cut into held-out and training rows. The retrieval
+    pool is every sampled pair (held-out first, so that row i of the pool is held-out item i), the closest stand-in
+    for the whole collection: retention, top-1 beyond the held-out items and the options use it. ``rng`` drew the
+    split and draws the sub-pools of the retention curve, in that order."""
+
+    X: np.ndarray
+    Y: np.ndarray
+    held: np.ndarray
+    train: np.ndarray
+    pool_order: np.ndarray
+    rng: np.random.Generator
+    judged: object = None           # the user's method fitted on the training rows
+    mapped_held: np.ndarray | None = None
+
+
+def split_pairs(corr: Correspondences, holdout: float, seed: int) -> PairSplit:
+    n = len(corr.X)
+    if n < MIN_PAIRS:
+        raise InputError(f"only {n} correspondences: at least {MIN_PAIRS} are needed for a report")
+    # a NaN, inf or zero vector: name the record, not a row of this sample
+    check_paired(corr.X, corr.Y, names=("old collection", "new collection" if corr.new_ids is not None else
+                                        "re-embedded text of"), ids=(corr.ids, corr.new_ids or corr.ids))
+    rng = np.random.default_rng(seed)
+    perm = rng.permutation(n)
+    n_held = max(int(round(n * holdout)), min(200, n // 2))
+    held, train = perm[:n_held], perm[n_held:]
+    return PairSplit(corr.X.astype(np.float32), corr.Y.astype(np.float32), held, train, np.concatenate([held, train]),
+                  rng)
+
+
+def held_out_sections(sp: PairSplit, corr: Correspondences, chosen, *, center: bool, seed: int,
+                       full_size: int) -> dict:
+    """Fit the user's method (and an orthogonal map, for the Procrustes diagnostics) on the training rows; the
+    ``correspondences``, ``held_out`` and ``fit`` sections. Keeps the fitted map and the mapped held-out rows in
+    ``sp``."""
+    X, Y, held, train = sp.X, sp.Y, sp.held, sp.train
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FewPairsWarning)
+        est = OrthogonalProcrustes(center=center).fit(X[train], Y[train])
+        sp.judged = est if chosen.name == "orthogonal" else \
+            chosen.build(center=center, seed=seed).fit(X[train], Y[train])
+    sp.mapped_held = mapped_held = sp.judged.transform(X[held])
+    pq = metrics.pair_quality(mapped_held, Y[held])
+    cos = np.einsum("ij,ij->i", metrics.prepare_vectors(mapped_held, "cosine"),
+                    metrics.prepare_vectors(Y[held], "cosine"))
+    held_resid = float(np.mean(np.sum((mapped_held - Y[held]) ** 2, axis=1)))
+    top1_curve = pool_top1_curve(mapped_held, Y[sp.pool_order], pq.top1, np.random.default_rng(seed + 1), full_size)
+    return {
+        "correspondences": CorrespondenceSummary(mode=corr.mode, reason=corr.reason, n=len(corr.X), train=len(train),
+                                                 held_out=len(held), pseudo=corr.pseudo, **(corr.diagnostics or {})),
+        # top-1 and mean rank are among the held-out items only ("pool"); top1_predicted carries top-1 to the
+        # collection's size ("full_size") with the same log-linear fit as retention
+        "held_out": HeldOutQuality(**pq.as_dict(), pool=len(held), residual=held_resid,
+                                   cosine_histogram=np.histogram(cos, bins=20, range=(-1, 1))[0].tolist(),
+                                   top1_curve=Top1Curve(pool_sizes=top1_curve["pool_sizes"], top1=top1_curve["top1"]),
+                                   top1_predicted=top1_curve["predicted"], full_size=top1_curve["full_size"]),
+        "fit": FitDiagnostics(residual=est.residual_, relative_residual=est.relative_residual_, delta=est.delta_,
+                              bound=est.bound_, bound_vacuous=bool(est.bound_ >= 4 * np.mean(np.sum(Y ** 2, axis=1))),
+                              singular_values=est.singular_values_.tolist(), center=center),
+    }
+
+
+def learning_curve(sp: PairSplit, qb, rel, *, k: int, center: bool) -> LearningCurve:
+    """Held-out quality over the number of anchors (one orthogonal fit per size)."""
+    X, Y, held, train = sp.X, sp.Y, sp.held, sp.train
+    sizes = [s for s in (25, 50, 100, 200, 500, 1000, 2000, 5000, 10000, 20000) if s < len(train)] + [len(train)]
+    curve = LearningCurve(n_anchors=[], top1=[], pool=len(held), retention=[] if qb is not None else None)
+    for s in sizes:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", FewPairsWarning)
+            mapped_s = OrthogonalProcrustes(center=center).fit(X[train[:s]], Y[train[:s]]).transform(X[held])
+        curve.n_anchors.append(int(s))
+        curve.top1.append(metrics.pair_quality(mapped_s, Y[held]).top1)
+        if qb is not None:   # None where the native recall is too low for the ratio to mean anything
+            curve.retention.append(metrics.recall_retention(qb.vectors, mapped_s, Y[held], rel, k=k)["retention"])
+    return curve
+
+
+def _to_collection_size(r: float, r_ortho: float, predicted: float) -> float:
+    """Carry an option's retention measured on the report's pool to the collection's size the way the headline was.
+
+    The plain map's loss ``1 - r`` grows from ``1 - r_ortho`` (measured) to ``1 - predicted`` (extrapolated); every
+    option's loss is scaled by the same factor, so the plain map lands exactly on the headline and an option that
+    loses nothing (a full re-embed) stays at 1. When the plain map loses nothing on the pool (or beats the native
+    re-embed) no factor exists, and the headline's shift is added instead."""
+    if r_ortho >= 1.0 - 1e-12:
+        return max(0.0, r + (predicted - r_ortho))
+    return max(0.0, 1.0 - (1.0 - r) * (1.0 - predicted) / (1.0 - r_ortho))
+
+
+def options_section(report, X_fit, Y_fit, X_pool, Y_pool, qb, rel, Q_old, *, k, n_items, target, seed,
+                     center) -> QualityOptions:
+    """The options that keep more quality, measured on the same pool as the headline retention (every sampled item;
+    queries of the held-out ones) with the same map, carried to the collection's size as the headline is, and the
+    cheapest one that meets ``target`` -- never one the verdict rules out (:func:`ruled_out`).
+    ``Q_old``: the old-model vectors of all of ``qb``'s queries (dual-query fusion), or None."""
+    from dataclasses import replace
+
+    from .options import CostModel, measure_options, recommend
+
+    ret = report["retrieval"]
+    m = measure_options(X_fit, Y_fit, X_pool, Y_pool, qb.vectors, rel, Q_old=Q_old, k=k, random_state=seed,
+                        center=center)
+    r_ortho = next(o.retention for o in m["options"] if o.name == ORTHO_OPTION)
+    predicted = ret["predicted"]
+
+    def carry(r):
+        return _to_collection_size(r, r_ortho, predicted)
+
+    opts = [o if o.reembed_fraction >= 1.0 else
+            replace(o, retention=carry(o.retention), details={**o.details, "retention_measured": o.retention})
+            for o in m["options"]]
+    cost = CostModel(n_items=int(n_items))
+    excluded = ruled_out(report, opts, k)
+    rec = recommend(opts, target=target, model=cost, exclude=excluded)
+    if excluded:
+        v = report["verdict"]
+        rec["verdict_note"] = (f"the verdict is {v['verdict']} for the plain orthogonal map, so it is not recommended; "
+                               f"{len(excluded)} option(s) ruled out with it")
+        rec["reason"] = (f"the plain orthogonal map is {v['verdict']} (see the verdict); instead, " + rec["reason"])
+    rc = m["curves"]["reembed"]
+    reembed = ReembedCurve(fractions=rc["fractions"], first_stage=rc["first_stage"],
+                           retention={s: [carry(r) for r in ys] for s, ys in rc["retention"].items()},
+                           retention_measured=rc["retention"])
+    rerank = {str(K): RerankPoint(**{**v, "retention": carry(v["retention"]), "retention_measured": v["retention"]})
+              for K, v in m["curves"]["rerank"].items()}
+    return QualityOptions(
+        target=target, native_recall=m["native_recall"], n_eval=m["n_eval"], pool=m["n_eval"],
+        full_size=int(n_items), n_queries=m["n_queries"],
+        size_note=(f"measured among the {m['n_eval']:,} sampled items (the headline's pool) and carried to the "
+                   f"collection's {int(n_items):,} items with the headline's extrapolation"
+                   if n_items > m["n_eval"] else f"measured among all {m['n_eval']:,} items"),
+        reembed_curve=reembed, rerank=rerank,
+        cost_model=CostAssumptions(n_items=cost.n_items, n_queries=cost.n_queries, encode_item_s=cost.encode_item_s,
+                                   encode_query_old_s=cost.encode_query_old_s),
+        recommendation=Recommendation.from_dict(rec))
+
