@@ -1,129 +1,16 @@
-"""Unsupervised alignment without any pairs: mini-vec2vec (the mini-vec2vec paper (Dar, 2025), Dar 2025), extended to
-unequal dimensions.
+"""mini-vec2vec: a linear map between two embedding spaces learnt from two unpaired samples ("mini-vec2vec: Scaling
+Universal Geometry Alignment with Linear Transformations", Dar, 2025).
 
-Two collections embedded by two models share *no* item and *no* id; only their geometry is shared ("universal
-geometry", the mini-vec2vec paper (Dar, 2025) section 2). :class:`MiniVec2Vec` finds a linear, (softly) orthogonal map
-from the source space
-to the target space from the two unpaired samples alone, step by step as in the paper (listings 1 and 2):
-
-1. **Preprocessing** (section 3.1): centre each side on its own mean, scale every row to unit length.
-2. **Approximate matching** (section 3.2): ``n_runs`` times, k-means with ``n_clusters`` on a fresh subsample of each
-   side, centroid-centroid similarity matrices ``S_A``, ``S_B``, and the permutation maximising
-   ``sum_ij S_A[i, j] S_B[p(i), p(j)]`` (a quadratic assignment problem, approximated by 2-opt local search from
-   ``qap_restarts`` random starts, best objective kept). The matched centroids of all runs are the anchors.
-3. **Relative representations and kNN pseudo-pairs** (sections 3.2 "Option 1" and 3.3): every vector becomes its
-   cosines to its own side's anchors (``n_runs * n_clusters`` numbers); each source vector is paired with the
-   uniform mean of the ``n_neighbors`` target vectors nearest to it in that shared relative space (mean taken in the
-   absolute target space). ``anchor_mode="centroids"`` is the paper's "centroid-only" Option 2 (the matched
-   centroids themselves are the pairs).
-4. **Initial transformation** (section 3.3): orthogonal Procrustes on the pseudo-pairs
-   (:class:`vecbridge.align.OrthogonalProcrustes`, row convention ``X @ W``; the paper's ``W* = V U^T`` is the same
-   map in column convention).
-5. **Refine-1** (section 3.4, listing 2): iterative closest point: map a random sample of ``refine1_sample`` source
-   vectors, average their ``refine1_neighbors`` cosine-nearest target vectors (now in the absolute target space),
-   Procrustes, and exponential smoothing ``W <- (1 - alpha) W + alpha W_new``; ``refine1_iter`` iterations.
-6. **Refine-2** (section 3.4): k-means with ``refine2_clusters`` on the source, k-means on the target initialised
-   at the mapped source centroids ``C_A @ W``, Procrustes on the centroid pairs, the same smoothing; **once**
-   (``refine2_iter=1``; the paper finds two or more slightly worse).
-
-The result ``W`` is an exponentially smoothed average of orthogonal matrices: softly orthogonal, never
-re-orthogonalised (paper section 3, "Motivation"), unless ``orthogonalize=True``.
-
-Applying the map (the paper maps ``normalize(x - mu_A) @ W`` into the *centred, normalised* target space; section
-3.1 and the extraction's 6.1). To be a :class:`~vecbridge.align.base.LinearTransform` that a store migration and
-the alignment artifact can apply to raw vectors, :meth:`transform` is the affine map
-``y = scale_ * (x - mu_A) @ W + mu_B``: it adds the target mean back (not in the paper) and replaces the per-row
-normalisation by one global ``scale_ = mean ||x_B - mu_B|| / mean ||(x_A - mu_A) W||`` over the training rows (not
-in the paper; per-row normalisation is not linear). Cosine retrieval against raw target vectors is what a user gets;
-the benchmark reports both that and the paper's centred protocol (``bench/minivec2vec.py``).
-
-Extension to unequal dimensions (not in the paper, which assumes one dimension d and a square orthogonal W,
-section 3 "Problem Formulation" and "Motivation"). Where it departs:
-
-* Steps 1-3 never compare a source vector with a target vector directly: centroids, similarity matrices (C x C),
-  the QAP and the relative representations (n x s*C) are computed *within* each space, so they are unchanged.
-* Every Procrustes step (4, 5, 6) solves the padded problem of the Procrustes-bounds paper (2025) (thin SVD of the
-  ``d_src x d_tgt`` matrix
-  ``P^T Q``, as :class:`~vecbridge.align.OrthogonalProcrustes` does): ``W`` has orthonormal rows when
-  ``d_src <= d_tgt`` (an isometric embedding, ``W W^T = I`` but not ``W^T W = I``) and orthonormal columns when
-  ``d_src > d_tgt`` (a projection that drops ``d_src - d_tgt`` source directions, ``W^T W = I`` only). The paper's
-  "W W^T = W^T W = I" therefore holds on one side only.
-* Smoothing averages these rectangular matrices exactly as the square ones; Refine-2 initialises the target
-  k-means at ``C_A @ W`` in the target dimension, unchanged.
-* The inverse map is ``W^T`` (the smoothed average of the inverses of the averaged orthogonal maps; for a
-  rectangular W the adjoint, as in the Procrustes-bounds paper's padding), and ``scale_`` measures the mapped norm
-  after ``W``, so a
-  projection's shrinkage is compensated.
-
-Departures from the paper that are not about dimensions (each measured; numbers in ``bench/minivec2vec.py``'s
-results and the class docstring):
-
-* k-means is the package's own seeded Lloyd with greedy k-means++ seeding (:func:`vecbridge.numeric.kmeans.kmeans`:
-  scikit-learn's algorithm, which the paper used; scikit-learn is not a dependency here), capped at
-  ``kmeans_max_iter=30`` Lloyd iterations (scikit-learn: 300).
-* The QAP is approximated by a vectorised *best*-improvement 2-opt over pairwise swaps, all restarts at once;
-  scipy's ``quadratic_assignment(method="2opt")``, which the paper used, takes the *first* improving swap. Same
-  neighbourhood, both end in a 2-opt local optimum; on 40 noisy 20-centroid problems the two found the planted
-  matching equally often (12 vs 13 at 16-d, 15 vs 8 at 48-d) while this one was 60x faster (whole ensemble: ~0.5 s
-  instead of ~45 s). ``qap_solver="scipy"`` runs scipy's.
-* Ambiguities resolved as the extraction recommends: centroid similarity = cosine (the paper; the official code's
-  double-centred Gram is ``similarity="gram"``); kNN in relative space = cosine between relative vectors (the code);
-  k-means subsample = 10,000 rows per side and run (the code; the paper is silent); Refine-1 sample = 1,000 rows (the
-  code; the paper says 10,000); each side's mean from its own rows only (the code mixes both halves).
-* Refine-1 stops early once it has converged (``refine1_tol``; the paper always runs 50-100 iterations).
-* ``max_samples`` caps the rows used by the quadratic steps on large collections (the paper ran 25,904 per side).
-* The affine output (mean added back, one global scale) described above.
-
-Robustness (ours, on by default; ``n_restarts=1, init="centroids", polish_iter=0`` is the paper's single run). The
-centroid matching of step 2 is sometimes wrong as a whole, and Refine-1 then converges to a wrong map (top-1 of the
-true partner 0.016 / 0.021 / 0.748 on FOLDOC minilm6 -> minilm3 for seeds 0-2, 0.006 / 0.020 / 0.004 the other way;
-with restarts and VecMap starts 0.859 / 0.849 / 0.838 and 0.094 / 0.891 / 0.884; ``bench/unsupervised_restarts.py``).
-So:
-
-* **Restarts** (``n_restarts``, default 4): several starts, each through Refine-1, judged by the label-free criterion
-  of :mod:`vecbridge.align.validation` on a sample of the fit's own rows (gain of the refined map over refined random
-  maps, and agreement with its refined version; the null maps are computed once per fit). The first start that
-  passes with ``gain >= restart_margin * GAIN_MIN`` stops the search; otherwise the best (passing first, then the
-  larger gain) is kept, and only it goes through Refine-2. ``init="auto"`` alternates the paper's centroid matching
-  (fresh k-means and QAP, ``n_clusters``, then 1.5x, 1x, 2x clusters) and VecMap starts: c, v, v, c, v, v, ...
-* **Starts side by side** (``n_jobs``, default 2): once the first start has not settled the search, the others run
-  two at a time (threads, one BLAS thread each); their results are taken in schedule order, so the kept start and
-  its map are those of a one-after-another search. A start still running when an earlier one settles the search
-  stops at its next check (every centroid matching run, self-learning or Refine-1 iteration).
-* **VecMap starts** (:mod:`vecbridge.align.vecmap`; "A robust self-learning method for fully unsupervised
-  cross-lingual mappings of word embeddings", Artetxe et al., ACL 2018): similarity-distribution profiles and
-  stochastic self-learning, which need no centroid matching at all.
-* **Polish** (``polish_iter``, default 10): after Refine-2, VecMap's final phase (Procrustes on the bidirectional
-  CSLS dictionary, no dropout) on up to ``polish_sample`` rows per side, until its objective gains < 1e-4.
-  Measured (4,000 + 4,000 disjoint items): top-1 0.939 -> 0.971 (WordNet minilm6 -> mpnet) and 0.863 -> 0.916
-  (FOLDOC mpnet -> minilm6); ``mnn_refine`` (mutual pairs only) reached 0.961 and 0.894.
-* **Stochastic polish** (``polish_stochastic_iter``, off by default; ``polish_keep``, ``polish_interval``): before
-  that final phase, and only for a start the validation accepts, VecMap's stochastic dictionary induction (each
-  similarity kept with probability 0.1, doubled after 3 iterations without an objective gain; the paper waits 50
-  iterations, too slow for a polish), which lets the polish leave the first fixed point it meets. Measured at 45
-  iterations on every sentence-encoder pair of both corpora, 3 seeds: 23 of 36 fits up (WordNet median +0.004,
-  FOLDOC +0.011), 5 down by at most 0.004, for 36-47 s more per 10,000 + 10,000 fit. The transport phase below
-  gains more in less time, so this phase was the default before it and is off now.
-* **Transport polish** (``transport_iter``, default 10; ``transport_beta``, default 20): after the CSLS polish, for
-  a start the validation accepts, Procrustes on the entropic optimal-transport plan between the mapped polish rows
-  and the target's (Sinkhorn's scaling, "Sinkhorn Distances", Cuturi, 2013; the coupling of Wasserstein Procrustes,
-  "Unsupervised Alignment of Embeddings with Wasserstein Procrustes", Grave et al., AISTATS 2019). A nearest-neighbour
-  dictionary pairs each row with one similar item and lets hub rows take many matches; the plan spreads every row's
-  mass over its plausible matches with each row's total fixed, so the refit averages out the error of any single
-  match. Measured on the same 36 fits, against the stochastic polish it replaces as the default: 27 up, 2 down
-  (WordNet minilm3 -> mpnet -0.022 on one seed, mpnet -> minilm3 -0.008), the 7 refused fits unchanged; medians
-  WordNet 0.970 -> 0.978, FOLDOC 0.890 -> 0.912. It costs 4-8 s of a 10,000 + 10,000 fit.
-
-What limits every label-free refinement here (measured, ``bench/unsupervised_restarts.py --ceiling``): with disjoint
-items on the two sides, a dictionary pairs each row with a *similar* item, never its partner, so the fixed points of
-self-learning sit below the supervised ceiling, and the gap shrinks as rows are added (WordNet minilm3 -> mpnet,
-deterministic polish started at the ceiling map: 0.755 / 0.871 / 0.919 at 1,000 / 2,000 / 4,000 rows per side,
-ceiling 0.937 / 0.960 / 0.970; FOLDOC minilm6 -> minilm3: 0.784 / 0.907 / 0.958, ceiling 0.986-0.990). Other
-refinements started at the ceiling map stop no closer (WordNet minilm3 -> mpnet, ceiling 0.970): MUSE's Procrustes
-on CSLS mutual nearest neighbours iterated to convergence ("Word Translation Without Parallel Data", Conneau et al.,
-ICLR 2018) 0.894, an exact one-to-one assignment (Hungarian) 0.917, an entropic optimal-transport plan 0.894-0.907,
-and VecMap's whitening, symmetric re-weighting and de-whitening on the final dictionary 0.870 in its own shared space
-(it also transforms the target side, which a migration into the raw target space cannot do).
+Two collections embedded by two models share no item and no id, only their geometry. :class:`MiniVec2Vec` runs the
+paper's listings 1 and 2 as named steps: preprocessing (section 3.1), matched k-means centroids by a quadratic
+assignment (3.2), kNN pseudo-pairs in relative space and an initial Procrustes (3.3), Refine-1 and Refine-2 (3.4).
+It extends them to unequal dimensions (every Procrustes step solves the padded problem of "When Embedding Models
+Meet: Procrustes Bounds and Applications", 2025, so W embeds or projects) and makes them robust: several starts
+judged by the label-free validation of :mod:`vecbridge.align.validation`, VecMap starts ("A robust self-learning
+method for fully unsupervised cross-lingual mappings of word embeddings", Artetxe et al., 2018), a CSLS polish and
+Procrustes on an entropic transport plan ("Sinkhorn Distances", Cuturi, 2013; "Unsupervised Alignment of Embeddings
+with Wasserstein Procrustes", Grave et al., 2019). Each departure and its measurement: docs/design.md
+("mini-vec2vec") and bench/README.md (``bench/minivec2vec.py``, ``bench/unsupervised_restarts.py``).
 """
 from __future__ import annotations
 
@@ -169,16 +56,10 @@ def qap_objective(A: np.ndarray, B: np.ndarray, perm: np.ndarray) -> float:
 
 
 def qap_2opt(A, B, *, n_restarts: int = 30, rng: np.random.Generator, maximize: bool = True, max_steps: int = 10_000):
-    """Approximate QAP for symmetric A, B: 2-opt local search over pairwise swaps from ``n_restarts`` random
-    permutations, best objective kept (the mini-vec2vec paper (Dar, 2025) section 4: "re-run the 2-OPT alignment
-    algorithm 30 times and choose
-    the permutation with the highest alignment score").
-
-    All restarts run together and every step evaluates all ``n(n-1)/2`` swaps at once in closed form, then takes
-    the best improving one (best-improvement 2-opt; scipy's ``method="2opt"`` takes the first improving swap: same
-    neighbourhood, same stopping rule, i.e. both end in a 2-opt local optimum). Returns ``(perm, objective)`` with
-    ``B[perm][:, perm]`` aligned to ``A``: row i of A's items matches row ``perm[i]`` of B's.
-    """
+    """Approximate QAP for symmetric A, B: 2-opt from ``n_restarts`` random permutations, the best kept (the paper's
+    section 4). All restarts at once, each step scoring every swap in closed form and taking the best (scipy takes the
+    first improving one; both end in a 2-opt local optimum). Returns ``(perm, objective)``: A's row i matches B's
+    row ``perm[i]``."""
     A = np.asarray(A, dtype=np.float64)
     B = np.asarray(B, dtype=np.float64)
     n = A.shape[0]
@@ -237,8 +118,7 @@ def _qap_scipy(A, B, n_restarts: int, rng: np.random.Generator):
 
 
 def _centroid_similarity(C: np.ndarray, kind: str) -> np.ndarray:
-    """The mini-vec2vec paper (Dar, 2025) section 3.2: cosine between centroids (paper); ``"gram"``: the official
-    code's double-centred dot products ``H C C^T H`` with ``H = I - 11^T / C``."""
+    """Section 3.2: cosine between centroids; ``"gram"``: the official code's double-centred ``H C C^T H``."""
     C = np.asarray(C, dtype=np.float64)
     if kind == "cosine":
         Cn = l2_normalize(C)
@@ -249,8 +129,7 @@ def _centroid_similarity(C: np.ndarray, kind: str) -> np.ndarray:
 
 
 def _neighbour_mean(Y: np.ndarray, idx: np.ndarray, block: int = 512) -> np.ndarray:
-    """Row i = uniform mean of ``Y[idx[i]]`` (the pseudo-target of the mini-vec2vec paper (Dar, 2025) sections 3.3 and
-    3.4), block by block."""
+    """Row i = the mean of ``Y[idx[i]]`` (the pseudo-target of sections 3.3 and 3.4), block by block."""
     out = np.empty((idx.shape[0], Y.shape[1]), dtype=np.float32)
     for lo in range(0, idx.shape[0], block):
         out[lo:lo + block] = Y[idx[lo:lo + block]].mean(axis=1)
@@ -317,156 +196,74 @@ def _restart_key(record: dict) -> tuple:
 # The estimator
 # ------------------------------------------------------------------------------------------------------------------
 class MiniVec2Vec(LinearTransform):
-    """Unsupervised linear alignment from two unpaired samples (the mini-vec2vec paper's mini-vec2vec; see the module
-    docstring
-    for every step, the paper sections and where this implementation departs).
+    """Unsupervised linear alignment: ``fit(X_src, X_tgt)`` on embeddings of *different* items by two models
+    (dimensions may differ), then ``transform(X)`` into the target space like
+    :class:`~vecbridge.align.OrthogonalProcrustes` (no ``partial_fit``, ``fit_stream`` or ``fit_moments``: there are
+    no pairs). Steps and papers: the module docstring. ``n_restarts=1, init="centroids", polish_iter=0`` is the
+    paper's single run.
 
-    ``MiniVec2Vec(...).fit(X_src, X_tgt)``: ``X_src`` (n_src x d_src, source model) and ``X_tgt`` (n_tgt x d_tgt,
-    target model) are embeddings of *different* items from one distribution; no row of one corresponds to a row of
-    the other. ``transform(X)`` then maps source-model vectors into the target space, like
-    :class:`~vecbridge.align.OrthogonalProcrustes`. Having no pairs, it has no ``partial_fit``, ``fit_stream`` or
-    ``fit_moments`` (it is a :class:`~vecbridge.align.base.LinearTransform`, not a ``LinearAlignment``).
-
-    Parameters (paper value in brackets where it differs or matters)
+    Parameters (the paper's value in brackets where it differs or matters)
     ----------
-    n_runs : int, default 30
-        Ensemble size s of the cluster-and-match step [30].
-    n_clusters : int, default 20
-        Clusters per run c [20; 30 for the paper's gtr <-> gte pair].
-    qap_restarts : int, default 30
-        Random 2-opt restarts per run; the best objective is kept [30].
+    n_runs, n_clusters, qap_restarts : int, default 30, 20, 30
+        Matching: runs, clusters per run [30 for gtr <-> gte], 2-opt restarts per run (the best objective kept).
     qap_solver : {"2opt", "scipy"}, default "2opt"
-        This module's vectorised 2-opt, or scipy's ``quadratic_assignment(method="2opt")`` as in the paper (same
-        local-search neighbourhood; about 50 ms per restart on 2 busy cores, i.e. ~45 s for 30 x 30).
+        Vectorised best-improvement 2-opt, or scipy's ``quadratic_assignment(method="2opt")`` [paper; 60x slower].
     similarity : {"cosine", "gram"}, default "cosine"
-        Centroid similarity for the QAP: the paper's cosine, or the official code's double-centred Gram matrix.
-    kmeans_sample : int, default 10000
-        Rows subsampled (per side, fresh per run) for the anchor k-means [official code: 10,000; paper silent].
-    anchor_mode : {"relative", "centroids"}, default "relative"
-        Pseudo-pairs from kNN in relative space (paper's Option 1), or the matched centroids themselves ("centroid-
-        only", Option 2, which the paper tested less).
-    n_neighbors : int, default 50
-        k of the kNN pseudo-targets in relative space [50].
-    refine1_iter : int, default 100
-        Maximum Refine-1 iterations [50-100; official code 100].
-    refine1_sample : int, default 1000
-        Source rows sampled per Refine-1 iteration [paper 10,000; official code 1,000]. Measured (minilm6 -> mpnet,
-        4,000 rows per side, 2 seeds): all 4,000 rows gave top-1 0.950 / 0.948 against 0.942 / 0.948 at 1,000, for
-        2.2x the CPU time (Refine-1 needed 70 iterations instead of 45-55).
-    refine1_neighbors : int, default 50
-        k' of Refine-1 [50]. Measured from one initial map (50 iterations): k' = 10 / 20 / 50 reached top-1
-        0.876 / 0.932 / 0.953; k' = 100 gave 0.957 and 0.944 on two seeds (0.942 and 0.948 at 50): no clear gain.
+        Centroid similarity: cosine [paper] or the official code's double-centred Gram matrix.
+    kmeans_sample, kmeans_max_iter : int, default 10000, 30
+        Rows per side and run of the matching k-means [code: 10,000]; Lloyd iterations of every k-means
+        [scikit-learn: 300].
+    anchor_mode, n_neighbors : {"relative", "centroids"}, int, default "relative", 50
+        Pseudo-targets: the mean of the ``n_neighbors`` nearest in relative space, or the matched centroids.
+    refine1_iter, refine1_sample, refine1_neighbors : int, default 100, 1000, 50
+        Refine-1: iterations at most [50-100], source rows per iteration [10,000; code 1,000], targets averaged.
     refine1_tol : float, default 5e-4
-        Stop Refine-1 (after at least 20 iterations) once the mean cosine of a fixed probe of 1,000 mapped source
-        rows to their nearest target row has gained less than this over 5 iterations (label-free; 0 disables the
-        early stop and always runs ``refine1_iter`` iterations, as the paper does). Measured over 100 iterations
-        (minilm6 -> mpnet): held-out top-1 0.939 / 0.945 / 0.947 / 0.949 at iterations 40 / 55 / 60 / 100 while the
-        probe gained 0.0020, 0.0001, ... per window: the stop lands at 35-55 iterations and costs <= 0.005 top-1.
-        The per-iteration objective (``refine1_objective_``) is too noisy for this (+-0.002 between iterations).
-    refine2_clusters : int, default 500
-        c' of Refine-2 [500].
-    refine2_iter : int, default 1
-        Refine-2 repetitions [exactly 1: "two or more lead to a slight deterioration"].
+        Stop Refine-1 (after 20 iterations) once the mean nearest-target cosine of 1,000 fixed mapped rows gains
+        less than this over 5 iterations; 0: never [the paper always runs them all].
+    refine2_clusters, refine2_iter : int, default 500, 1
+        Refine-2: clusters and repetitions [exactly 1].
     alpha : float, default 0.5
-        Exponential smoothing ``W <- (1 - alpha) W + alpha W_new`` in both refinements [0.5].
-    kmeans_max_iter : int, default 30
-        Lloyd iterations at most, for every k-means (scikit-learn's default is 300). Measured on wordnet
-        (minilm6 -> mpnet, 4,000 rows per side): 20 clusters take 28-45 iterations to converge fully, yet capping at
-        20 left the initial transformation as good (top-1 0.28 vs 0.25 and 0.15 vs 0.13 on two seeds) at half the
-        matching time.
+        Smoothing ``W <- (1 - alpha) W + alpha W_new`` in both refinements.
     max_samples : int or None, default 25000
-        Cap on the rows of each side used by the quadratic steps (pseudo-pair kNN, Refine-1's search base, Refine-2's
-        k-means), drawn at random once; None uses all rows. The paper ran 25,904 rows per side, so the default keeps
-        its scale and bounds the cost on larger collections. Means are always computed on all rows. Measured
-        (minilm6 -> mpnet, growth beyond 10,000 rows synthetic, 2 busy cores): 72 s CPU at 10,000 rows per side,
-        94 s at 20,000, 124 s at 50,000, 122 s at 100,000.
+        Rows per side for the quadratic steps, drawn once (None: all) [25,904 in the paper]; means use all rows.
     orthogonalize : bool, default False
-        Replace the final smoothed W by its nearest (semi-)orthogonal matrix (not in the paper).
+        Replace the final W by its nearest (semi-)orthogonal matrix.
     backend : {"auto", "faiss", "numpy"}, default "auto"
         Nearest-neighbour backend of :func:`vecbridge.numeric.neighbors.knn`.
     random_state : int, numpy Generator or None
-        Seeds every stochastic step (subsamples, k-means seeding, 2-opt starts, Refine-1 samples).
+        Seeds every stochastic step.
+    init, n_restarts, restart_margin : {"auto", "centroids", "vecmap"}, int, float, default "auto", 4, 1.5
+        Starts (ours), each through Refine-1 and judged by the label-free validation (not with one start): centroid
+        matching, VecMap or both ("auto": c, v, v, c, ... at 1x, 1.5x, 1x, 2x ``n_clusters``); the first to pass
+        with ``gain >= restart_margin * GAIN_MIN`` ends the search, else the best is kept.
+    vecmap_sample, vecmap_iter : int, default 3000, 100
+        Rows per side and self-learning iterations of a VecMap start.
+    polish_iter, polish_sample : int, default 10, 5000
+        CSLS polish (VecMap's final phase; ours): iterations at most (0: off, as the paper) and rows per side.
+    polish_stochastic_iter, polish_keep, polish_interval : int, float, int, default 0, 0.1, 3
+        VecMap's stochastic dictionary induction before it (accepted start only; 0: off): iterations, initial keep
+        probability [VecMap: 0.1], iterations without gain before it doubles [VecMap: 50].
+    transport_iter, transport_beta : int, float, default 10, 20
+        Last polish phase (ours; accepted start only; 0: off): rounds and inverse temperature of Procrustes on the
+        entropic optimal-transport plan of the polish rows.
     mnn_refine : int, default 0
-        Not in the paper: rounds of CSLS mutual-nearest-neighbour Procrustes after Refine-2 (refit on the pairs the
-        map makes mutual, as unsupervised cross-lingual mapping does). 0 keeps the paper's method exactly; the
-        benchmark reports what it adds.
-    init : {"auto", "centroids", "vecmap"}, default "auto"
-        Starts of the restarts (not in the paper): the paper's centroid matching, VecMap's similarity-distribution
-        start, or both alternately (the centroid matching first).
-    n_restarts : int, default 4
-        Starts at most, each refined by Refine-1 and judged by the label-free validation criterion; 1 runs one start
-        and no validation (with ``init="centroids"`` and ``polish_iter=0``: the paper's method).
-    restart_margin : float, default 1.5
-        Stop the restarts at the first start that passes validation with ``gain >= restart_margin * GAIN_MIN``
-        (0.0675 cosine at the default: working maps gain 0.053-0.097, failed ones at most 0.045).
-    vecmap_sample : int, default 3000
-        Rows per side of a VecMap start (profiles and self-learning; 2,000 was too few on FOLDOC minilm6 -> mpnet:
-        top-1 0.01 against 0.87 at 3,000).
-    vecmap_iter : int, default 100
-        Self-learning iterations of a VecMap start.
-    polish_iter : int, default 10
-        Iterations at most of the final polish (VecMap's last phase; 0: off, as in the paper).
-    polish_sample : int, default 5000
-        Rows per side of the polish (its similarity matrix is polish_sample^2).
-    polish_stochastic_iter : int, default 0
-        Iterations of the polish's stochastic phase (VecMap's stochastic dictionary induction), run only for a start
-        the validation accepts (or the only start); 0: the deterministic polish alone. The transport phase gains
-        more for less time, so it is off by default (45 was the previous default).
-    polish_keep : float in (0, 1], default 0.1
-        Initial keep probability of each similarity in that phase [VecMap: 0.1]; 1 turns the phase off.
-    polish_interval : int, default 3
-        Iterations without an objective gain (1e-6) after which the keep probability doubles [VecMap: 50].
-    transport_iter : int, default 10
-        Rounds of the polish's last phase (ours), run only for a start the validation accepts: orthogonal Procrustes
-        on the entropic optimal-transport plan between the mapped polish rows and the target's (Sinkhorn's scaling,
-        uniform mass per row). 0, or ``polish_iter=0``, turns it off.
-    transport_beta : float, default 20
-        Inverse temperature of that plan on cosine similarity (large: close to a one-to-one matching). Measured
-        from the polished map on three fits of both corpora (FOLDOC minilm6 -> minilm3 and -> mpnet, WordNet
-        minilm3 -> mpnet; ``bench/unsupervised_restarts.py --transport-sweep``), 10 rounds each: beta 20 gives
-        top-1 0.916 / 0.943 / 0.842, beta 15 0.905 / 0.938 / 0.839, beta 25 0.906 / 0.938 / 0.835; 20 rounds at
-        beta 20 0.914 / 0.947 / 0.852.
+        Rounds of Procrustes on CSLS mutual nearest neighbours at the end (ours).
     n_jobs : int or None, default 2
-        When the first start does not settle the search, the other starts run this many at a time (threads, at most
-        one per core), each on one BLAS thread; their results are taken in schedule order, so the search keeps the
-        start a one-after-another search keeps and the maps equal those of a one-thread run. The 10,000 + 10,000 fit
-        that tries every start takes a median 110 s against 135 s one after another (2 cores, two BLAS threads).
-        1 or None: one after another, on the BLAS threads the process has.
+        Later starts run this many at a time (threads, one BLAS thread each); the kept map is a one-by-one search's.
 
     Attributes
     ----------
-    matrix_ : (d_src, d_tgt) the final W (rows orthonormal up to smoothing when d_src <= d_tgt).
-    source_mean_, target_mean_ : mu_A and mu_B (the preprocessing means; added back by ``transform``).
-    scale_ : global scale replacing the per-row normalisation (see the module docstring).
-    procrustes_ : an :class:`~vecbridge.align.OrthogonalProcrustes` holding the nearest orthogonal version of the
-        final map (``U V^T`` from ``W = U S V^T``; same means, its own global scale): ``Alignment.from_estimator(
-        est.procrustes_)`` freezes it as an artifact of kind "orthogonal" (the artifact does not know this class).
-        Measured on wordnet it retrieves as well as W itself (top-1 within 0.003 on every pair of the benchmark).
-    anchors_src_, anchors_tgt_ : (n_runs * n_clusters, d) matched centroids (normalised spaces).
-    qap_scores_ : best QAP objective of each run (a label-free diagnostic of the matching).
-    history_ : list of dicts, one per stage (``initial``, ``refine1``, ``refine2``): the mean cosine of a source
-        sample to its nearest target after the stage (label-free) and the change of W.
-    stage_matrices_ : W after each stage (``initial``, ``refine1``, ``refine2``), for the paper's per-stage report.
-    refine1_n_iter_ : Refine-1 iterations actually run.
-    refine1_objective_ : the ICP objective of every Refine-1 iteration (mean cosine of the sample to its k' targets).
-    refine1_probe_cosine_ : the probe's mean nearest-target cosine at the start and every 5 iterations.
-    timings_ : wall seconds of each stage (matching, initial, refine1, refine2; with restarts also vecmap,
-        validation, polish), summed over the restarts (starts run side by side count each).
-    restarts_ : one dict per start the search took, in order: ``restart``, ``init``, ``n_clusters`` and, with more
-        than one start, its validation ``score``, ``gain``, ``agreement``, ``passed``; ``seconds`` the start took.
-    restart_, init_ : index and kind of the start kept; ``validation_``: its validation (None for a single start).
-    polish_objective_ : the polish's CSLS objective per iteration (stochastic phase first, without dropout).
-    polish_n_stochastic_ : iterations of the polish's stochastic phase (0 when it did not run).
-    stage_matrices_["transport"] : the map after the transport phase, when it ran (``history_`` then ends with a
-        ``transport`` stage and ``timings_`` has its seconds).
-    vecmap_n_iter_ : self-learning iterations of the kept start when it is a VecMap start.
-    kmeans_consistency_ : Refine-2's self-consistency, mean cos(C_A @ W, C_B) (the official code's diagnostic).
-    singular_values_ : singular values of W (all 1 for an orthogonal map; smoothing shrinks the weakly determined
-        directions).
-    orthogonality_gap_ : max |singular value of W - 1| (0 for an exactly orthogonal map).
-    n_pairs_ : number of pseudo-pairs of the initial Procrustes (no true pair is ever used).
-    n_samples_src_, n_samples_tgt_ : rows seen on each side.
-    n_features_in_, n_features_out_ : d_src, d_tgt.
+    matrix_, source_mean_, target_mean_, scale_ : ``transform(x) = scale_ * (x - mu_A) @ W + mu_B``; the global
+        ``scale_`` stands in for the paper's per-row normalisation (not linear).
+    procrustes_ : an :class:`~vecbridge.align.OrthogonalProcrustes` of ``U V^T`` (``W = U S V^T``), for the artifact.
+    history_, stage_matrices_, timings_ : per stage, the mean nearest-target cosine and change of W, W, seconds.
+    restarts_, restart_, init_, validation_ : every start tried, and the kept one with its validation.
+    anchors_src_, anchors_tgt_, qap_scores_, n_pairs_ : the matched centroids, each run's assignment objective, the
+        number of pseudo-pairs of the initial Procrustes.
+    refine1_n_iter_, refine1_objective_, refine1_probe_cosine_, kmeans_consistency_, polish_objective_,
+    polish_n_stochastic_, vecmap_n_iter_, n_mnn_pairs_ : per-step diagnostics (iterations, objectives, pairs).
+    singular_values_, orthogonality_gap_ : of W, and max |singular value - 1|.
+    n_samples_src_, n_samples_tgt_, n_features_in_, n_features_out_ : rows seen per side; d_src, d_tgt.
     """
 
     _parameter_constraints = {
@@ -562,19 +359,31 @@ class MiniVec2Vec(LinearTransform):
         rng = np.random.default_rng(self.random_state)
         # independent streams per step, so changing one step's settings does not reshuffle the others
         r_cap, r_anchor, r_refine1, r_refine2, r_diag = rng.spawn(5)
+        mu_a, mu_b, A, B = self._preprocess(X_src, X_tgt, r_cap)
+        lap = _Laps()
+        self.timings_ = lap.seconds
+        W, accepted = self._search(A, B, rng, (r_anchor, r_refine1), r_diag, lap)
+        W = self._refine2(A, B, W, r_refine2, r_diag)
+        lap("refine2")
+        W = self._polish_stages(A, B, W, r_refine2, r_diag, accepted, lap)
+        W = self._mnn_refine(A, B, W, r_diag, lap)
+        if self.orthogonalize:
+            W = polar(W)
+        self._finish(W, X_src, X_tgt, mu_a, mu_b, r_diag)
+        return self
 
-        # 1. preprocessing (section 3.1): own mean per side, unit rows
+    def _preprocess(self, X_src, X_tgt, rng):
+        """Section 3.1: each side centred on its own mean, rows scaled to unit length, then capped at ``max_samples``
+        rows. Returns ``(mu_a, mu_b, A, B)``."""
         mu_a = X_src.mean(axis=0, dtype=np.float64)
         mu_b = X_tgt.mean(axis=0, dtype=np.float64)
         A = l2_normalize(X_src - mu_a.astype(np.float32))
         B = l2_normalize(X_tgt - mu_b.astype(np.float32))
-        A, B = self._cap(A, r_cap), self._cap(B, r_cap)
+        return mu_a, mu_b, self._cap(A, rng), self._cap(B, rng)
 
-        lap = _Laps()
-        self.timings_ = lap.seconds
-
-        # 2-5. starts (the paper's: matching, pseudo-pairs, initial transformation), each through Refine-1; with
-        # restarts, the label-free validation picks one (ours, not in the paper)
+    def _search(self, A, B, rng, first_streams, r_diag, lap):
+        """Sections 3.2-3.4 up to Refine-1 for each start of the schedule; with several starts the label-free
+        validation keeps one (ours). Restores the kept start's run state; returns ``(W, accepted)``."""
         schedule = self._schedule()
         self.restarts_ = []
         if min(len(A), len(B)) < MIN_ROWS:
@@ -584,7 +393,7 @@ class MiniVec2Vec(LinearTransform):
             lap("validation")
         # every start's random streams, drawn up front in the order a one-after-another search draws them, so that
         # starts run side by side give the same maps
-        streams = [(r_anchor, r_refine1)] + [tuple(rng.spawn(2)) for _ in schedule[1:]]
+        streams = [first_streams] + [tuple(rng.spawn(2)) for _ in schedule[1:]]
         diag = [r_diag] + list(rng.spawn(len(schedule) - 1))
         best = None
 
@@ -601,44 +410,50 @@ class MiniVec2Vec(LinearTransform):
         def start(i, stop=None):
             return self._start(i, *schedule[i], A, B, *streams[i], diag[i], judge, stop)
 
-        rest = range(1, len(schedule))
         if not decide(start(0)):
-            with contextlib.ExitStack() as side_by_side:
-                workers = min(self._workers(), len(rest))
-                if workers > 1:
-                    # the other starts side by side, one BLAS thread each (the second core mostly idles otherwise);
-                    # their results are still taken in schedule order, so the search stops where it would one after
-                    # another; on leaving, the starts not needed stop at their next check
-                    stop = threading.Event()
-                    side_by_side.enter_context(one_blas_thread())
-                    pool = side_by_side.enter_context(ThreadPoolExecutor(workers))
-                    futures = [pool.submit(start, i, stop) for i in rest]
-
-                    def abandon():
-                        stop.set()
-                        for future in futures:
-                            future.cancel()
-
-                    side_by_side.callback(abandon)
-                    results = (f.result() for f in futures)
-                else:
-                    results = (start(i) for i in rest)
-                for result in results:
-                    if decide(result):
-                        break
+            self._later_starts(start, decide, len(schedule))
         lap.restart()
         W, state, chosen = best
         self._restore_run_state(state)
         self.restart_ = int(chosen["restart"])
         self.init_ = chosen["init"]
         self.validation_ = {k: chosen[k] for k in ("score", "gain", "agreement", "passed")} if judge else None
+        return W, judge is None or bool(chosen.get("passed"))
 
-        # 6. Refine-2: cluster-based correction, once
+    def _later_starts(self, start, decide, n_starts: int):
+        """Starts 1, 2, ... until ``decide`` stops the search: side by side with ``n_jobs > 1`` (one BLAS thread
+        each; results taken in schedule order, so it stops where one after another would); unneeded starts stop at
+        their next check."""
+        rest = range(1, n_starts)
+        with contextlib.ExitStack() as side_by_side:
+            workers = min(self._workers(), len(rest))
+            if workers > 1:
+                stop = threading.Event()
+                side_by_side.enter_context(one_blas_thread())
+                pool = side_by_side.enter_context(ThreadPoolExecutor(workers))
+                futures = [pool.submit(start, i, stop) for i in rest]
+
+                def abandon():
+                    stop.set()
+                    for future in futures:
+                        future.cancel()
+
+                side_by_side.callback(abandon)
+                results = (f.result() for f in futures)
+            else:
+                results = (start(i) for i in rest)
+            for result in results:
+                if decide(result):
+                    break
+
+    def _refine2(self, A, B, W, rng, r_diag):
+        """Section 3.4 Refine-2: k-means on the source, k-means on the target started at the mapped source centroids
+        ``C_A @ W``, Procrustes on the centroid pairs, smoothed; ``refine2_iter`` times (the paper: once)."""
         self.kmeans_consistency_ = None
         for _ in range(self.refine2_iter):
             W_prev = W
-            C_a = kmeans(A, self.refine2_clusters, r_refine2, max_iter=self.kmeans_max_iter, backend=self.backend)[0]
-            C_b = kmeans(B, self.refine2_clusters, r_refine2, init=C_a @ W, max_iter=self.kmeans_max_iter,
+            C_a = kmeans(A, self.refine2_clusters, rng, max_iter=self.kmeans_max_iter, backend=self.backend)[0]
+            C_b = kmeans(B, self.refine2_clusters, rng, init=C_a @ W, max_iter=self.kmeans_max_iter,
                          backend=self.backend)[0]
             last = procrustes_rotation(C_a, C_b)
             W = (1.0 - self.alpha) * W + self.alpha * last
@@ -646,19 +461,17 @@ class MiniVec2Vec(LinearTransform):
                 "ij,ij->i", l2_normalize(C_a @ W), l2_normalize(C_b))))
             self.history_.append(self._diagnose("refine2", A, B, W, W_prev, r_diag))
         self.stage_matrices_["refine2"] = W
-        lap("refine2")
+        return W
 
-        # 7. (ours, after VecMap's self-learning; polish_iter=0 turns it off) self-learning with the bidirectional CSLS
-        # dictionary on up to polish_sample rows per side: a short stochastic phase, then VecMap's final phase
-        # and 7b. (ours) Procrustes on an entropic optimal-transport plan. Both only for a start the validation
-        # accepts (or the only start): a refused map sits in a wrong basin, which no polish leaves, so its time is saved
+    def _polish_stages(self, A, B, W, rng, r_diag, accepted: bool, lap):
+        """Ours: the CSLS polish, then Procrustes on an entropic transport plan; the stochastic phase and the
+        transport only for an accepted start (a refused map sits in a wrong basin no polish leaves)."""
         self.polish_objective_ = []
         self.polish_n_stochastic_ = 0
-        accepted = judge is None or bool(chosen.get("passed"))
         if self.polish_iter:
-            a, b = self._polish_rows(A, r_refine2), self._polish_rows(B, r_refine2)
+            a, b = self._polish_rows(A, rng), self._polish_rows(B, rng)
             W_prev = W
-            W = self._polish(a, b, W, r_refine2, stochastic=accepted)
+            W = self._polish(a, b, W, rng, stochastic=accepted)
             self.history_.append(self._diagnose("polish", A, B, W, W_prev, r_diag))
             self.stage_matrices_["polish"] = W
             lap("polish")
@@ -668,9 +481,11 @@ class MiniVec2Vec(LinearTransform):
             self.history_.append(self._diagnose("transport", A, B, W, W_prev, r_diag))
             self.stage_matrices_["transport"] = W
             lap("transport")
+        return W
 
-        # 8. (ours, not in the paper; off by default) CSLS mutual-nearest-neighbour Procrustes refinement, the classic
-        # last step of unsupervised cross-lingual mapping: refit on the pairs the current map makes mutual
+    def _mnn_refine(self, A, B, W, r_diag, lap):
+        """Ours, off by default: ``mnn_refine`` rounds of Procrustes on the CSLS mutual nearest neighbours the current
+        map makes (the classic last step of unsupervised cross-lingual mapping)."""
         self.n_mnn_pairs_ = []
         for _ in range(int(self.mnn_refine)):
             W_prev = W
@@ -683,21 +498,15 @@ class MiniVec2Vec(LinearTransform):
         if self.n_mnn_pairs_:
             self.stage_matrices_["mnn"] = W
             lap("mnn")
-        if self.orthogonalize:
-            W = polar(W)
-        self._finish(W, X_src, X_tgt, mu_a, mu_b, r_diag)
-        return self
+        return W
 
     def _polish_rows(self, X: np.ndarray, rng: np.random.Generator) -> np.ndarray:
         """Up to ``polish_sample`` rows of one side, drawn once for the polish and the transport refinement."""
         return X if len(X) <= self.polish_sample else X[rng.choice(len(X), self.polish_sample, replace=False)]
 
     def _polish(self, a, b, W, rng, stochastic: bool):
-        """VecMap's self-learning from ``W`` on the polish rows ``a`` and ``b``: Procrustes on every row's CSLS
-        best match in both directions. With ``stochastic`` (and ``polish_keep < 1``), first ``polish_stochastic_iter``
-        iterations of stochastic dictionary induction (keep probability ``polish_keep``, doubled after
-        ``polish_interval`` iterations without an objective gain); then its final phase at keep probability 1, until
-        the objective gains less than 1e-4 (at most ``polish_iter`` iterations). Returns the map."""
+        """VecMap's self-learning from ``W`` on the polish rows: Procrustes on every row's CSLS best match both ways;
+        with ``stochastic``, stochastic dictionary induction first; then until the objective gains < 1e-4."""
         n_stochastic = self.polish_stochastic_iter if stochastic and self.polish_keep < 1.0 else 0
         if n_stochastic:   # VecMap's self-learning with a short stall interval, bounded to n_stochastic iterations
             W, objectives, _ = self_learning(a, b, W, rng, max_iter=n_stochastic, k=10,
@@ -836,14 +645,9 @@ class MiniVec2Vec(LinearTransform):
         return X[rng.choice(X.shape[0], self.kmeans_sample, replace=False)]
 
     def _refine1(self, A, B, W, rng, r_diag):
-        """Section 3.4 Refine-1 (listing 2), with the optional early stop.
-
-        Every ``REFINE1_WINDOW`` iterations the mean cosine of a fixed probe of source rows (mapped) to their nearest
-        target row is measured (label-free, and free of the sampling noise of the per-iteration objective). With
-        ``refine1_tol > 0`` the loop stops once that has gained less than ``refine1_tol`` over one window (the paper
-        reports Refine-1 as monotone and converging to a stationary point; measured on wordnet, the held-out top-1
-        stops rising where this gain falls below about 5e-4).
-        """
+        """Section 3.4 Refine-1 (listing 2), stopping early once a fixed probe's mean nearest-target cosine gains
+        less than ``refine1_tol`` over ``REFINE1_WINDOW`` iterations (label-free, without the sampling noise of the
+        per-iteration objective; the paper reports Refine-1 monotone, converging to a stationary point)."""
         n_s = min(self.refine1_sample, A.shape[0])
         probe = A[rng.choice(A.shape[0], min(REFINE1_PROBE, A.shape[0]), replace=False)]
 

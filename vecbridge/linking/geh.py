@@ -1,29 +1,19 @@
-"""GEH: vector linking from a few seed pairs (the Vector Linking paper (2026), "Vector Linking via Cross-Model Local
-Isometric Consistency").
+"""GEH: grow a few seed pairs into one-to-one links between two collections ("Vector Linking via Cross-Model Local
+Isometric Consistency", ICML 2026, "the Vector Linking paper").
 
-Two collections embedded by two models (dimensions may differ) hold partly the same items; a user knows 15-30 of
-the true pairs. GEH grows those seeds into one-to-one links with a posterior confidence each, without ever mapping
-one space into the other: items are compared through their *distances to paired anchors* (each model measures
-distances in its own space, and two good encoders are locally isometric up to a scale). The five components of the
-paper's section 4:
-
-1. **Views** by furthest point sampling over the E1 side of the current link pool, seeds in every view.
-2. **Kernelised distance-to-anchor hashes** ``h(u) = normalize(exp(-(1 - <u, a_j>) / sigma))`` with the median
-   bandwidth on each side (so the inter-model scale cancels).
-3. **View scheduling** ``sf = 1 + c log g``, ``m_t = ceil(m0 sf)`` views of ``s_t = ceil(rho0 |L| / sf)`` anchors.
-4. **Proposals**: CSLS + mutual nearest neighbours between the two hash clouds, one vote per view.
-5. **Posterior** ``(1 + nu) / (2 + N)`` (Beta(1, 1) prior), **Otsu** promotion, greedy one-to-one selection with the
-   seeds locked in, and the MNN-ratio **stopping rule** (appendix C.2.1) plus the main text's "L_t stabilises" rule.
-
-Plus the local-neighbourhood restriction of appendix B.3 for large collections (one neighbour index per side, built
-once; hashes only for the view's local sets). See :class:`GEH` for the defaults and every departure, each measured by
-``bench/geh.py``.
+Two collections embedded by two models (dimensions may differ) share some items, and a user knows 15-30 true pairs.
+GEH never maps one space into the other: items are compared through their kernelised distances to paired anchors,
+which two good encoders agree on up to a scale. The fit follows the paper's section 4: views by farthest point
+sampling over the link pool, distance-to-anchor hashes, CSLS mutual-nearest-neighbour proposals voted over views,
+Otsu promotion to a one-to-one pool, until a stopping rule holds; appendix B.3's local path for large collections.
+:class:`GEH` lists where it departs (an optional Procrustes refinement with calibrated confidences among them);
+the measurements are in docs/design.md and bench/README.md (``bench/geh.py``).
 """
 from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Callable
 
 import numpy as np
@@ -45,6 +35,8 @@ _EXACT_MAX = 20_000        # above this many rows, neighbour searches use an inv
 _CROSS_FOLDS = 5           # cross-fitting folds of the calibrated refinement
 _DECOY_FRACTION = 0.25     # links whose partner is removed, per side, to make decoys
 _MIN_SEED_AGREEMENT = 0.5  # held-out seed agreement below which the links are refused
+_ADVICE = ("give more or better seed pairs (check that they are true pairs) or re-embed a sample of texts with the "
+           "new model")
 
 
 # ------------------------------------------------------------------------------------------------------------------
@@ -344,6 +336,59 @@ class GEHSearch:
     max_cache_bytes: int = 1 << 30
 
 
+@dataclass(frozen=True)
+class _Inputs:
+    """One fit's unit rows and checked seeds, with what is built on them once (anchor-distance caches, bandwidth
+    samples, and on the large path one neighbour index per side plus their anchor-list caches)."""
+
+    X1: np.ndarray
+    X2: np.ndarray
+    S: np.ndarray
+    d1: _AnchorDistances
+    d2: _AnchorDistances
+    samp1: np.ndarray
+    samp2: np.ndarray
+    loc: tuple | None
+
+    @property
+    def n1(self) -> int:
+        return self.X1.shape[0]
+
+    @property
+    def n2(self) -> int:
+        return self.X2.shape[0]
+
+
+@dataclass
+class _Pool:
+    """The bootstrap's state: the link pool L_t (seeds first), the candidate universe C_t with its votes (pairs packed
+    as ``u * n2 + v``, sorted), N_{<=t}, the shortlists and how much the pool changed since they were computed, and
+    the per-iteration MNN ratio, pool size and mean vote support the stopping rules read."""
+
+    link1: np.ndarray
+    link2: np.ndarray
+    is_seed: np.ndarray
+    n2: int
+    keys: np.ndarray = field(default_factory=lambda: np.empty(0, dtype=np.int64))
+    votes: np.ndarray = field(default_factory=lambda: np.empty(0, dtype=np.float64))
+    n_views: float = 0.0
+    C12: np.ndarray | None = None
+    C21: np.ndarray | None = None
+    changed: int = 0
+    ratios: list = field(default_factory=list)
+    sizes: list = field(default_factory=list)
+    support: list = field(default_factory=list)
+
+    def posterior(self, l1: np.ndarray, l2: np.ndarray, seed_mask: np.ndarray):
+        """Votes nu of each link and their Beta(1, 1) posterior mean (1 + nu) / (2 + N) (section 4; 1 for seeds)."""
+        packed = l1 * self.n2 + l2
+        nu = np.zeros(len(packed))
+        if len(self.keys):
+            kidx = np.minimum(np.searchsorted(self.keys, packed), len(self.keys) - 1)
+            nu = np.where(self.keys[kidx] == packed, self.votes[kidx], 0.0)
+        return nu, np.where(seed_mask, 1.0, (1.0 + nu) / (2.0 + self.n_views))
+
+
 class GEH(Estimator):
     """Grow seed pairs into one-to-one links between two collections (the Vector Linking paper's GEH), scikit-learn
     style.
@@ -359,36 +404,26 @@ class GEH(Estimator):
     recommended reading of the accumulate-or-recompute ambiguity), views at ``t = 1`` drawn as FPS subsets of the
     seeds (its recommended reading of the seeds-in-views ambiguity).
 
-    Where we depart, and why (numbers from ``python bench/geh.py`` on wordnet, minilm6 -> mpnet, alpha 0.3, 15 seeds;
-    the issue's reference run showed the literal reading stalling at P 0.17 / R 0.04):
+    Where we depart (why, with the measurements on both corpora: docs/design.md, "GEH"): read literally the first
+    iteration promotes hundreds of mostly wrong links that later iterations never remove, so
 
-    * **Stabilised early iterations**: at least ``min_views=10`` views per iteration, a link needs at least
-      ``min_votes=3`` votes as well as Otsu's threshold, the pool grows by at most ``max_growth=2x`` per iteration,
-      and votes decay by ``vote_decay=0.5`` per iteration (the same F1 as cumulative votes, 0.875 vs 0.876, but
-      at alpha 0.15 it converges in 24 s instead of 87 s: stale early votes stop holding links in place). Read literally
-      (``min_views=0, min_votes=1, max_growth=None, vote_decay=1``) the first iteration promotes hundreds of
-      mostly wrong links that later iterations never remove.
-    * ``k_csls=10`` (the paper's value is 50, inside its stable range [4, 50]): the CSLS hubness correction over 10
-      neighbours is as good and costs a fifth of the neighbour lists.
-    * **Speed**: views capped at ``max_view_size=256`` anchors (above the intrinsic dimension the paper asks for);
-      FPS on a random ``fps_pool_factor=2`` x view-size subsample of the pool; each point's ``shortlist=16``
-      candidates on the other side computed once in a projected whole-pool hash space and refreshed when 10% of
-      the pool changed, so a view scores ``n x 16`` edges instead of an ``n1 x n2`` matrix; anchor distances cached.
-      The candidate lists are an approximation of the paper's dense CSLS; the ablation "paper read literally"
-      runs the dense version.
-    * **Stopping**: besides the MNN-ratio rule, stop once the pool size and its mean vote support both change by
-      less than ``churn_tol=5%`` for ``patience=2`` iterations after ``min_iter=5`` (the main text's "L_t
-      stabilises"); typical runs stop after 10-15 iterations instead of 25+.
-    * **Large collections** (``> large_threshold=5e5`` rows, appendix B.3): views are FPS samples, not k-means
-      clusters, each view's local sets are the union of its anchors' ``k_nn`` ambient neighbours (raised so a view
-      covers about ``local_size`` points; the paper leaves k_NN open), and enough views are drawn to cover each
-      point ``coverage`` times.
-    * **Refinement** (``refine="procrustes"``, ours, not in the paper): once GEH has at least 100 links, an
-      orthogonal Procrustes map fitted on them proposes CSLS mutual nearest neighbours over the full collections,
-      kept where a two-Gaussian mixture puts their score in the upper mode; two rounds. It lifts precision (the
-      bootstrap-only links stay in ``geh_links_`` / ``geh_confidence_``). ``refine=None`` is the paper's output.
-      Its links are scored by CSLS plus their margin over both rows' runner-ups (``runner_up_margin``), calibrated
-      against partner-removal decoys and cut at ``min_confidence`` (:class:`GEHVotes`).
+    * **Stabilised early iterations**: at least ``min_views`` views per iteration, a link needs ``min_votes`` votes
+      as well as Otsu's threshold, the pool grows at most ``max_growth`` x per iteration, and votes decay by
+      ``vote_decay`` per iteration so that stale early votes stop holding links in place (``min_views=0,
+      min_votes=1, max_growth=None, vote_decay=1`` is the literal reading).
+    * ``k_csls=10`` (the paper: 50, inside its stable range [4, 50]): as good, a fifth of the neighbour lists.
+    * **Speed**: views of at most ``max_view_size`` anchors (above the intrinsic dimension the paper asks for), FPS
+      on a ``fps_pool_factor`` x view-size subsample, ``shortlist`` candidates per point from a projected whole-pool
+      hash space (the paper: dense CSLS), anchor distances cached.
+    * **Stopping**: besides the MNN-ratio rule, once the pool size and its mean vote support both settle
+      (``churn_tol``, ``patience``, ``min_iter``; the main text's "L_t stabilises").
+    * **Large collections** (``> large_threshold`` rows, appendix B.3): FPS views, not k-means clusters; local sets
+      from the anchors' ``k_nn`` ambient neighbours (the paper leaves k_NN open), ``coverage`` views per point.
+    * **Refinement** (``refine="procrustes"``, ours): once GEH has 100 links, an orthogonal Procrustes map fitted on
+      them proposes CSLS mutual nearest neighbours over the full collections, ``refine_iter`` rounds, scored with
+      their runner-up margin, calibrated against partner-removal decoys and cut at ``min_confidence``
+      (:class:`GEHVotes`). The bootstrap-only links stay in ``geh_links_`` / ``geh_confidence_``; ``refine=None``
+      is the paper's output.
 
     Every stochastic step draws from ``random_state``. ``history_`` records each iteration (views, proposals,
     candidates, MNN ratio, Otsu threshold, links, seconds); ``stop_reason_`` says which rule stopped it.
@@ -486,10 +521,11 @@ class GEH(Estimator):
             views.append(np.concatenate([forced, sub[sel]]))
         return views
 
-    def _shortlists(self, rng, link1, link2, is_seed, d1, d2, samp1, samp2):
+    def _shortlists(self, rng, fit: _Inputs, link1: np.ndarray, link2: np.ndarray):
         """Each point's ``shortlist`` nearest neighbours on the other side in the hash space of the whole pool
         (FPS-capped at ``shortlist_anchors``; projected on its top ``proj_dim`` principal directions)."""
-        n1, n2 = d1.X.shape[0], d2.X.shape[0]
+        d1, d2, samp1, samp2 = fit.d1, fit.d2, fit.samp1, fit.samp2
+        n1, n2 = fit.n1, fit.n2
         pos = np.arange(len(link1))
         if len(pos) > self.search.shortlist_anchors:
             a = link1
@@ -718,175 +754,21 @@ class GEH(Estimator):
 
     def _fit(self, X1, X2, seed_pairs):
         t_start = time.perf_counter()
-        X1 = l2_normalize(check_vectors(X1, "X1", dtype=np.float32))
-        X2 = l2_normalize(check_vectors(X2, "X2", dtype=np.float32))
-        n1, n2 = X1.shape[0], X2.shape[0]
-        S = check_seed_pairs(seed_pairs, n1, n2)
-        rng = np.random.default_rng(self.random_state)
-        d1 = _AnchorDistances(X1, self.search.max_cache_bytes // 2)
-        d2 = _AnchorDistances(X2, self.search.max_cache_bytes // 2)
-        samp1 = rng.permutation(n1)[:_SIGMA_SAMPLE]
-        samp2 = rng.permutation(n2)[:_SIGMA_SAMPLE]
-
-        large = max(n1, n2) > self.search.large_threshold
-        if large:    # App. B.3: one neighbour index per side, built once; each anchor's k_nn list looked up once
-            idx1 = KnnIndex(X1, normalize=False, exact_max=_EXACT_MAX, seed=int(rng.integers(1 << 30)))
-            idx2 = KnnIndex(X2, normalize=False, exact_max=_EXACT_MAX, seed=int(rng.integers(1 << 30)))
-            loc = (idx1, idx2, {}, {})
-        link1, link2 = S[:, 0].copy(), S[:, 1].copy()
-        is_seed = np.ones(len(S), dtype=bool)
-        keys = np.empty(0, dtype=np.int64)        # candidate universe C_t: packed pairs u * n2 + v, sorted
-        votes = np.empty(0, dtype=np.float64)     # nu (decayed when vote_decay < 1)
-        n_views = 0.0                             # N_{<=t} (decayed alike)
-        history, ratios, sizes, support = [], [], [len(S)], [0.0]
-        C12 = C21 = None
-        changed = 0                               # links added or dropped since the shortlists were computed
-        stop = "max_iter"
-        max_iter = self.max_iter if self.votes.bootstrap else 1
-        for t in range(1, max_iter + 1):
-            t0 = time.perf_counter()
-            m_t, s_t, _ = self._schedule(len(link1), len(S))
-            m_t = max(m_t, int(self.views.min_views)) if self.views.multi_view else 1
-            if self.views.max_view_size:
-                s_t = min(s_t, int(self.views.max_view_size))
-            if large:
-                if C12 is None or changed > self.search.shortlist_refresh * len(link1):
-                    C12, C21 = self._shortlists(rng, link1, link2, is_seed, d1, d2, samp1, samp2)
-                    changed = 0
-                m_t = max(m_t, int(math.ceil(self.search.coverage * max(n1, n2) / self.search.local_size)))
-                views = self._views(rng, link1, is_seed, s_t, m_t, lambda p, q: 1.0 - X1[p] @ X1[q].T,
-                                    self.views.fps_pool_factor or 2.0)
-                props = [self._propose_local(link1[pos], link2[pos], X1, X2, loc, C12, C21) for pos in views]
-            else:
-                if self.search.shortlist and (C12 is None or changed > self.search.shortlist_refresh * len(link1)):
-                    C12, C21 = self._shortlists(rng, link1, link2, is_seed, d1, d2, samp1, samp2)
-                    changed = 0
-                views = self._views(rng, link1, is_seed, s_t, m_t, d1.get, self.views.fps_pool_factor)
-                props = [self._propose(link1[pos], link2[pos], d1, d2, samp1, samp2, C12, C21) for pos in views]
-            P = np.concatenate(props) if props else np.empty((0, 2), np.int64)
-            new_keys, new_counts = np.unique(P[:, 0] * n2 + P[:, 1], return_counts=True)
-            allk = np.concatenate([keys, new_keys])
-            allv = np.concatenate([votes * self.votes.vote_decay, new_counts.astype(np.float64)])
-            keys, inv = np.unique(allk, return_inverse=True)
-            votes = np.bincount(inv, weights=allv)
-            live = votes >= 0.25
-            keys, votes = keys[live], votes[live]
-            n_views = n_views * self.votes.vote_decay + len(views)
-            ratio = (len(np.unique(P[:, 0])) + len(np.unique(P[:, 1]))) / max(n1, n2)
-            ratios.append(ratio)
-            # posterior mean (1 + nu) / (2 + N), Otsu's threshold, promotion, greedy one-to-one, growth cap
-            thr = _otsu(votes)
-            thr_eff = max(thr, float(self.votes.min_votes))
-            prom = np.flatnonzero(votes >= thr_eff - 1e-9)
-            order = prom[np.lexsort((keys[prom], -votes[prom]))]
-            pu, pv = keys[order] // n2, keys[order] % n2
-            used1 = np.zeros(n1, bool)
-            used2 = np.zeros(n2, bool)
-            used1[S[:, 0]] = True
-            used2[S[:, 1]] = True
-            acc = _greedy_one_to_one(pu, pv, used1, used2)
-            if self.votes.max_growth is not None:
-                acc = acc[:max(int(math.floor(self.votes.max_growth * len(link1))) - len(S), 0)]
-            prev = set(zip(link1.tolist(), link2.tolist()))
-            link1 = np.concatenate([S[:, 0], pu[acc]])
-            link2 = np.concatenate([S[:, 1], pv[acc]])
-            is_seed = np.zeros(len(link1), bool)
-            is_seed[:len(S)] = True
-            cur = set(zip(link1.tolist(), link2.tolist()))
-            changed += len(cur - prev) + len(prev - cur)
-            rec = dict(iteration=t, n_views=len(views), view_size=int(len(views[0])) if views else 0,
-                       n_proposals=int(len(P)), n_candidates=int(len(keys)), mnn_ratio=float(ratio),
-                       otsu_votes=float(thr), min_votes=float(thr_eff), n_promoted=int(len(prom)),
-                       n_links=int(len(link1)), n_new=len(cur - prev), n_dropped=len(prev - cur),
-                       seconds=time.perf_counter() - t0)
-            history.append(rec)
-            self._trace(rec, link1, link2)
-            if self.verbose:
-                print({k: (round(v, 3) if isinstance(v, float) else v) for k, v in rec.items()}, flush=True)
-            if len(P) == 0:
-                stop = "no_mutual_pairs"
-                break
-            t_min = self.stopping.t_min
-            if t > t_min and max(abs(ratios[i] - ratios[i - 1]) for i in range(t - t_min, t)) < self.stopping.tol:
-                stop = "mnn_ratio_stable"
-                break
-            # main text: stop once L_t stabilises -- its size and its mean vote support both move by < churn_tol
-            sizes.append(len(link1))
-            packed = link1[len(S):] * n2 + link2[len(S):]
-            kidx = np.minimum(np.searchsorted(keys, packed), max(len(keys) - 1, 0))
-            support.append(float(np.mean(votes[kidx])) / max(n_views, 1.0) if len(packed) else 0.0)
-            rec["support"] = support[-1]
-            if (self.stopping.churn_tol is not None and t >= max(self.stopping.min_iter, self.stopping.patience + 1)
-                    and all(abs(sizes[-i] - sizes[-i - 1]) < self.stopping.churn_tol * sizes[-i - 1]
-                            and abs(support[-i] - support[-i - 1]) < self.stopping.churn_tol * support[-i - 1]
-                            for i in range(1, self.stopping.patience + 1))):
-                stop = "links_stable"
-                break
-        def vote_posterior(l1, l2, seed_mask):
-            """Beta(1, 1) posterior mean (1 + nu) / (2 + N) of each link's votes (section 4); 1 for the seeds."""
-            packed = l1 * n2 + l2
-            nu = np.zeros(len(packed))
-            if len(keys):
-                kidx = np.minimum(np.searchsorted(keys, packed), len(keys) - 1)
-                nu = np.where(keys[kidx] == packed, votes[kidx], 0.0)
-            return nu, np.where(seed_mask, 1.0, (1.0 + nu) / (2.0 + n_views))
-
-        nu, theta = vote_posterior(link1, link2, is_seed)
-        self.geh_links_ = np.stack([link1, link2], axis=1)
+        fit, rng = self._inputs(X1, X2, seed_pairs)
+        pool, history, stop = self._bootstrap(fit, rng)
+        n_seeds = len(fit.S)
+        nu, theta = pool.posterior(pool.link1, pool.link2, pool.is_seed)
+        self.geh_links_ = np.stack([pool.link1, pool.link2], axis=1)
         self.geh_confidence_ = theta
-        min_grown = int(self.votes.min_grown)
-        if min_grown and len(link1) - len(S) < min_grown:
-            raise CheckFailed(
-                f"GEH: bootstrapping never took off: {len(link1) - len(S)} links grew beyond the {len(S)} seed pairs "
-                f"(at least {min_grown} needed, after {len(history)} iterations); give more or better seed pairs "
-                f"(check that they are true pairs) or re-embed a sample of texts with the new model")
+        self._check_grown(len(pool.link1) - n_seeds, n_seeds, len(history))
         self.refined_ = False
         self.estimated_precision_ = None
         self.calibration_ = None
         self.seed_agreement_ = None
-        prec = None
+        link1, link2, is_seed, post, prec = pool.link1, pool.link2, pool.is_seed, None, None
         if self.refine == "procrustes" and len(link1) >= _REFINE_MIN_LINKS:
-            t0 = time.perf_counter()
-            link1, link2, self.scores_, post, prec, info = self._refine(X1, X2, link1, link2, S, rng)
-            self.refine_seconds_ = time.perf_counter() - t0
-            is_seed = np.zeros(len(link1), bool)
-            is_seed[:len(S)] = True
-            self.refined_ = True
-            if info:
-                # the calibrated confidence: links ranked by it, cut at min_confidence (seeds always kept)
-                self.calibration_ = {**info, "candidates": np.stack([link1, link2], axis=1)[~is_seed],
-                                     "candidate_confidence": post[~is_seed], "candidate_scores": self.scores_[~is_seed]}
-                keep = is_seed | (post >= float(self.votes.min_confidence))
-                order = np.flatnonzero(keep)
-                order = order[np.lexsort((-self.scores_[order], -post[order], ~is_seed[order]))]
-                link1, link2, post, prec = link1[order], link2[order], post[order], prec[order]
-                self.scores_ = self.scores_[order]
-                is_seed = is_seed[order]
-                found = post[~is_seed]
-                self.estimated_precision_ = float(found.mean()) if len(found) else None
-                self.seed_agreement_ = info["seed_agreement"]
-                n_avg = (n1 + n2) / 2.0
-                if min_grown and n_avg - info["n_partnerless"] < min_grown:
-                    raise CheckFailed(
-                        f"GEH: bootstrapping never took off: its mutual pairs are no more frequent than the chance "
-                        f"pairings of rows without a partner (estimated {min(info['n_partnerless'], n_avg):,.0f} of "
-                        f"{n_avg:,.0f} rows have none); give more or better seed pairs (check that they are true "
-                        f"pairs) or re-embed a sample of texts with the new model")
-                if min_grown and info["seed_agreement"] < _MIN_SEED_AGREEMENT:
-                    raise CheckFailed(
-                        f"GEH: bootstrapping never took off: the map of the {len(found)} grown links puts only "
-                        f"{info['seed_agreement']:.0%} of the {len(S)} seed pairs among each other's "
-                        f"{int(self.k_csls)} nearest neighbours (at least {_MIN_SEED_AGREEMENT:.0%} needed); give more "
-                        f"or better seed pairs (check that they are true pairs) or re-embed a sample of texts with the "
-                        f"new model")
-                if min_grown and len(found) < min_grown:
-                    n_cand = len(self.calibration_["candidates"])
-                    raise CheckFailed(
-                        f"GEH: bootstrapping never took off: only {len(found)} of {n_cand} links "
-                        f"beyond the {len(S)} seed pairs reach confidence {float(self.votes.min_confidence):.2f} "
-                        f"(at least {min_grown} needed); give more or better seed pairs (check that they are true "
-                        f"pairs) or re-embed a sample of texts with the new model")
-            nu, theta = vote_posterior(link1, link2, is_seed)
+            link1, link2, is_seed, post, prec = self._refined(fit, link1, link2, rng)
+            nu, theta = pool.posterior(link1, link2, is_seed)
         self.links_ = np.stack([link1, link2], axis=1)
         self.vote_confidence_ = theta
         calibrated = self.calibration_ is not None
@@ -897,8 +779,203 @@ class GEH(Estimator):
         self.votes_ = nu
         self.is_seed_ = is_seed
         self.n_iter_ = len(history)
-        self.n_views_ = n_views
+        self.n_views_ = pool.n_views
         self.history_ = history
         self.stop_reason_ = stop
         self.fit_seconds_ = time.perf_counter() - t_start
         return self
+
+    def _inputs(self, X1, X2, seed_pairs):
+        """Unit rows, checked seeds, the anchor-distance caches, the bandwidth samples and, above
+        ``large_threshold`` rows, one neighbour index per side (App. B.3, built once). Returns ``(_Inputs, rng)``."""
+        X1 = l2_normalize(check_vectors(X1, "X1", dtype=np.float32))
+        X2 = l2_normalize(check_vectors(X2, "X2", dtype=np.float32))
+        n1, n2 = X1.shape[0], X2.shape[0]
+        S = check_seed_pairs(seed_pairs, n1, n2)
+        rng = np.random.default_rng(self.random_state)
+        d1 = _AnchorDistances(X1, self.search.max_cache_bytes // 2)
+        d2 = _AnchorDistances(X2, self.search.max_cache_bytes // 2)
+        samp1 = rng.permutation(n1)[:_SIGMA_SAMPLE]
+        samp2 = rng.permutation(n2)[:_SIGMA_SAMPLE]
+        loc = None
+        if max(n1, n2) > self.search.large_threshold:   # each anchor's k_nn list is then looked up once
+            idx1 = KnnIndex(X1, normalize=False, exact_max=_EXACT_MAX, seed=int(rng.integers(1 << 30)))
+            idx2 = KnnIndex(X2, normalize=False, exact_max=_EXACT_MAX, seed=int(rng.integers(1 << 30)))
+            loc = (idx1, idx2, {}, {})
+        return _Inputs(X1, X2, S, d1, d2, samp1, samp2, loc), rng
+
+    def _bootstrap(self, fit: _Inputs, rng):
+        """Section 4 iterated: views, proposals, votes, promotion, until a stopping rule holds (one iteration on the
+        seeds without ``bootstrap``). Returns ``(pool, history, stop reason)``."""
+        pool = _Pool(fit.S[:, 0].copy(), fit.S[:, 1].copy(), np.ones(len(fit.S), dtype=bool), fit.n2,
+                     sizes=[len(fit.S)], support=[0.0])
+        history = []
+        for t in range(1, (self.max_iter if self.votes.bootstrap else 1) + 1):
+            t0 = time.perf_counter()
+            views, P = self._proposals(fit, pool, rng)
+            self._count_votes(pool, P, len(views))
+            pool.ratios.append((len(np.unique(P[:, 0])) + len(np.unique(P[:, 1]))) / max(fit.n1, fit.n2))
+            thr, thr_eff, n_promoted, n_new, n_dropped = self._promote(fit, pool)
+            rec = dict(iteration=t, n_views=len(views), view_size=int(len(views[0])) if views else 0,
+                       n_proposals=int(len(P)), n_candidates=int(len(pool.keys)), mnn_ratio=float(pool.ratios[-1]),
+                       otsu_votes=float(thr), min_votes=float(thr_eff), n_promoted=n_promoted,
+                       n_links=int(len(pool.link1)), n_new=n_new, n_dropped=n_dropped,
+                       seconds=time.perf_counter() - t0)
+            history.append(rec)
+            self._trace(rec, pool.link1, pool.link2)
+            if self.verbose:
+                print({k: (round(v, 3) if isinstance(v, float) else v) for k, v in rec.items()}, flush=True)
+            stop = self._stop_reason(t, len(P), pool, len(fit.S), rec)
+            if stop:
+                return pool, history, stop
+        return pool, history, "max_iter"
+
+    def _proposals(self, fit: _Inputs, pool: _Pool, rng):
+        """Components 1-4 of one iteration: the view schedule, the views (FPS over the pool's E1 side) and each view's
+        CSLS mutual-pair proposals, stacked. Returns ``(views, proposals)``."""
+        m_t, s_t, _ = self._schedule(len(pool.link1), len(fit.S))
+        m_t = max(m_t, int(self.views.min_views)) if self.views.multi_view else 1
+        if self.views.max_view_size:
+            s_t = min(s_t, int(self.views.max_view_size))
+        stale = pool.C12 is None or pool.changed > self.search.shortlist_refresh * len(pool.link1)
+        link1, link2, X1 = pool.link1, pool.link2, fit.X1
+        if fit.loc is not None:
+            if stale:
+                pool.C12, pool.C21 = self._shortlists(rng, fit, link1, link2)
+                pool.changed = 0
+            m_t = max(m_t, int(math.ceil(self.search.coverage * max(fit.n1, fit.n2) / self.search.local_size)))
+            views = self._views(rng, link1, pool.is_seed, s_t, m_t, lambda p, q: 1.0 - X1[p] @ X1[q].T,
+                                self.views.fps_pool_factor or 2.0)
+            props = [self._propose_local(link1[pos], link2[pos], X1, fit.X2, fit.loc, pool.C12, pool.C21)
+                     for pos in views]
+        else:
+            if self.search.shortlist and stale:
+                pool.C12, pool.C21 = self._shortlists(rng, fit, link1, link2)
+                pool.changed = 0
+            views = self._views(rng, link1, pool.is_seed, s_t, m_t, fit.d1.get, self.views.fps_pool_factor)
+            props = [self._propose(link1[pos], link2[pos], fit.d1, fit.d2, fit.samp1, fit.samp2, pool.C12, pool.C21)
+                     for pos in views]
+        return views, (np.concatenate(props) if props else np.empty((0, 2), np.int64))
+
+    def _count_votes(self, pool: _Pool, P: np.ndarray, n_views: int):
+        """One vote per view for each proposed pair, added to the decayed votes of the candidate universe C_t
+        (candidates whose votes decayed below 0.25 leave it); N_{<=t} decays alike."""
+        decay = self.votes.vote_decay
+        new_keys, new_counts = np.unique(P[:, 0] * pool.n2 + P[:, 1], return_counts=True)
+        allk = np.concatenate([pool.keys, new_keys])
+        allv = np.concatenate([pool.votes * decay, new_counts.astype(np.float64)])
+        keys, inv = np.unique(allk, return_inverse=True)
+        votes = np.bincount(inv, weights=allv)
+        live = votes >= 0.25
+        pool.keys, pool.votes = keys[live], votes[live]
+        pool.n_views = pool.n_views * decay + n_views
+
+    def _promote(self, fit: _Inputs, pool: _Pool):
+        """Component 5: candidates at Otsu's threshold of the votes (and ``min_votes``), most votes first, kept
+        one-to-one with the seeds locked in, the pool growing at most ``max_growth`` x. Recomputes L_t; returns
+        ``(Otsu threshold, threshold applied, promoted, links added, links dropped)``."""
+        S, n2 = fit.S, fit.n2
+        thr = _otsu(pool.votes)
+        thr_eff = max(thr, float(self.votes.min_votes))
+        prom = np.flatnonzero(pool.votes >= thr_eff - 1e-9)
+        order = prom[np.lexsort((pool.keys[prom], -pool.votes[prom]))]
+        pu, pv = pool.keys[order] // n2, pool.keys[order] % n2
+        used1 = np.zeros(fit.n1, bool)
+        used2 = np.zeros(n2, bool)
+        used1[S[:, 0]] = True
+        used2[S[:, 1]] = True
+        acc = _greedy_one_to_one(pu, pv, used1, used2)
+        if self.votes.max_growth is not None:
+            acc = acc[:max(int(math.floor(self.votes.max_growth * len(pool.link1))) - len(S), 0)]
+        prev = set(zip(pool.link1.tolist(), pool.link2.tolist()))
+        pool.link1 = np.concatenate([S[:, 0], pu[acc]])
+        pool.link2 = np.concatenate([S[:, 1], pv[acc]])
+        pool.is_seed = np.zeros(len(pool.link1), bool)
+        pool.is_seed[:len(S)] = True
+        cur = set(zip(pool.link1.tolist(), pool.link2.tolist()))
+        pool.changed += len(cur - prev) + len(prev - cur)
+        return thr, thr_eff, int(len(prom)), len(cur - prev), len(prev - cur)
+
+    def _stop_reason(self, t: int, n_proposals: int, pool: _Pool, n_seeds: int, rec: dict) -> str | None:
+        """The stopping rules after iteration ``t``: no proposal left; the MNN ratio stable over ``t_min`` iterations
+        (App. C.2.1); L_t stable, its size and mean vote support both moving by < ``churn_tol`` (the main text).
+        None: go on."""
+        if n_proposals == 0:
+            return "no_mutual_pairs"
+        t_min, ratios, sizes, support = self.stopping.t_min, pool.ratios, pool.sizes, pool.support
+        if t > t_min and max(abs(ratios[i] - ratios[i - 1]) for i in range(t - t_min, t)) < self.stopping.tol:
+            return "mnn_ratio_stable"
+        sizes.append(len(pool.link1))
+        packed = pool.link1[n_seeds:] * pool.n2 + pool.link2[n_seeds:]
+        kidx = np.minimum(np.searchsorted(pool.keys, packed), max(len(pool.keys) - 1, 0))
+        support.append(float(np.mean(pool.votes[kidx])) / max(pool.n_views, 1.0) if len(packed) else 0.0)
+        rec["support"] = support[-1]
+        patience = self.stopping.patience
+        if (self.stopping.churn_tol is not None and t >= max(self.stopping.min_iter, patience + 1)
+                and all(abs(sizes[-i] - sizes[-i - 1]) < self.stopping.churn_tol * sizes[-i - 1]
+                        and abs(support[-i] - support[-i - 1]) < self.stopping.churn_tol * support[-i - 1]
+                        for i in range(1, patience + 1))):
+            return "links_stable"
+        return None
+
+    def _check_grown(self, n_grown: int, n_seeds: int, n_iter: int):
+        """The take-off check on the bootstrap alone: at least ``min_grown`` links beyond the seeds."""
+        min_grown = int(self.votes.min_grown)
+        if min_grown and n_grown < min_grown:
+            raise CheckFailed(
+                f"GEH: bootstrapping never took off: {n_grown} links grew beyond the {n_seeds} seed pairs "
+                f"(at least {min_grown} needed, after {n_iter} iterations); {_ADVICE}")
+
+    def _refined(self, fit: _Inputs, link1, link2, rng):
+        """The refinement stage (ours) and, when it calibrated, the cut at ``min_confidence``. Returns
+        ``(link1, link2, is_seed, posterior, precision_at)``."""
+        t0 = time.perf_counter()
+        link1, link2, self.scores_, post, prec, info = self._refine(fit.X1, fit.X2, link1, link2, fit.S, rng)
+        self.refine_seconds_ = time.perf_counter() - t0
+        is_seed = np.zeros(len(link1), bool)
+        is_seed[:len(fit.S)] = True
+        self.refined_ = True
+        if info:
+            link1, link2, is_seed, post, prec = self._calibrated_cut(fit, link1, link2, is_seed, post, prec, info)
+        return link1, link2, is_seed, post, prec
+
+    def _calibrated_cut(self, fit: _Inputs, link1, link2, is_seed, post, prec, info: dict):
+        """Links ranked by their calibrated confidence and cut at ``min_confidence`` (seeds always kept), then the
+        take-off checks the calibration allows."""
+        self.calibration_ = {**info, "candidates": np.stack([link1, link2], axis=1)[~is_seed],
+                             "candidate_confidence": post[~is_seed], "candidate_scores": self.scores_[~is_seed]}
+        keep = is_seed | (post >= float(self.votes.min_confidence))
+        order = np.flatnonzero(keep)
+        order = order[np.lexsort((-self.scores_[order], -post[order], ~is_seed[order]))]
+        link1, link2, post, prec = link1[order], link2[order], post[order], prec[order]
+        self.scores_ = self.scores_[order]
+        is_seed = is_seed[order]
+        found = post[~is_seed]
+        self.estimated_precision_ = float(found.mean()) if len(found) else None
+        self.seed_agreement_ = info["seed_agreement"]
+        self._check_calibrated(fit, info, len(found))
+        return link1, link2, is_seed, post, prec
+
+    def _check_calibrated(self, fit: _Inputs, info: dict, n_found: int):
+        """The take-off checks on the calibrated links: mutual pairs more frequent than chance pairings, the
+        held-out seed agreement, at least ``min_grown`` links past the cut."""
+        min_grown = int(self.votes.min_grown)
+        if not min_grown:
+            return
+        n_seeds = len(fit.S)
+        n_avg = (fit.n1 + fit.n2) / 2.0
+        if n_avg - info["n_partnerless"] < min_grown:
+            raise CheckFailed(
+                f"GEH: bootstrapping never took off: its mutual pairs are no more frequent than the chance "
+                f"pairings of rows without a partner (estimated {min(info['n_partnerless'], n_avg):,.0f} of "
+                f"{n_avg:,.0f} rows have none); {_ADVICE}")
+        if info["seed_agreement"] < _MIN_SEED_AGREEMENT:
+            raise CheckFailed(
+                f"GEH: bootstrapping never took off: the map of the {n_found} grown links puts only "
+                f"{info['seed_agreement']:.0%} of the {n_seeds} seed pairs among each other's "
+                f"{int(self.k_csls)} nearest neighbours (at least {_MIN_SEED_AGREEMENT:.0%} needed); {_ADVICE}")
+        if n_found < min_grown:
+            raise CheckFailed(
+                f"GEH: bootstrapping never took off: only {n_found} of {len(self.calibration_['candidates'])} links "
+                f"beyond the {n_seeds} seed pairs reach confidence {float(self.votes.min_confidence):.2f} "
+                f"(at least {min_grown} needed); {_ADVICE}")
