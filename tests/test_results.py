@@ -10,9 +10,10 @@ from dataclasses import dataclass
 import pytest
 from click.testing import CliRunner
 
-from vecbridge.cli import _json_default, main
+from vecbridge.cli import main
 from vecbridge.jobs.evaluate import evaluate_alignment
 from vecbridge.jobs.report import compatibility_report, verdict
+from vecbridge.render.console import json_default as _json_default
 from vecbridge.render.html import render_html
 from vecbridge.results import (
     Check,

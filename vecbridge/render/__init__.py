@@ -1,1 +1,2 @@
-"""Presentation of job results (HTML reports, charts): no store, no job, only what a result holds."""
+"""Presentation of job results: the terminal (tables, lines, JSON), HTML reports and charts; no store, no job, only
+what a result holds."""

@@ -1,0 +1,4 @@
+"""``python -m vecbridge.cli``: the ``vecbridge`` command."""
+from . import main
+
+main()

@@ -1,0 +1,130 @@
+"""An upgrade on the terminal: its stage and counts, each step's headline, the plan, the tuned weights."""
+from __future__ import annotations
+
+from .console import console
+
+
+def state(status: dict, headline: str | None = None) -> None:
+    """``status``: an upgrade's state (:meth:`vecbridge.jobs.upgrade.Upgrade.status`, or what a step returns),
+    under the step's ``headline`` (rich markup) if it has one."""
+    from rich.markup import escape
+
+    con = console()
+    if headline:
+        con.print(headline, markup=True)
+    c = status["counts"]
+    switched = not str(status.get("serving_via") or "").startswith("nothing switched")
+    con.print(f"upgrade of {escape(status['source'])} to {escape(status['model'])}: stage [bold]{status['stage']}[/], "
+              + ("serving" if switched else "clients are to query") + f" the {status['serving']} model's vectors",
+              markup=True)
+    con.print(f"  {status['total']:,} records: {c['native']:,} native, {c['mapped']:,} mapped, "
+              f"{c['pending']:,} new or changed in the source, {c['no-text']:,} without text "
+              f"({status['native_fraction']:.1%} native); new vectors in {status['vectors']}")
+    if c["no-text"]:
+        con.print(f"  {c['no-text']:,} records without text in {status.get('text_field', 'the text field')!r} keep "
+                  f"their mapped vectors (no native vector until they get text)")
+    if status.get("serving_via"):
+        con.print(f"  served through: {escape(status['serving_via'])}")
+    if status.get("switching"):
+        con.print(f"  [yellow]a switch to the {status['switching']['serving']} model's vectors was interrupted[/]: "
+                  f"run `vecbridge upgrade cutover` or `rollback` to complete it", markup=True)
+    if status.get("dropping"):
+        con.print(f"  [yellow]finalize was interrupted while dropping {escape(status['dropping'])}[/]: run "
+                  f"`vecbridge upgrade finalize --drop-old --yes` to complete it", markup=True)
+    ch = status.get("source_changes")
+    if ch:
+        con.print(f"  the source since the last sync: {ch['added']:,} added, {ch['changed']:,} changed, "
+                  f"{ch['removed']:,} removed" + (" (picked up by the next reembed or cutover)"
+                                                  if any(ch.values()) else ""))
+    if status.get("credentials"):
+        con.print(f"  {status['credentials']}")
+    if status.get("dropped"):
+        con.print(f"  dropped {status['dropped']}")
+    p = status.get("probe")
+    if p:
+        con.print(f"  Recall@{p['k']} on {p['n_queries']:,} probe queries at {p['native_fraction']:.0%} native: served "
+                  f"{p['served']:.3f}, new model alone {p['new_model_only']:.3f}, staying on the old model "
+                  f"{p['staying']:.3f}")
+
+
+def plan(p: dict, con=None) -> None:
+    """``p``: :func:`vecbridge.jobs.upgrade.plan`'s cost and predicted quality per stage."""
+    from rich.table import Table
+
+    con = con or console()
+    con.print(f"{p['source']}: {p['count']:,} records ({p['with_text']:.0%} with text), {p['dim']}d")
+    con.print(f"{p['model']}: {p['seconds_per_text'] * 1000:.1f} ms per text here; a full re-embed takes about "
+              f"{p['full_reembed_seconds'] / 3600:.2f} h")
+    pr = p.get("predicted")
+    if pr:
+        table = Table(title=f"predicted Recall@{pr['k']} of {pr['queries']:,} queries among {pr['pool']:,} records "
+                            f"(map: {pr['method']} on {pr['fit_sample']:,} re-embedded texts)")
+        for col in ("stage", "native", "new model", "fused with the old model", "old-query weight"):
+            table.add_column(col, justify="left" if col == "stage" else "right")
+        table.add_row("stay on the old model", "-", "-", f"{pr['staying']:.3f}", "-")
+        for st in pr["stages"]:
+            f = st["native_fraction"]
+            name = "start (mapped)" if f == 0 else "full re-embed" if f == 1 else f"{f:.0%} re-embedded"
+            table.add_row(name, f"{f:.0%}", f"{st['recall']:.3f}", f"{st['recall_fused']:.3f}", str(st["beta"]))
+        con.print(table)
+        at = pr["new_model_alone_from"]
+        full = pr["stages"][-1]
+        if at is None:
+            con.print(f"the new model alone never serves as well as staying, not even after a full re-embed "
+                      f"({full['recall']:.3f} against {pr['staying']:.3f}): serve fused (`upgrade search "
+                      f"--old-model`) or stay on the old model.")
+        else:
+            con.print("the new model alone serves as well as staying " + (
+                "from the start" if at == 0 else "only after a full re-embed" if at == 1
+                else f"from about {at:.0%} re-embedded") + (
+                "" if at == 0 else "; before that, serve fused (`upgrade search --old-model`)") + ".")
+        con.print("Recall within a pool is higher than within the whole collection: compare the stages, not the "
+                  "levels.")
+    else:
+        con.print("quality at each stage: give --queries and --old-queries (queries with known answers)")
+    for s in p["stages"]:
+        con.print(f"  - {s}")
+
+
+def started(status: dict) -> None:
+    state(status, f"[bold green]started[/]: state in {status['state']}")
+
+
+def reembedded(result: dict, priced: bool) -> None:
+    """``priced``: the run was given a price per 1,000 texts (its spend is shown)."""
+    state(result, f"[bold green]re-embedded[/] {result['reembedded']:,} records in {result['seconds']:.1f} s (the "
+                  f"source: {result['new_in_source']:,} added, {result['changed_in_source']:,} changed, "
+                  f"{result['removed_from_source']:,} removed since the last run)"
+          + (f"; {result['without_text']:,} without text in {result['text_field']!r} keep their mapped vectors"
+             if result["without_text"] else "")
+          + (f"; stopped by the {result['stopped_by']}" if result["stopped_by"] != "done" else "")
+          + (f"; spent {result['spent']:.2f} in all" if priced else ""))
+
+
+def scored(result: dict) -> None:
+    """What ``upgrade query-log`` learnt from the logged queries."""
+    state(result, f"[bold green]scored[/] {result['records_scored']:,} records against {result['queries']:,} logged "
+                  f"queries ({result['records_retrieved']:,} retrieved by at least one)")
+
+
+def moved(status: dict, name: str) -> None:
+    """After ``cutover`` or ``rollback`` (``name``): what serves now, or that nothing could be switched."""
+    from rich.markup import escape
+
+    via = escape(status["serving_via"])
+    headline = (f"[bold green]{name}[/]: the {status['serving']} model's vectors are served through {via}"
+                if not via.startswith("nothing switched") else
+                f"[bold yellow]{name}[/] recorded, but {via}")
+    state(status, headline)
+
+
+def finalized(status: dict) -> None:
+    state(status, "[bold green]finalize[/]")
+
+
+def tuned(result: dict, k: int) -> None:
+    """``result``: :func:`vecbridge.jobs.upgrade.tune`'s weights and the recall they keep."""
+    console().print(f"fusion weight beta = {result['beta']}, hub penalty weight {result['hub_weight']}: "
+                    f"Recall@{k} {result['recall']:.3f} on {result['n_queries']:,} queries (new model alone "
+                    f"{result['new_model_only']:.3f}, staying on the old model {result['staying']:.3f}); "
+                    f"`upgrade search --old-model` uses it")
