@@ -113,32 +113,13 @@ def evaluate(alignment_path, source_url, target_url, pairs, queries_url, k, max_
              min_retention, engine):
     """Measure an alignment on corresponding records (held out from the fit when it had a holdout)."""
     from ..errors import CheckFailed
-    from ..jobs.evaluate import evaluate_alignment
+    from ..jobs.evaluate import evaluate_alignment, threshold_failures
     from ..render.evaluation import evaluation
 
     result = evaluate_alignment(alignment_path, source_url, target_url, pairs=pairs, queries=queries_url, k=k,
                                 max_pairs=max_pairs, use_holdout=not all_pairs, engine=engine)
-    failures = _below_thresholds(result, k, min_top1, min_retention)
+    failures = threshold_failures(result, k, min_top1, min_retention)
     result.passed = not failures
     emit(result, evaluation)
     if failures:
         raise CheckFailed("; ".join(failures))
-
-
-def _below_thresholds(result, k: int, min_top1: float | None, min_retention: float | None) -> list[str]:
-    """What of ``result`` (an :class:`~vecbridge.results.Evaluation`) falls below the thresholds given, in words.
-    A pass/fail rule of the evaluation: it belongs with :func:`vecbridge.jobs.evaluate.evaluate_alignment`."""
-    from ..errors import InputError
-
-    failures = []
-    if min_top1 is not None and result.pairs.top1 < min_top1:
-        failures.append(f"top-1 {result.pairs.top1:.3f} < {min_top1}")
-    if min_retention is not None:
-        if result.retrieval is None:
-            raise InputError("--min-retention needs --queries")
-        retention = result.retrieval.retention
-        if retention is None:   # the native recall is too low for the ratio to mean anything: not a pass
-            failures.append(f"retention@{k} {result.retrieval.unreliable or 'unreliable'}")
-        elif retention < min_retention:
-            failures.append(f"retention@{k} {retention:.3f} < {min_retention}")
-    return failures

@@ -33,24 +33,13 @@ def drift_run(config):
 @click.option("--stop-on-breach", is_flag=True, help="Exit 1 at the first breach instead of continuing.")
 def drift_watch(config, every, max_runs, stop_on_breach):
     """Run the check on a schedule until interrupted."""
-    import time
-
     from ..errors import CheckFailed
-    from ..jobs.drift import DriftConfig, parse_every, run_check
+    from ..jobs.drift import DriftConfig, parse_every, watch
 
-    interval = parse_every(every)
-    cfg = DriftConfig.load(config)
-    runs = 0
-    while True:   # the schedule: it belongs with the checks in vecbridge.jobs.drift
-        started = time.monotonic()
-        result = run_check(cfg)
+    for result in watch(DriftConfig.load(config), parse_every(every), max_runs=max_runs):
         emit(result, show.check)
-        runs += 1
         if result["breached"] and stop_on_breach:
             raise CheckFailed(f"drift: {result['reason']}")
-        if max_runs is not None and runs >= max_runs:
-            return
-        time.sleep(max(0.0, interval - (time.monotonic() - started)))
 
 
 @drift.command("history")

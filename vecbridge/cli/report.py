@@ -3,12 +3,10 @@ from __future__ import annotations
 
 import click
 
+from ..jobs.report import FAILING
 from ..render.console import steps as step_lines
 from .group import command, emit, json_mode
 from .options import POSITIVE_INT, engine_options, method_option, pairs_option
-
-#: the verdicts each ``--fail-on`` level fails on
-FAILING = {"no-go": ("NO-GO",), "caution": ("NO-GO", "CAUTION")}
 
 
 @command()

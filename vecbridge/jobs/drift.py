@@ -37,6 +37,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Iterator
 
 import numpy as np
 
@@ -205,3 +206,17 @@ def parse_every(text: str) -> float:
     if value <= 0:
         raise InputError("--every must be positive")
     return value
+
+
+def watch(config: DriftConfig, interval: float, *, max_runs: int | None = None) -> Iterator[dict]:
+    """:func:`run_check` every ``interval`` seconds (from the start of one check to the start of the next), each
+    result as it comes, until ``max_runs`` checks (or for ever)."""
+    runs = 0
+    while True:
+        started = time.monotonic()
+        yield run_check(config)
+        runs += 1
+        if max_runs is not None and runs >= max_runs:
+            return
+        time.sleep(max(0.0, interval - (time.monotonic() - started)))
+

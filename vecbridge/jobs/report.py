@@ -47,6 +47,7 @@ from ..quality.compatibility import (
     retention_curve,
     split_pairs,
 )
+from ..quality.verdict import FAILING as FAILING  # the CLI's --fail-on levels
 from ..quality.verdict import THRESHOLDS, advice, verdict
 from ..results import (
     NeighbourhoodOverlap,

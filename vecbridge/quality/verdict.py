@@ -14,6 +14,8 @@ from .options import ORTHO_OPTION
 #: verdict thresholds (documented in the README): GO needs all of the "go" ones; NO-GO any of the "no_go" ones.
 #: Top-1 is the measured one, among the held-out items (``held_out["pool"]``); its extrapolation to the collection's
 #: size is reported beside it but does not move the verdict.
+#: the verdicts each ``report --fail-on`` level fails on (a CI gate)
+FAILING = {"no-go": ("NO-GO",), "caution": ("NO-GO", "CAUTION")}
 THRESHOLDS = {
     "go_top1": 0.95,            # held-out top-1 of the true partner (among the held-out items)
     "go_retention": 0.90,       # predicted recall retention@k
