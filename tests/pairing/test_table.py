@@ -2,7 +2,7 @@
 what it needs, how it streams, samples and splits; ``fit``, ``link``, ``evaluate``, ``report`` and ``merge`` read
 it. A split plan (what an engine spread over processes gets: key ranges, chunks of a list) sees the same pairs as
 the whole plan, and its sample of pairs is the same whatever the units. Real file stores; the engine that splits is
-the local one posing as spread over processes (the Ray engine itself is tested in tests/test_ray_reduce.py)."""
+the local one posing as spread over processes (the Ray engine itself is tested in tests/jobs/test_ray_reduce.py)."""
 from __future__ import annotations
 
 import csv

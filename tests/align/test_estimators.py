@@ -15,7 +15,7 @@ from vecbridge.linking.geh import GEH, GEHSearch, GEHStopping, GEHViews, GEHVote
 from vecbridge.numeric.estimator import Estimator, UnknownParameter
 
 ESTIMATORS = [OrthogonalProcrustes, ClusteredProcrustes, LinearMap, NoMap, MiniVec2Vec, GEH]
-PACKAGE = Path(__file__).resolve().parents[1] / "vecbridge"
+PACKAGE = Path(__file__).resolve().parents[2] / "vecbridge"
 
 
 @pytest.mark.parametrize("cls", ESTIMATORS)

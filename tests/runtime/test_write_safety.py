@@ -14,14 +14,13 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
+from tests.conftest import flaky, lossy, write_collection
 from vecbridge.align import Alignment, OrthogonalProcrustes
 from vecbridge.cli import main
 from vecbridge.connectors import connect
 from vecbridge.errors import CheckFailed, InputError
 from vecbridge.jobs import merge, migrate
 from vecbridge.runtime.guard import exclusive_writer
-
-from .conftest import flaky, lossy, write_collection
 
 
 @pytest.fixture

@@ -7,10 +7,9 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
+from tests.conftest import write_collection
 from vecbridge.cli import main
 from vecbridge.linking.links import Links
-
-from .conftest import write_collection
 
 
 def run(*args):

@@ -7,13 +7,12 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
+from tests.conftest import write_collection
 from vecbridge.cli import main
 from vecbridge.errors import InputError
 from vecbridge.jobs.fit import fit_alignment
 from vecbridge.jobs.report import compatibility_report
 from vecbridge.validation import check_paired, check_vectors
-
-from .conftest import write_collection
 
 
 def _plain(path, ids, vectors):

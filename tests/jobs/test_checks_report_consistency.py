@@ -7,12 +7,11 @@ import re
 import pytest
 from click.testing import CliRunner
 
+from tests.conftest import write_collection
 from vecbridge.cli import main
 from vecbridge.errors import InputError
 from vecbridge.jobs.report import THRESHOLDS, compatibility_report, verdict
 from vecbridge.render.html import render_html
-
-from .conftest import write_collection
 
 ORTHO = "orthogonal (one global Q)"
 
@@ -110,8 +109,8 @@ def test_user_text_names_no_internal_paper_files(part_report, sample_stores):
 
 def test_module_docstrings_name_papers_by_title():
     import vecbridge.jobs.fit as wf
-    import vecbridge.quality.options as op
     import vecbridge.jobs.report as rp
+    import vecbridge.quality.options as op
 
     for mod in (wf, op, rp):
         with open(mod.__file__, encoding="utf-8") as fh:

@@ -4,6 +4,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from tests.conftest import SHARED_WORDNET
 from vecbridge import metrics
 from vecbridge.align import Alignment
 from vecbridge.align.minivec2vec import (
@@ -16,8 +17,6 @@ from vecbridge.align.minivec2vec import (
 )
 from vecbridge.errors import InputError
 from vecbridge.numeric.kmeans import kmeans
-
-from .conftest import SHARED_WORDNET
 
 # A fast configuration for the bundled sample (1,000 rows per side): fewer ensemble runs, QAP restarts and Refine-1
 # iterations, neighbourhoods and Refine-2 scaled to the data size; the paper's single run (no restarts, no VecMap

@@ -13,12 +13,11 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
+from tests.conftest import write_collection
 from vecbridge.align import Alignment, OrthogonalProcrustes
 from vecbridge.align.artifact import _digest
 from vecbridge.cli import main
 from vecbridge.connectors import connect
-
-from .conftest import write_collection
 
 N = 300
 

@@ -7,13 +7,12 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
+from tests.conftest import SHARED_WORDNET, write_collection
 from vecbridge.align import Alignment, OrthogonalProcrustes
 from vecbridge.cli import main
 from vecbridge.connectors import VectorBatch
 from vecbridge.errors import InputError
 from vecbridge.jobs.drift import DriftConfig, History, centroid_shift, mmd_test, parse_every, run_check
-
-from .conftest import SHARED_WORDNET, write_collection
 
 
 @pytest.fixture

@@ -8,9 +8,8 @@ import sys
 import numpy as np
 from click.testing import CliRunner
 
+from tests.conftest import write_collection
 from vecbridge.cli import main
-
-from .conftest import write_collection
 
 
 def run(*args):

@@ -7,13 +7,12 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
+from tests.conftest import write_collection
 from vecbridge.align import Alignment, OrthogonalProcrustes
 from vecbridge.cli import main
 from vecbridge.connectors import connect
 from vecbridge.errors import InputError, StoreError
 from vecbridge.jobs import merge
-
-from .conftest import write_collection
 
 
 @pytest.fixture

@@ -7,13 +7,12 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
+from tests.conftest import write_collection
 from vecbridge import metrics
 from vecbridge.align import Alignment, OrthogonalProcrustes
 from vecbridge.cli import main
 from vecbridge.jobs.drift import DriftConfig, History, run_check
 from vecbridge.render.html import drift_history_html
-
-from .conftest import write_collection
 
 
 def test_recall_retention_refuses_a_near_zero_denominator(sample):

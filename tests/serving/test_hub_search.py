@@ -7,14 +7,13 @@ import json
 import numpy as np
 from click.testing import CliRunner
 
+from tests.conftest import write_collection
 from vecbridge.align import Alignment, OrthogonalProcrustes
 from vecbridge.cli import main
 from vecbridge.quality.scoring import hub_penalty
 from vecbridge.serving.rerank import HubPenalizedSearch
 from vecbridge.serving.wrap import search_collections, wrap
 from vecbridge.vectors import l2_normalize
-
-from .conftest import write_collection
 
 
 def _setup(tmp_path, sample):

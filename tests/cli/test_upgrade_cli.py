@@ -8,10 +8,9 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
+from tests.conftest import write_collection
 from vecbridge.cli import main
 from vecbridge.connectors import connect
-
-from .conftest import write_collection
 
 MODEL = "tests.embedders:mpnet_lookup"
 

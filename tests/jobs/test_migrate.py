@@ -14,13 +14,12 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
+from tests.conftest import flaky, write_collection
 from vecbridge.align import Alignment, OrthogonalProcrustes
 from vecbridge.cli import main
 from vecbridge.connectors import connect
 from vecbridge.errors import InputError, StoreError
 from vecbridge.jobs import MappedEmbeddings, federated_search, migrate, verify, wrap
-
-from .conftest import flaky, write_collection
 
 
 @pytest.fixture

@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
+from tests.conftest import write_collection
 from vecbridge.cli import main
 from vecbridge.connectors import VectorBatch, connect
 from vecbridge.errors import InputError
@@ -24,10 +25,8 @@ from vecbridge.jobs import upgrade as upgrade_job
 from vecbridge.jobs.upgrade import Upgrade, starting
 from vecbridge.jobs.upgrade.state import UpgradeState
 
-from .conftest import write_collection
-
 MODEL = "tests.embedders:mpnet_lookup"
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def run(*args, **kwargs):

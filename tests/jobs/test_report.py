@@ -10,12 +10,11 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
+from tests.conftest import write_collection
 from vecbridge.cli import main
 from vecbridge.errors import InputError
 from vecbridge.jobs.report import THRESHOLDS, compatibility_report, verdict
 from vecbridge.render.html import render_html
-
-from .conftest import write_collection
 
 
 @pytest.fixture(scope="module")

@@ -4,14 +4,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from tests.conftest import write_collection
 from vecbridge.align import OrthogonalProcrustes
 from vecbridge.errors import InputError
 from vecbridge.linking.links import Links
 from vecbridge.pairing.reembed import read_texts, reembed_pairs, reference_pairs
 from vecbridge.runtime.models import load_model
 from vecbridge.vectors import l2_normalize
-
-from .conftest import write_collection
 
 
 @pytest.fixture

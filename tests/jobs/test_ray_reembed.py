@@ -30,7 +30,7 @@ os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")   # keep every R
 
 N, FIT, BATCH = 400, 100, 32
 FITTED: dict = {}   # state file -> the ids start re-embedded to fit the map
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.filterwarnings("ignore::vecbridge.align.FewPairsWarning")   # 100 fit pairs, 768 dims
 
 

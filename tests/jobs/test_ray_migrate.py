@@ -70,7 +70,7 @@ main(["migrate", "file:///nowhere/src", "--alignment", "/nowhere/a.vb", "--to", 
 
 def test_mapping_does_not_depend_on_how_batches_fall():
     """Ranges that cut batches elsewhere still give bit-identical vectors (every row is mapped independently of its
-    batch, whatever the BLAS kernel: tests/test_rowwise.py)."""
+    batch, whatever the BLAS kernel: tests/numeric/test_rowwise.py)."""
     from vecbridge.jobs.rewrite import mapper
 
     rng = np.random.default_rng(3)

@@ -15,13 +15,12 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
+from tests.conftest import collection_urls, flaky, write_collection
 from vecbridge.align import Alignment, OrthogonalProcrustes
 from vecbridge.cli import main
 from vecbridge.connectors import connect
 from vecbridge.errors import InputError
 from vecbridge.runtime.checkpoint import Checkpoint
-
-from .conftest import collection_urls, flaky, write_collection
 
 N = 300
 

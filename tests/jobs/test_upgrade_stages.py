@@ -8,13 +8,12 @@ import pickle
 import numpy as np
 import pytest
 
+from tests.conftest import write_collection
 from vecbridge.errors import InputError
 from vecbridge.jobs.upgrade import FUSION_BETAS, HUB_WEIGHTS, TRANSITIONS, Upgrade, base, start
 from vecbridge.jobs.upgrade.scheduler import Reembedder
 from vecbridge.jobs.upgrade.stages import check
 from vecbridge.quality.scoring import fused_scores
-
-from .conftest import write_collection
 
 MODEL = "tests.embedders:mpnet_lookup"
 N, FIT = 400, 200

@@ -16,7 +16,7 @@ from vecbridge.align.clustered import ClusteredProcrustes, cluster_weights, pola
 from vecbridge.errors import ArtifactError, InputError
 from vecbridge.numeric.kmeans import spherical_kmeans
 
-SHARED_WORDNET = Path(__file__).resolve().parents[2] / "shared" / "data" / "wordnet"
+SHARED_WORDNET = Path(__file__).resolve().parents[3] / "shared" / "data" / "wordnet"
 
 
 def rot(d_in, d_out, rng):
