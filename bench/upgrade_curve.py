@@ -269,7 +269,7 @@ def serving_options(p: Pair) -> dict:
            "full_reembed": recall((metrics.partner_ranks(p.Qn_raw, p.Y_raw) <= K) & p.valid, p.B)}
     for name, M in maps.items():
         S = p.S_map if name == "global" else Qn @ l2_normalize(M).T
-        pen = knn(M, p.Qn_raw[p.A], HUB_K)[1].mean(axis=1).astype(np.float32)   # = jobs.rerank.hub_penalty
+        pen = knn(M, p.Qn_raw[p.A], HUB_K)[1].mean(axis=1).astype(np.float32)   # = quality.scoring.hub_penalty
         memo = {}
 
         def hits(beta, w):
