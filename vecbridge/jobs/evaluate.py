@@ -12,6 +12,7 @@ from ..errors import InputError
 from ..linking.pairspec import PairSpec
 from ..pairing.sampling import sample_pairs
 from ..pairing.table import STORED, pairing
+from ..quality.verdict import threshold_failures as threshold_failures  # evaluate's pass/fail rule
 from ..results import Evaluation, EvaluationRetrieval, PairScores
 from ..runtime.engine import engine_of
 from ..runtime.open import load_alignment, open_collection
@@ -81,20 +82,3 @@ def evaluate_alignment(alignment: Alignment, source, target, *, pairs: str = "id
             **ret, overlap=metrics.topk_overlap(qb.vectors, mapped, t.vectors, k=k, metric=metric), k=k,
             n_queries=len(qb))
     return result
-
-
-def threshold_failures(result, k: int, min_top1: float | None, min_retention: float | None) -> list[str]:
-    """What of ``result`` (an :class:`~vecbridge.results.Evaluation`) falls below the thresholds given, in words.
-    ``evaluate --min-top1/--min-retention`` exits 1 on any; without queries a retention threshold is refused."""
-    failures = []
-    if min_top1 is not None and result.pairs.top1 < min_top1:
-        failures.append(f"top-1 {result.pairs.top1:.3f} < {min_top1}")
-    if min_retention is not None:
-        if result.retrieval is None:
-            raise InputError("--min-retention needs --queries")
-        retention = result.retrieval.retention
-        if retention is None:   # the native recall is too low for the ratio to mean anything: not a pass
-            failures.append(f"retention@{k} {result.retrieval.unreliable or 'unreliable'}")
-        elif retention < min_retention:
-            failures.append(f"retention@{k} {retention:.3f} < {min_retention}")
-    return failures

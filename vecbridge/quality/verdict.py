@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ..errors import InputError
 from ..results import (
     Report,
     Verdict,
@@ -175,3 +176,19 @@ def advice(report: "Report | dict") -> list[str]:
                    "Applications, 2025) is vacuous at this dimension; rely on the held-out numbers")
     return out
 
+
+def threshold_failures(result, k: int, min_top1: float | None, min_retention: float | None) -> list[str]:
+    """What of ``result`` (an :class:`~vecbridge.results.Evaluation`) falls below the thresholds given, in words.
+    ``evaluate --min-top1/--min-retention`` exits 1 on any; without queries a retention threshold is refused."""
+    failures = []
+    if min_top1 is not None and result.pairs.top1 < min_top1:
+        failures.append(f"top-1 {result.pairs.top1:.3f} < {min_top1}")
+    if min_retention is not None:
+        if result.retrieval is None:
+            raise InputError("--min-retention needs --queries")
+        retention = result.retrieval.retention
+        if retention is None:   # the native recall is too low for the ratio to mean anything: not a pass
+            failures.append(f"retention@{k} {result.retrieval.unreliable or 'unreliable'}")
+        elif retention < min_retention:
+            failures.append(f"retention@{k} {retention:.3f} < {min_retention}")
+    return failures
