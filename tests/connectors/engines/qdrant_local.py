@@ -1,7 +1,7 @@
 """Qdrant through ``qdrant-client``'s local mode, in memory (no Qdrant server can be installed here).
 
 The ``:memory:`` store is shared by every ``qdrant://:memory:/...`` URL of the process, so the contract tests reach
-it by URL like any other store. ``path=`` mode writes too slowly for the 10k round trip (~30 s); it is covered by a
+it by URL like any other store. ``path=`` mode writes too slowly for the round trip of thousands of records; it is covered by a
 small persistence test in ``tests/connectors/test_qdrant.py``.
 """
 from __future__ import annotations
