@@ -9,15 +9,17 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import numpy as np
-from scipy.linalg.blas import dsyrk as _syrk
 
 from ..errors import InputError
 from ..validation import check_paired
 
 
 def _add_gram(acc: np.ndarray, X: np.ndarray) -> None:
-    """acc += X^T X using the symmetric rank-k update (half the flops of a general matrix product)."""
-    upper = _syrk(1.0, X, trans=1, lower=0)
+    """acc += X^T X using the symmetric rank-k update (half the flops of a general matrix product). SciPy is
+    imported here, not with the module: it is a third of every command's start-up, and most commands fit nothing."""
+    from scipy.linalg.blas import dsyrk
+
+    upper = dsyrk(1.0, X, trans=1, lower=0)
     acc += np.triu(upper) + np.triu(upper, 1).T
 
 
