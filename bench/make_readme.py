@@ -533,13 +533,53 @@ def upgrade_state(d: dict) -> dict:
                              for r in d["rows"]])}
 
 
-RENDERERS = {"align_real": align_real, "geh": geh, "geh_calibration": geh_calibration, "geh_timing": geh_timing,
+def gpu_embed(d: dict) -> dict:
+    """Texts per second per model, device, precision and batch (medians, each run in brackets), against the CPU
+    reference measured in the same run."""
+    rows = []
+    for m in d["models"]:
+        for r in [dict(m["cpu"], vs_cpu=None, reference=True)] + m["rows"]:
+            runs = "/".join(f"{x:,.0f}" for x in r["runs"])
+            cos = r.get("lowest_cosine_to_fp32")
+            rows.append([m["model"], r["device"] + (" (CPU reference)" if r.get("reference") else ""),
+                         r["precision"], r["batch"], f"{r['texts']:,}", f"{r['texts_per_s']:,.0f} ({runs})",
+                         "1.0x" if r["vs_cpu"] is None else f"{r['vs_cpu']:.1f}x",
+                         "" if cos is None else f"{cos:.5f}"])
+    return {"throughput": table(["model", "device", "precision", "batch", "texts", "texts/s (runs)", "vs CPU",
+                                 "lowest cosine to fp32"], rows)}
+
+
+def serve(d: dict) -> dict:
+    """``vecbridge serve`` under load: each phase's rate and latency beside the store's own search, then the stage
+    switches and the restart under load."""
+    names = {"store_direct": "the store's own search, called directly", "search_vectors": "`/search`, vectors in",
+             "search_texts": "`/search`, texts in", "embeddings": "`/v1/embeddings`, one text"}
+    store = d["phases"]["store_direct"]["p99_ms"]
+    load = table(["", "requests", "queries/s", "p50 ms", "p99 ms", "p99 / store's", "failed", "load average"],
+                 [[names[k], f"{r['requests']:,}", f"{r['qps']:.0f}", f"{r['p50_ms']:.1f}", f"{r['p99_ms']:.1f}",
+                   "" if k == "store_direct" else f"{r['p99_ms'] / store:.2f}x", r["failed"],
+                   f"{r['load_before']:.1f}"]
+                  for k, r in d["phases"].items() if k in names])
+    sw, kill = d["phases"]["switching"], d["phases"]["kill_restart"]
+    verbs = ", ".join(f"{s['verb']} {s['seconds']:.0f} s" + ("" if s["rc"] == 0 else f" (exit {s['rc']})")
+                      for s in sw["switches"])
+    events = table(["under load", "requests", "failed", "what else"],
+                   [["`cutover`, `rollback`, `cutover` by other processes", f"{sw['requests']:,}", sw["failed"],
+                     f"stages answering: {', '.join(sw['stages'])}; answers naming no stage or the wrong space: "
+                     f"{sw['unnamed']}; {verbs}"],
+                    ["the service killed (SIGKILL) and started again", f"{kill['requests']:,}", kill["failed"],
+                     f"restarted in {kill['restart_s']:.1f} s; {kill['retried']} requests retried by their client, "
+                     f"{kill['lost']} lost"]])
+    return {"load": load, "events": events}
+
+
+RENDERERS = {"serve": serve, "align_real": align_real, "geh": geh, "geh_calibration": geh_calibration, "geh_timing": geh_timing,
              "unsupervised_robust": unsupervised_robust, "minivec2vec": minivec2vec,
              "linking_retention": linking_retention, "quality_options": quality_options, "migrate": migrate,
              "rowwise": rowwise,
              "report_calibration": report_calibration, "connectors": connectors,
              "upgrade_curve": upgrade_curve, "map_validation": map_validation, "ray_scale": ray_scale,
-             "upgrade_state": upgrade_state}
+             "upgrade_state": upgrade_state, "gpu_embed": gpu_embed}
 
 
 # ------------------------------------------------------------------------------------------------------ main

@@ -1,11 +1,18 @@
-"""Does vecbridge.quality.space tell which embedding space an unlabelled sample is in? A benchmark, not a test.
+"""Is a map refused when it is applied to the wrong space, from the vectors alone (no stamps)? A benchmark, not a test.
 
-For each corpus: a fingerprint of each of the four models from 5,000 documents (rows 0-4999). Test samples are
-1,000 other documents (rows 5000-5999) or the queries of the same rows (GloVe's zero rows left out). For every
-ordered pair (A, B) with fingerprints {A, B}: A's vectors must be named A (right side of a map A->B); B's vectors
-(the map applied the wrong way) and a third model C of A's dimension must not be named A; A's documents mapped into
-B's space by an orthogonal Procrustes map fitted on 2,000 paired documents (rows 6000-7999) should be named B.
-Mixtures of minilm6 and minilm3 (5 .. 95 %) of 1,000 vectors from rows 5000-9999: estimated fraction vs the truth.
+The product's own path: for every ordered pair (A, B) of the four models of ../shared/data, an orthogonal map fitted
+on 2,000 paired documents (rows 6000-7999) with both sides fingerprinted as ``vecbridge fit`` does (5,000 sampled
+documents of each collection, rows 0-4999), then ``check_space`` (what migrate, merge, verify, wrapped search, upgrade
+start and drift call) on collections of 1,000 held-out vectors (rows 5000-5999, documents and queries):
+
+* right way: A's vectors as the map's source (must be accepted);
+* wrong way: B's vectors as its source (refused: by the statistics where B has A's dimension, else by dimension);
+* third model: every other model C's vectors as its source (refused likewise);
+* mapped: A's documents mapped through the map, checked as its target (what ``verify`` does; must be accepted).
+
+Mixtures: collections of 1,000 documents (and queries) from two models of one dimension at 5-95 %: the share
+``info --space`` estimates against the truth, and whether ``migrate`` refuses them as mixed (a pure collection must
+never be).
 
 Run: ``OPENBLAS_NUM_THREADS=1 python bench/space_check.py``; writes bench/results/space_check.json.
 """
@@ -15,6 +22,7 @@ import argparse
 import json
 import os
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -27,77 +35,87 @@ sys.path.insert(0, str(ROOT / "bench"))
 from _corpora import DATA, embeddings  # noqa: E402
 
 from vecbridge.align import OrthogonalProcrustes  # noqa: E402
-from vecbridge.quality.space import SpaceFingerprint, mixture_fractions, which_space  # noqa: E402
+from vecbridge.align.artifact import Alignment  # noqa: E402
+from vecbridge.connectors import VectorBatch, connect  # noqa: E402
+from vecbridge.errors import SpaceMismatch  # noqa: E402
+from vecbridge.runtime.provenance import attach_spaces, check_space, fingerprint_vectors, space_report  # noqa: E402
 
 MODELS = ("minilm6", "minilm3", "mpnet", "glove50")
-TEST = slice(5000, 6000)
 FIT = slice(0, 5000)
+TEST = slice(5000, 6000)
 PAIRS = slice(6000, 8000)
 MIX = (0.05, 0.25, 0.5, 0.75, 0.95)
 
 
-def _unit(X):
-    return X / np.linalg.norm(X, axis=1, keepdims=True)
+def _collection(root: Path, name: str, X: np.ndarray):
+    coll = connect(f"file://{root / name}").create(dim=X.shape[1])
+    coll.upsert(VectorBatch([str(i) for i in range(len(X))], X.astype(np.float32)))
+    return coll
 
 
-def corpus_check(corpus: str) -> dict:
+def _decide(coll, alignment, side: str, **kw) -> str:
+    """accepted / refused (statistics) / refused (dimension) / unchecked, as a command would see it."""
+    if coll.info().dim != (alignment.source_dim if side == "source" else alignment.target_dim):
+        return "refused (dimension)"
+    try:
+        check = check_space(coll, alignment, side, **kw)
+    except SpaceMismatch:
+        return "refused (statistics)"
+    return "accepted" if check.verdict == "ok" else check.verdict
+
+
+def _map(docs: dict, a: str, b: str) -> Alignment:
+    est = OrthogonalProcrustes().fit(docs[a][PAIRS], docs[b][PAIRS])
+    return attach_spaces(Alignment.from_estimator(est, source_model=a, target_model=b),
+                         fingerprint_vectors(docs[a][FIT], model=a), fingerprint_vectors(docs[b][FIT], model=b))
+
+
+def corpus_check(corpus: str, root: Path) -> dict:
     folder = DATA / corpus
     docs = {m: embeddings(folder, m, "docs") for m in MODELS}
     queries = {m: embeddings(folder, m, "queries") for m in MODELS}
     zero = set(json.loads((folder / "glove50_zero_rows.json").read_text())["queries"])
-    rows = np.array([i for i in range(TEST.start, TEST.stop) if i not in zero])  # one row set for every model
-    samples = {(m, "docs"): docs[m][TEST] for m in MODELS}
-    samples.update({(m, "queries"): queries[m][rows] for m in MODELS})
-    fps = {m: SpaceFingerprint.from_vectors(docs[m][FIT], model=m) for m in MODELS}
-    dim = {m: fps[m].dim for m in MODELS}
-    counts = {k: [0, 0] for k in ("right_named", "wrong_way_refused", "third_model_refused", "mapped_named_B")}
-    false_refusals, wrong_accepts, mapped_misses = [], [], []
+    rows = np.array([i for i in range(TEST.start, TEST.stop) if i not in zero])   # one row set for every model
+    colls = {(m, "docs"): _collection(root, f"{corpus}_{m}_docs", docs[m][TEST]) for m in MODELS}
+    colls.update({(m, "queries"): _collection(root, f"{corpus}_{m}_queries", queries[m][rows]) for m in MODELS})
+    table: dict[str, dict[str, int]] = {}
+    errors = []
+
+    def count(case: str, decision: str, want: str, what: str) -> None:
+        table.setdefault(case, {}).setdefault(decision, 0)
+        table[case][decision] += 1
+        if not decision.startswith(want):
+            errors.append(f"{what}: {decision}")
+
     for a in MODELS:
         for b in MODELS:
             if a == b:
                 continue
-            pair = {a: fps[a], b: fps[b]}
+            alignment = _map(docs, a, b)
             for kind in ("docs", "queries"):
-                got = which_space(samples[(a, kind)], pair).name
-                counts["right_named"][0] += got == a
-                counts["right_named"][1] += 1
-                if got != a:
-                    false_refusals.append(f"{a}->{b} {kind}: {got}")
-                got = which_space(samples[(b, kind)], pair).name
-                counts["wrong_way_refused"][0] += got != a
-                counts["wrong_way_refused"][1] += 1
-                if got == a:
-                    wrong_accepts.append(f"{a}->{b} {kind}: B's vectors named {a}")
+                count("right way", _decide(colls[(a, kind)], alignment, "source"), "accepted", f"{a}->{b} {kind}")
+                count("wrong way", _decide(colls[(b, kind)], alignment, "source"), "refused", f"{a}->{b} on {b} {kind}")
                 for c in MODELS:
-                    if c in (a, b) or dim[c] != dim[a]:
-                        continue
-                    got = which_space(samples[(c, kind)], pair).name
-                    counts["third_model_refused"][0] += got != a
-                    counts["third_model_refused"][1] += 1
-                    if got == a:
-                        wrong_accepts.append(f"{a}->{b} {kind}: {c}'s vectors named {a}")
-            fit_src, fit_tgt = _unit(docs[a][PAIRS]), _unit(docs[b][PAIRS])
-            mapped = OrthogonalProcrustes().fit(fit_src, fit_tgt).transform(_unit(docs[a][TEST]))
-            match = which_space(mapped, pair)
-            counts["mapped_named_B"][0] += match.name == b
-            counts["mapped_named_B"][1] += 1
-            if match.name != b:
-                mapped_misses.append(f"{a}->{b}: {match.reason}")
+                    if c not in (a, b):
+                        count("third model", _decide(colls[(c, kind)], alignment, "source"), "refused",
+                              f"{a}->{b} on {c} {kind}")
+            mapped = _collection(root, f"{corpus}_{a}_to_{b}", alignment.transform(docs[a][TEST]))
+            count("mapped, as target", _decide(mapped, alignment, "target"), "accepted", f"{a}->{b} mapped")
+            mapped.drop()
     mixtures = []
-    rng = np.random.default_rng(0)
-    two = {m: fps[m] for m in ("minilm6", "minilm3")}
-    for kind, src in (("docs", docs), ("queries", queries)):
-        for p in MIX:
-            idx = rng.permutation(np.arange(TEST.start, 10000))[:1000]
-            n6 = int(round(1000 * p))
-            sample = np.vstack([src["minilm6"][idx[:n6]], src["minilm3"][idx[n6:]]])
-            est = mixture_fractions(sample, two)["minilm6"]
-            mixtures.append({"kind": kind, "true_minilm6": p, "estimated": round(est, 4), "error": round(est - p, 4)})
-    return {"counts": {k: {"ok": int(v[0]), "of": int(v[1])} for k, v in counts.items()},
-            "false_refusals": false_refusals, "wrong_accepts": wrong_accepts, "mapped_misses": mapped_misses,
-            "mixtures": mixtures,
-            "fingerprint_json_bytes": {m: len(json.dumps(fps[m].as_dict())) for m in MODELS},
-            "reference_cosine": {m: round(fps[m].reference_cosine, 4) for m in MODELS}}
+    for a, b in (("minilm6", "minilm3"), ("minilm3", "minilm6")):
+        alignment = _map(docs, a, b)
+        for kind, src in (("docs", docs), ("queries", queries)):
+            for p in (1.0,) + MIX:
+                idx = np.random.default_rng(int(p * 100)).permutation(np.arange(TEST.start, 10000))[:1000]
+                n = int(round(1000 * p))
+                coll = _collection(root, f"{corpus}_mix", np.vstack([src[a][idx[:n]], src[b][idx[n:]]]))
+                share = space_report(coll, [("map", alignment)])["spaces"]["source of map"]["fraction"]
+                refused = _decide(coll, alignment, "source", mixed=True) != "accepted"
+                mixtures.append({"pair": f"{a}+{b}", "kind": kind, "true_share": p, "estimated": share,
+                                 "error": round(share - p, 4), "migrate_refuses": refused})
+                coll.drop()
+    return {"table": table, "errors": errors, "mixtures": mixtures}
 
 
 def main(argv=None) -> int:
@@ -105,17 +123,26 @@ def main(argv=None) -> int:
     ap.add_argument("--out", default=str(ROOT / "bench" / "results" / "space_check.json"))
     args = ap.parse_args(argv)
     t0 = time.perf_counter()
-    out = {corpus: corpus_check(corpus) for corpus in ("wordnet", "foldoc")}
+    with tempfile.TemporaryDirectory() as tmp:
+        out = {corpus: corpus_check(corpus, Path(tmp)) for corpus in ("wordnet", "foldoc")}
+    decisions = ("accepted", "refused (statistics)", "refused (dimension)", "unchecked", "mixed")
     for corpus, res in out.items():
-        print(f"{corpus}: " + "; ".join(f"{k} {v['ok']}/{v['of']}" for k, v in res["counts"].items()))
-        for line in res["false_refusals"] + res["wrong_accepts"] + res["mapped_misses"]:
-            print(f"  {line}")
-        print("  mixture minilm6 share, true -> estimated: " + ", ".join(
-            f"{m['kind'][0]}{m['true_minilm6']:.2f}->{m['estimated']:.3f}" for m in res["mixtures"]))
-        print(f"  max |mixture error| {max(abs(m['error']) for m in res['mixtures']):.3f}; fingerprint JSON bytes "
-              + ", ".join(f"{m} {b}" for m, b in res["fingerprint_json_bytes"].items()))
+        print(f"\n{corpus}: samples of 1,000 vectors, docs and queries")
+        print(f"  {'case':<20}" + "".join(f"{d:>22}" for d in decisions))
+        for case, row in res["table"].items():
+            print(f"  {case:<20}" + "".join(f"{row.get(d, 0):>22}" for d in decisions))
+        for line in res["errors"]:
+            print(f"  WRONG: {line}")
+        for kind in ("docs", "queries"):
+            ms = [m for m in res["mixtures"] if m["kind"] == kind and m["true_share"] < 1]
+            pure = [m for m in res["mixtures"] if m["kind"] == kind and m["true_share"] == 1]
+            print(f"  mixtures ({kind}): max |share error| {max(abs(m['error']) for m in ms):.3f}; migrate refuses "
+                  f"{sum(m['migrate_refuses'] for m in ms)}/{len(ms)} mixed, "
+                  f"{sum(m['migrate_refuses'] for m in pure)}/{len(pure)} pure")
+            print("    " + ", ".join(f"{m['pair'].split('+')[0]} {m['true_share']:.2f}->{m['estimated']:.3f}"
+                                     for m in ms))
     seconds = round(time.perf_counter() - t0, 1)
-    print(f"{seconds} s")
+    print(f"\n{seconds} s")
     out["machine"] = {"seconds": seconds, "blas_threads": os.environ.get("OPENBLAS_NUM_THREADS", "default")}
     Path(args.out).write_text(json.dumps(out, indent=1) + "\n")
     return 0

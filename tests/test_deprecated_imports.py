@@ -7,6 +7,8 @@ import pytest
 
 MOVED = [("vecbridge.migrate", "migrate", "vecbridge.jobs"), ("vecbridge.migrate", "wrap", "vecbridge.jobs"),
          ("vecbridge.migrate", "MappedEmbeddings", "vecbridge.jobs"),
+         ("vecbridge.serving.translate", "MappedEmbeddings", "vecbridge.serving.embedder"),
+         ("vecbridge.jobs.wrap", "MappedEmbeddings", "vecbridge.serving.embedder"),
          ("vecbridge.checks", "evaluate_alignment", "vecbridge.jobs"),
          ("vecbridge.linking", "MiniVec2Vec", "vecbridge.align"),
          ("vecbridge.linking", "read_pairs_file", "vecbridge.pairing.pairs"),

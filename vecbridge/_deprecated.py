@@ -97,7 +97,7 @@ MOVED_MODULES: dict[str, "str | dict[str, str]"] = {
         **dict.fromkeys(["FusedSearch", "HubPenalizedSearch", "RerankedSearch", "fused_search"],
                         "vecbridge.serving.rerank")},
     "vecbridge.jobs.wrap": {
-        **dict.fromkeys(["MappedEmbeddings", "translate_queries"], "vecbridge.serving.translate"),
+        "MappedEmbeddings": "vecbridge.serving.embedder", "translate_queries": "vecbridge.serving.translate",
         **dict.fromkeys(["WrappedCollection", "attach_field", "federated_search", "search_collections", "wrap"],
                         "vecbridge.serving.wrap")},
 }

@@ -1,7 +1,8 @@
 """One exception family, each with the process exit code the CLI maps it to.
 
 The CLI never shows a traceback for these: it prints ``error: <message>`` on one line and exits with ``exit_code``.
-Messages must never contain credentials; connectors build them from redacted URLs (see ``connectors.url``).
+Messages must never contain credentials: they show URLs through the one secret filter, :mod:`vecbridge.secrets`
+(the CLI passes its error and warning lines and its JSON through it as well).
 """
 from __future__ import annotations
 
@@ -53,3 +54,7 @@ class ArtifactError(VecbridgeError):
     """An alignment artifact is missing, truncated, tampered with, or of an unknown schema version."""
 
     exit_code = 5
+
+
+class SpaceMismatch(CheckFailed):
+    """A collection is not in the embedding space a map expects on that side (or holds a mixture of spaces)."""

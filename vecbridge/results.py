@@ -133,6 +133,7 @@ class MigrationResult(JobResult):
     vectors_per_s: float | None
     field: str | None
     batch_size: int
+    space: dict | None = None   # the source's space check (vecbridge.runtime.provenance.SpaceCheck)
 
 
 @dataclass
@@ -148,6 +149,7 @@ class MergeResult(JobResult):
     renamed: int            # unlinked A records written as "a:<id>" because B had the id
     count: int              # records the merged collection holds
     seconds: float
+    space: dict | None = None   # both inputs' space checks
 
 
 @dataclass
@@ -163,6 +165,7 @@ class VerifyResult(JobResult):
     source: str
     target: str
     checks: list[Check]
+    space: dict | None = None   # each side's space check (vecbridge.runtime.provenance.SpaceCheck)
 
 
 # --- evaluate ----------------------------------------------------------------------------------------------------
@@ -484,3 +487,5 @@ class Report(JobResult):
     verdict: Verdict
     options: QualityOptions | None = omit_if_none()
     advice: list[str] = field(default_factory=list)
+    #: the re-embedding model's throughput (:meth:`vecbridge.runtime.models.ModelOptions.summary`), when one ran
+    model_run: dict | None = omit_if_none()

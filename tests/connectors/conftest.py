@@ -26,9 +26,16 @@ def started_engine(name: str, tmp_path_factory):
     eng.stop()
 
 
+#: engines whose server the whole session shares with tests/conftest.py (one start each, not two)
+SESSION_SERVERS = {"pgvector": "pg_engine", "milvus_server": "milvus_engine"}
+
+
 @pytest.fixture(scope="session", params=ENGINES)
 def engine(request, tmp_path_factory):
-    yield from started_engine(request.param, tmp_path_factory)
+    if request.param in SESSION_SERVERS:
+        yield request.getfixturevalue(SESSION_SERVERS[request.param])
+    else:
+        yield from started_engine(request.param, tmp_path_factory)
 
 
 @pytest.fixture

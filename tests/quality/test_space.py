@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from vecbridge.errors import InputError
-from vecbridge.quality.space import SpaceFingerprint, mixture_fractions, which_space
+from vecbridge.quality.space import SpaceFingerprint, mixture, mixture_fractions, which_space
 
 DATA = Path(__file__).resolve().parents[3] / "shared" / "data"
 CORPORA = ("wordnet", "foldoc")
@@ -73,6 +73,25 @@ def test_mixture_fraction_within_005(corpus):
     est = mixture_fractions(sample, {**pair, "glove50": fps["glove50"]})
     assert abs(est["minilm6"] - 0.25) <= 0.05 and abs(est["minilm3"] - 0.75) <= 0.05
     assert est["glove50"] == 0.0
+
+
+def test_mixed_only_when_the_minority_confirms_itself(corpus):
+    """A pure sample is never called mixed (not even queries against fingerprints of documents, whose share alone can
+    be far off); 5% of another space in documents is."""
+    fps, held, queries, data = corpus
+    pair = {m: fps[m] for m in ("minilm6", "minilm3")}
+    for m, other in (("minilm6", "minilm3"), ("minilm3", "minilm6")):
+        for pure in (held[m], queries[m]):
+            assert mixture(pure, pair).others(m, min_share=0.03) == {}
+        sample = np.vstack([data[m][0][6000:6950], data[other][0][6950:7000]])
+        found = mixture(sample, pair).others(m, min_share=0.03)
+        assert list(found) == [other] and abs(found[other] - 0.05) <= 0.05
+
+
+def test_a_space_without_a_mean_direction_is_not_distinctive():
+    rng = np.random.default_rng(0)
+    assert not SpaceFingerprint.from_vectors(rng.standard_normal((2000, 64))).distinctive
+    assert SpaceFingerprint.from_vectors(rng.standard_normal((2000, 64)) + 1.0).distinctive
 
 
 @pytest.mark.parametrize("bad, words", [

@@ -254,8 +254,10 @@ class Alignment:
         from safetensors import SafetensorError
         from safetensors.numpy import save_file
 
+        from ..secrets import scrub
+
         path = Path(path)
-        meta = dict(self.metadata)
+        meta = scrub(dict(self.metadata))   # no URL's password, no secret-named value, is ever kept in the file
         meta["sha256"] = _digest(meta, self.tensors)
         tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
         require_writable(path, f"the alignment {path.name}")   # one line (exit 4), not the writer's own error
@@ -361,8 +363,13 @@ class Alignment:
                 bad(f"tensor {name!r} holds NaN or inf values")
 
     def summary(self) -> dict:
-        """The metadata a report shows (no tensors)."""
-        return {k: v for k, v in self.metadata.items() if k != "sha256"}
+        """The metadata a report shows (no tensors; of each side's space fingerprint, its identity, not its
+        vectors)."""
+        out = {k: v for k, v in self.metadata.items() if k != "sha256"}
+        if isinstance(out.get("spaces"), dict):
+            out["spaces"] = {k: ({f: x for f, x in v.items() if f not in ("mean", "sketch")} if isinstance(v, dict)
+                                 else v) for k, v in out["spaces"].items()}
+        return out
 
     def __repr__(self) -> str:
         m = self.metadata

@@ -19,6 +19,7 @@ from .info import demo, info
 from .report import report
 from .rewrite import merge, migrate, verify
 from .search import search
+from .serve import serve
 from .upgrade import upgrade
 
 __all__ = ["main"]
@@ -30,5 +31,5 @@ def main():
     """Change embedding models without re-embedding your vector database."""
 
 
-for _command in (fit, link, evaluate, migrate, merge, verify, search, report, drift, info, demo, upgrade):
+for _command in (fit, link, evaluate, migrate, merge, verify, search, report, drift, info, demo, upgrade, serve):
     main.add_command(_command)

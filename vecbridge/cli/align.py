@@ -8,7 +8,16 @@ from ..render import alignment as show
 from ..render.console import progress
 from ..render.console import steps as step_lines
 from .group import command, emit, json_mode
-from .options import POSITIVE_INT, STORED_PAIRS, engine_options, method_option, pairs_option, params_option
+from .options import (
+    POSITIVE_INT,
+    STORED_PAIRS,
+    engine_options,
+    method_option,
+    model_options,
+    pairs_option,
+    params_option,
+    prefix_option,
+)
 
 
 @command()
@@ -29,6 +38,8 @@ from .options import POSITIVE_INT, STORED_PAIRS, engine_options, method_option, 
 @click.option("--batch-size", type=POSITIVE_INT, default=2000, show_default=True, help="Records read per store call.")
 @click.option("--source-model", default=None, help="Name of the old model (recorded in the artifact).")
 @click.option("--target-model", default=None, help="Name of the new model (recorded in the artifact).")
+@prefix_option("source", "old")
+@prefix_option("target", "new")
 @params_option("MiniVec2Vec parameter for --pairs unsupervised (repeatable).")
 @click.option("--force", is_flag=True,
               help="--pairs unsupervised: save the map even when it fails validation (marked as failed).")
@@ -36,7 +47,7 @@ from .options import POSITIVE_INT, STORED_PAIRS, engine_options, method_option, 
 @engine_options("every stored pair streamed into sums by Ray tasks over key ranges of the source, one fit from "
                 "their total (no --max-pairs, unsupervised or clustered)")
 def fit(source_url, target_url, pairs, method, center, scale, alpha, normalize, holdout, max_pairs, seed,
-        batch_size, source_model, target_model, params, force, output, engine):
+        batch_size, source_model, target_model, source_prefixes, target_prefixes, params, force, output, engine):
     """Fit an alignment from SOURCE's embedding space to TARGET's and save it."""
     from ..jobs.fit import fit_to_file
 
@@ -46,6 +57,7 @@ def fit(source_url, target_url, pairs, method, center, scale, alpha, normalize, 
             output, source_url, target_url, pairs=pairs, method=method, center=center, scale=scale, alpha=alpha,
             normalization=normalize, holdout=holdout, max_pairs=max_pairs, seed=seed, batch_size=batch_size,
             source_model=source_model, target_model=target_model, params=params, force=force, engine=engine,
+            source_prefixes=source_prefixes or None, target_prefixes=target_prefixes or None,
             on_start=lambda total: bar.update(task, total=total), on_batch=lambda n: bar.advance(task, n))
     emit({"alignment": str(path), **alignment.summary()}, show.fitted)
 
@@ -67,7 +79,9 @@ def fit(source_url, target_url, pairs, method, center, scale, alpha, normalize, 
               help="--pairs geh / unsupervised: write the links even when their map fails validation.")
 @click.option("-o", "--output", required=True, type=click.Path(dir_okay=False),
               help="Links file: .csv or .json (id links) or .npz (any pairing; needed when links carry vectors).")
-def link(source_url, target_url, pairs, seeds, model, old_model, text_field, sample, seed, params, force, output):
+@model_options
+def link(source_url, target_url, pairs, seeds, model, old_model, text_field, sample, seed, params, force, output,
+         models):
     """Find correspondences between SOURCE (old model) and TARGET (new model) for 'vecbridge fit --pairs file:PATH'."""
     import numpy as np
 
@@ -81,7 +95,7 @@ def link(source_url, target_url, pairs, seeds, model, old_model, text_field, sam
 
     links = run_link(source_url, target_url, pairs, seeds=seeds, model=model, old_model=old_model,
                      text_field=text_field, sample=sample, seed=seed, params=params, force=force,
-                     on_step=step_lines(json_mode()))
+                     on_step=step_lines(json_mode()), models=models)
     if len(links) == 0:
         raise InputError(f"--pairs {pairs} found no links")
     path = links.save(output)
@@ -89,6 +103,8 @@ def link(source_url, target_url, pairs, seeds, model, old_model, text_field, sam
                "mean_confidence": float(np.mean(links.confidence)), "carries_vectors": links.has_vectors}
     if "validation" in links.meta:
         summary["validation"] = links.meta["validation"]
+    if models.summary():
+        summary["model_run"] = models.summary()
     emit(summary, show.linked)
 
 

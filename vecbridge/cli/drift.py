@@ -4,8 +4,8 @@ from __future__ import annotations
 import click
 
 from ..render import drift as show
-from .group import emit, group
-from .options import POSITIVE_INT
+from .group import emit, group, redacted
+from .options import POSITIVE_INT, force_space_option
 
 
 @group()
@@ -15,12 +15,13 @@ def drift():
 
 @drift.command("run")
 @click.argument("config", type=click.Path(dir_okay=False))
-def drift_run(config):
+@force_space_option
+def drift_run(config, force):
     """Run the check once (for cron or CI); exit 1 on a breach."""
     from ..errors import CheckFailed
     from ..jobs.drift import DriftConfig, run_check
 
-    result = run_check(DriftConfig.load(config))
+    result = run_check(DriftConfig.load(config), force=force)
     emit(result, show.check)
     if result["breached"]:
         raise CheckFailed(f"drift: {result['reason']}")
@@ -31,12 +32,13 @@ def drift_run(config):
 @click.option("--every", default="1h", show_default=True, help="Interval: 30s, 15m, 1h, 1d.")
 @click.option("--max-runs", type=POSITIVE_INT, default=None, help="Stop after this many runs.")
 @click.option("--stop-on-breach", is_flag=True, help="Exit 1 at the first breach instead of continuing.")
-def drift_watch(config, every, max_runs, stop_on_breach):
+@force_space_option
+def drift_watch(config, every, max_runs, stop_on_breach, force):
     """Run the check on a schedule until interrupted."""
     from ..errors import CheckFailed
     from ..jobs.drift import DriftConfig, parse_every, watch
 
-    for result in watch(DriftConfig.load(config), parse_every(every), max_runs=max_runs):
+    for result in watch(DriftConfig.load(config), parse_every(every), max_runs=max_runs, force=force):
         emit(result, show.check)
         if result["breached"] and stop_on_breach:
             raise CheckFailed(f"drift: {result['reason']}")
@@ -55,5 +57,5 @@ def drift_history(config, plot_path):
     cfg = DriftConfig.load(config)
     rows = History(cfg.history).rows()
     if plot_path:
-        Path(plot_path).write_text(drift_history_html(cfg.name, rows), encoding="utf-8")
+        Path(plot_path).write_text(redacted(drift_history_html(cfg.name, rows)), encoding="utf-8")
     emit(rows, show.history, cfg.name)

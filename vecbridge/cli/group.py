@@ -18,6 +18,7 @@ import click
 
 from ..errors import InputError, StoreError, VecbridgeError
 from ..render.console import print_error, print_json, print_warning
+from ..secrets import environment_secrets, redact_text, scrub, secrets_in
 
 EXIT_INTERNAL = 70
 EXIT_INTERRUPTED = 130
@@ -26,11 +27,25 @@ EXIT_INTERRUPTED = 130
 RESUMABLE = ("migrate", "merge")
 
 _JSON = "vecbridge.json"
+_SECRETS = "vecbridge.secrets"
+
+
+def given_secrets() -> list[str]:
+    """The literal secrets this command was given, in its arguments (URLs' passwords, secret query values) and in
+    the environment (``PGPASSWORD``, ``MILVUS_TOKEN`` ...): no line it prints may show one, whoever wrote the line
+    (a client library's error, click's own usage error quoting an argument)."""
+    ctx = click.get_current_context(silent=True)
+    return [*(ctx.meta.get(_SECRETS, ()) if ctx else ()), *environment_secrets()]
+
+
+def redacted(text: str) -> str:
+    """``text`` without a secret this command was given, nor any other (a document it writes: HTML, a plot)."""
+    return redact_text(text, given_secrets())
 
 
 def fail(message: str, code: int):
-    """One line on stderr, then exit with ``code``."""
-    print_error(message)
+    """One line on stderr (without a secret), then exit with ``code``."""
+    print_error(redacted(message))
     sys.exit(code)
 
 
@@ -41,7 +56,7 @@ def reported(ctx: click.Context):
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("default")
-            warnings.showwarning = lambda msg, cat, *a, **k: print_warning(msg)
+            warnings.showwarning = lambda msg, cat, *a, **k: print_warning(redacted(str(msg)))
             yield
     except VecbridgeError as exc:
         fail(str(exc), exc.exit_code)
@@ -59,7 +74,10 @@ def reported(ctx: click.Context):
         fail(f"a database file is damaged or is not one ({exc})", InputError.exit_code)
     except json.JSONDecodeError as exc:   # JSON read from a file the user gave: bad input, not a bug
         fail(f"invalid JSON in an input file ({exc})", InputError.exit_code)
-    except (click.exceptions.Exit, click.ClickException):
+    except click.ClickException as exc:   # click prints it: a usage error may quote an argument
+        exc.message = redacted(exc.message)
+        raise
+    except click.exceptions.Exit:
         raise
     except Exception as exc:  # an unexpected bug: still one line unless debugging
         if os.environ.get("VECBRIDGE_DEBUG"):
@@ -75,9 +93,20 @@ def json_mode() -> bool:
 def emit(result, render, *args) -> None:
     """``result`` as one JSON document with ``--json``, else ``render(result, *args)`` for a person."""
     if json_mode():
-        print_json(result)
+        print_json(scrub(result, given_secrets()))
     else:
         render(result, *args)
+
+
+def model_line(models) -> None:
+    """The model's throughput (``models``: :class:`vecbridge.runtime.models.ModelOptions`) as a step line on
+    stderr, for a command whose JSON is a list of hits and cannot carry it; nothing with ``--json``."""
+    from ..render.console import steps
+    from ..render.models import throughput
+
+    line = throughput(models.summary())
+    if line:
+        steps(json_mode())(line)
 
 
 class Command(click.Command):
@@ -99,6 +128,11 @@ class Group(click.Group):
 
     command_class = Command
     group_class = type   # a subgroup is a Group too
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        # the outermost group sees every argument: their secrets, for every line the command prints
+        ctx.meta.setdefault(_SECRETS, secrets_in(*args))
+        return super().parse_args(ctx, args)
 
     def invoke(self, ctx: click.Context):
         # the subcommand is parsed and run inside: a bad value of a parameter type is reported like any input

@@ -7,6 +7,7 @@ import click
 
 from ..errors import InputError
 from ..jobs.fit import METHODS
+from ..secrets import redact_url
 
 #: counts and sizes: zero or a negative number is a usage error (exit 2), never silently "the default"
 POSITIVE_INT = click.IntRange(min=1)
@@ -18,6 +19,13 @@ _PAIRINGS = {"ids": "ids (same id)", "field": "field:NAME (same payload value)",
              "file": "file:PATH (CSV/JSON of id pairs, or a links .npz)", "reembed": "reembed (with --model)",
              "reference": "reference:PATH (with --old-model and --model)", "geh": "geh:PATH (seed id pairs)",
              "unsupervised": "unsupervised (nothing shared: mini-vec2vec)"}
+
+
+#: the one override of the space check made before a map is applied (vecbridge.runtime.provenance)
+force_space_option = click.option(
+    "--force", is_flag=True,
+    help="Apply the map even where a collection does not look like the space the map expects on its side (or holds "
+         "more than one space); the override is recorded in the result and the written collection's stamp.")
 
 
 class Pairing(click.ParamType):
@@ -72,6 +80,15 @@ def params_option(help: str):
                         callback=lambda ctx, param, pairs: dict(pairs), help=help)
 
 
+def prefix_option(side: str, which: str):
+    """``--source-prefix`` / ``--target-prefix KIND=TEXT`` (repeatable): the prefix the side's model puts before each
+    kind of text (``query="query: "``), recorded in that side's space fingerprint."""
+    return click.option(f"--{side}-prefix", f"{side}_prefixes", multiple=True, metavar="KIND=TEXT",
+                        type=KeyValue(f"--{side}-prefix"), callback=lambda ctx, param, pairs: dict(pairs),
+                        help=f"A prefix the {which} model's texts carry, e.g. query='query: ' (repeatable; recorded "
+                             f"in the artifact's fingerprint of its space).")
+
+
 class WrapSpec(click.ParamType):
     """``OLD_URL=ALIGNMENT`` to ``(url, alignment)``: an old-model collection searched through an alignment."""
 
@@ -82,7 +99,7 @@ class WrapSpec(click.ParamType):
             return value
         url, sep, align = value.rpartition("=")
         if not sep or not url:
-            raise InputError(f"--wrap takes OLD_URL=ALIGNMENT, got {value!r}")
+            raise InputError(f"--wrap takes OLD_URL=ALIGNMENT, got {redact_url(value)!r}")
         return url, align
 
 
@@ -115,6 +132,34 @@ def engine_options(ray_does: str):
             with_engine = option(with_engine)
         return with_engine
     return decorate
+
+
+def model_options(fn):
+    """``--device``, ``--model-batch-size`` and ``--precision``: where a command's models run, given to it as one
+    ``models`` (:class:`vecbridge.runtime.models.ModelOptions`, which also keeps their throughput). One spelling for
+    every command that runs a model; ``--model-batch-size``, because ``--batch-size`` already means records per
+    store write where a command has it."""
+    from ..runtime.models import CPU_BATCH, DEVICES, GPU_BATCH, PRECISIONS
+
+    @functools.wraps(fn)
+    def with_models(*args, device: str, model_batch_size: int | None, precision: str, **kwargs):
+        from ..runtime.models import ModelOptions
+
+        return fn(*args, models=ModelOptions(device, model_batch_size, precision), **kwargs)
+
+    for option in reversed([
+        click.option("--device", type=click.Choice(list(DEVICES)), default="auto", show_default=True,
+                     help="Where the model runs: auto takes a CUDA GPU (else Apple's mps) when PyTorch sees one, "
+                          "else the CPU; cuda where there is none is an error. A module:function model runs where "
+                          "its own code puts it."),
+        click.option("--model-batch-size", type=POSITIVE_INT, default=None,
+                     help=f"Texts per forward pass of the model [default: {GPU_BATCH} on a GPU, {CPU_BATCH} on the "
+                          f"CPU]."),
+        click.option("--precision", type=click.Choice(list(PRECISIONS)), default="auto", show_default=True,
+                     help="auto: fp16 on a CUDA GPU (faster), fp32 elsewhere; fp32 forces full precision."),
+    ]):
+        with_models = option(with_models)
+    return with_models
 
 
 def state_option(required: bool = True):

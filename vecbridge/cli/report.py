@@ -5,8 +5,8 @@ import click
 
 from ..jobs.report import FAILING
 from ..render.console import steps as step_lines
-from .group import command, emit, json_mode
-from .options import POSITIVE_INT, engine_options, method_option, pairs_option
+from .group import command, emit, json_mode, redacted
+from .options import POSITIVE_INT, engine_options, method_option, model_options, pairs_option
 
 
 @command()
@@ -41,8 +41,9 @@ from .options import POSITIVE_INT, engine_options, method_option, pairs_option
               help="Exit 1 when the verdict is this bad (for CI gates).")
 @engine_options("a uniform sample of --sample of all the pairs sharing an id or a payload key, drawn by Ray tasks "
                 "over key ranges of OLD")
+@model_options
 def report(old_url, new_url, pairs, method, key, model, text_field, seeds, queries_url, old_queries_url, sample, seed,
-           center, target_retention, unsupervised, old_model_retired, html_path, fail_on, engine):
+           center, target_retention, unsupervised, old_model_retired, html_path, fail_on, engine, models):
     """Dry-run compatibility report: will the upgrade work, and how much retrieval quality is kept?"""
     from pathlib import Path
 
@@ -55,9 +56,9 @@ def report(old_url, new_url, pairs, method, key, model, text_field, seeds, queri
                                model=model, text_field=text_field, seeds=seeds, queries_new=queries_url,
                                queries_old=old_queries_url, center=center, unsupervised=unsupervised,
                                target_retention=target_retention, old_model_retired=old_model_retired,
-                               on_step=step_lines(json_mode()), engine=engine)
+                               on_step=step_lines(json_mode()), engine=engine, models=models)
     if html_path:
-        Path(html_path).write_text(render_html(rep), encoding="utf-8")
+        Path(html_path).write_text(redacted(render_html(rep)), encoding="utf-8")
     emit(rep, show, html_path)
     if rep.verdict.verdict in FAILING.get(fail_on, ()):
         raise CheckFailed(f"verdict {rep.verdict.verdict}: {rep.verdict.reason}")

@@ -7,7 +7,7 @@ import click
 from ..render import migration as show
 from ..render.console import progress
 from .group import command, emit, json_mode
-from .options import POSITIVE_INT, engine_options, pairs_option
+from .options import POSITIVE_INT, engine_options, force_space_option, pairs_option
 
 
 @command()
@@ -26,9 +26,10 @@ from .options import POSITIVE_INT, engine_options, pairs_option
               help="Checkpoint file (default: beside the alignment, named after the target).")
 @click.option("--index/--no-index", "build_index", default=True, show_default=True,
               help="Build the target's vector index after the load (stores that defer it: pgvector).")
+@force_space_option
 @engine_options("key ranges of the source copied by Ray tasks")
 def migrate(source_url, alignment_path, target_url, field, batch_size, resume, overwrite, dry_run, checkpoint_path,
-            build_index, engine):
+            build_index, force, engine):
     """Rewrite SOURCE_URL (old model) into the new model's space through an alignment."""
     from ..jobs import migrate as run_migration
 
@@ -61,7 +62,7 @@ def migrate(source_url, alignment_path, target_url, field, batch_size, resume, o
         result = run_migration(source_url, alignment_path, target_url, field=field, batch_size=batch_size,
                                resume=resume, overwrite=overwrite, dry_run=dry_run, checkpoint_path=checkpoint_path,
                                build_index=build_index, on_progress=advanced, on_start=started, on_phase=phase,
-                               engine=engine)
+                               engine=engine, force=force)
     emit(result, show.plan if dry_run else show.migrated)
 
 
@@ -80,9 +81,10 @@ def migrate(source_url, alignment_path, target_url, field, batch_size, resume, o
 @click.option("--overwrite", is_flag=True, help="Drop and recreate the --into collection first (never an input).")
 @click.option("--checkpoint", "checkpoint_path", default=None, type=click.Path(dir_okay=False),
               help="Checkpoint file (default: beside the alignment, named after the --into collection).")
+@force_space_option
 @engine_options("key ranges of B and of A merged by Ray tasks")
 def merge(a_url, b_url, into_url, alignment_path, pairs, policy, batch_size, resume, overwrite, checkpoint_path,
-          engine):
+          force, engine):
     """Merge index A (old encoder) and index B (new encoder) into one collection in B's space."""
     from ..jobs import merge as run_merge
 
@@ -90,7 +92,7 @@ def merge(a_url, b_url, into_url, alignment_path, pairs, policy, batch_size, res
     with bar:
         result = run_merge(a_url, b_url, into_url, alignment_path, links=pairs, policy=policy,
                            batch_size=batch_size, resume=resume, overwrite=overwrite, checkpoint_path=checkpoint_path,
-                           on_progress=lambda n: bar.advance(task, n), engine=engine)
+                           on_progress=lambda n: bar.advance(task, n), engine=engine, force=force)
     emit(result, show.merged)
 
 
@@ -104,16 +106,17 @@ def merge(a_url, b_url, into_url, alignment_path, pairs, policy, batch_size, res
               help="Records whose mapping is recomputed (--engine ray: every record).")
 @click.option("--tolerance", type=float, default=1e-5, show_default=True,
               help="Largest difference allowed between a stored and a recomputed vector element.")
+@force_space_option
 @engine_options("every record checked (id, vector, payload) by Ray tasks over key ranges of the source, no id set "
                 "held")
-def verify(source_url, target_url, alignment_path, field, sample, tolerance, engine):
+def verify(source_url, target_url, alignment_path, field, sample, tolerance, force, engine):
     """Check a migration: counts, ids, and a sample of mapped vectors and payloads. Exit 1 on any mismatch."""
     from ..errors import CheckFailed
     from ..jobs import verify as run_verify
     from ..render.evaluation import checks
 
     result = run_verify(source_url, target_url, alignment_path, sample=sample, tolerance=tolerance, field=field,
-                        engine=engine)
+                        engine=engine, force=force)
     emit(result, checks)
     if not result["ok"]:
         raise CheckFailed("verification failed: " + ", ".join(c["name"] for c in result["checks"] if not c["ok"]))

@@ -4,8 +4,8 @@ from __future__ import annotations
 import click
 
 from ..render.search import hits
-from .group import command, emit
-from .options import POSITIVE_INT, WrapSpec
+from .group import command, emit, model_line
+from .options import POSITIVE_INT, WrapSpec, force_space_option, model_options
 
 
 def _load(path):
@@ -43,8 +43,10 @@ def _load(path):
 @click.option("--candidates", "k_candidates", type=POSITIVE_INT, default=50, show_default=True,
               help="Candidates per query that fusion, the hub penalty or re-ranking re-scores.")
 @click.option("-k", "k", type=POSITIVE_INT, default=10, show_default=True, help="Results per query.")
+@force_space_option
+@model_options
 def search(wrapped, native, vectors_path, old_vectors_path, beta, rerank_model, text_field, hub_log_path,
-           hub_weight, k_candidates, k):
+           hub_weight, k_candidates, k, force, models):
     """Federated search with new-model query vectors over wrapped old and native new collections."""
     from ..serving.wrap import search_collections
 
@@ -54,5 +56,6 @@ def search(wrapped, native, vectors_path, old_vectors_path, beta, rerank_model, 
                                  old_queries=_load(old_vectors_path) if old_vectors_path else None, beta=beta,
                                  rerank_model=rerank_model, text_field=text_field, k_candidates=k_candidates,
                                  hub_log=_load(hub_log_path) if hub_log_path else None, hub_weight=hub_weight,
-                                 show_field=text_field)
+                                 show_field=text_field, force=force, models=models)
     emit(results, hits)
+    model_line(models)

@@ -10,8 +10,8 @@ from ..jobs.upgrade.state import PRIORITIES
 from ..render import upgrade as show
 from ..render.console import progress
 from ..render.console import steps as step_lines
-from .group import emit, fail, group, json_mode
-from .options import POSITIVE_INT, engine_options, method_option, state_option
+from .group import emit, fail, group, json_mode, model_line
+from .options import POSITIVE_INT, engine_options, force_space_option, method_option, model_options, state_option
 
 
 @group()
@@ -34,7 +34,9 @@ def upgrade():
               help="Records re-embedded to fit the map, as `upgrade start` will [default: 2,000, at most a quarter "
                    "of the collection].")
 @method_option("The alignment method `upgrade start` will fit.")
-def upgrade_plan(source_url, model, text_field, sample, queries_url, old_queries_url, pool, fit_sample, method):
+@model_options
+def upgrade_plan(source_url, model, text_field, sample, queries_url, old_queries_url, pool, fit_sample, method,
+                 models):
     """Dry run: what re-embedding SOURCE_URL costs here and, given queries, what each stage serves. Writes nothing."""
     from ..jobs.upgrade import plan
 
@@ -43,7 +45,8 @@ def upgrade_plan(source_url, model, text_field, sample, queries_url, old_queries
     with bar:
         p = plan(source_url, model=model, text_field=text_field, sample=sample, queries=queries_url,
                  old_queries=old_queries_url, pool=pool, fit_sample=fit_sample, method=method, on_step=step,
-                 on_start=lambda n: bar.update(task, total=n), on_progress=lambda n: bar.advance(task, n))
+                 on_start=lambda n: bar.update(task, total=n), on_progress=lambda n: bar.advance(task, n),
+                 models=models)
     emit(p, show.plan)
 
 
@@ -61,8 +64,10 @@ def upgrade_plan(source_url, model, text_field, sample, queries_url, old_queries
 @click.option("--overwrite", is_flag=True,
               help="Drop and recreate the --to collection if it exists (never the source, nor a field of it).")
 @state_option(required=False)
+@force_space_option
+@model_options
 def upgrade_start(source_url, model, text_field, field, target_url, alignment_path, fit_sample, method, overwrite,
-                  state_path):
+                  state_path, force, models):
     """Fit the map, write mapped vectors beside the old ones and stamp every record (the old vectors stay)."""
     from ..jobs.upgrade import start
 
@@ -71,7 +76,7 @@ def upgrade_start(source_url, model, text_field, field, target_url, alignment_pa
                                "--to URL (a new collection), one of them")
     status = start(source_url, model=model, text_field=text_field, field=field, to=target_url,
                    alignment=alignment_path, method=method, fit_sample=fit_sample, state_path=state_path,
-                   overwrite=overwrite, on_step=step_lines(json_mode()))
+                   overwrite=overwrite, force=force, on_step=step_lines(json_mode()), models=models)
     emit(status, show.started)
 
 
@@ -86,7 +91,9 @@ def upgrade_start(source_url, model, text_field, field, target_url, alignment_pa
               help="Order of re-embedding: a fixed shuffle; the mapped vectors expected to be worst (residual) or "
                    "attracting the most queries (hubs) first; the records a query log retrieves most (queries; "
                    "after `upgrade query-log`).")
-@click.option("--batch-size", type=POSITIVE_INT, default=64, show_default=True, help="Texts per call to the model.")
+@click.option("--batch-size", type=POSITIVE_INT, default=64, show_default=True,
+              help="Records per batch: texts per call to the model and records per store write (on a GPU, give "
+                   "at least --model-batch-size, 256 by default there).")
 @click.option("--max-per-second", type=click.FloatRange(min=0, min_open=True), default=None,
               help="Rate limit (texts per second), e.g. for an API model.")
 @click.option("--price-per-1k", type=click.FloatRange(min=0), default=None,
@@ -94,8 +101,9 @@ def upgrade_start(source_url, model, text_field, field, target_url, alignment_pa
 @click.option("--spend-cap", type=click.FloatRange(min=0), default=None,
               help="Stop before the upgrade's total spend would exceed this (with --price-per-1k).")
 @engine_options("batches embedded and written by Ray actors, each loading the model once")
+@model_options
 def upgrade_reembed(state_path, limit, until, budget_seconds, priority, batch_size, max_per_second, price_per_1k,
-                    spend_cap, engine):
+                    spend_cap, engine, models):
     """Replace mapped vectors by the new model's own (resumable: run it again after any interruption)."""
     from ..jobs.upgrade import open_upgrade
 
@@ -103,7 +111,7 @@ def upgrade_reembed(state_path, limit, until, budget_seconds, priority, batch_si
     with open_upgrade(state_path) as up, bar:
         result = up.reembed(limit=limit, until=until, budget_seconds=budget_seconds, priority=priority,
                             batch_size=batch_size, max_per_second=max_per_second, price_per_1k=price_per_1k,
-                            spend_cap=spend_cap, engine=engine,
+                            spend_cap=spend_cap, engine=engine, models=models,
                             on_start=lambda n: bar.update(task, total=n), on_progress=lambda n: bar.advance(task, n))
     emit(result, show.reembedded, price_per_1k is not None)
 
@@ -141,18 +149,20 @@ def upgrade_status(state_path, queries_url, old_queries_url):
               help="Weight of the old-model query in the fusion (default: the one `upgrade tune` chose, else 1).")
 @click.option("--hub-weight", type=click.FloatRange(min=0), default=None,
               help="Hub penalty: subtract this times each record's hub score (default: what `upgrade tune` chose).")
-def upgrade_search(state_path, texts, k, old_model, beta, hub_weight):
+@model_options
+def upgrade_search(state_path, texts, k, old_model, beta, hub_weight, models):
     """Search the upgrade's vectors with query TEXTS encoded by the new model, at any stage."""
     from ..jobs.upgrade import open_upgrade
     from ..render.search import text_hits
     from ..serving.wrap import attach_field
 
     with open_upgrade(state_path) as up:
-        ids, scores = up.search(list(texts), k, old_model=old_model, beta=beta, hub_weight=hub_weight)
+        ids, scores = up.search(list(texts), k, old_model=old_model, beta=beta, hub_weight=hub_weight, models=models)
         rows = [[{"id": i, "score": float(s), "source": up.source.display_url} for i, s in zip(r, sc)]
                 for r, sc in zip(ids, scores)]
         attach_field(rows, {up.source.display_url: up.source}, up.meta["text_field"])
     emit(rows, text_hits, texts)
+    model_line(models)
 
 
 @upgrade.command("tune")

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import abc
 import contextlib
-import re
+import json
 import time
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Iterator, Sequence
@@ -32,6 +32,7 @@ from ..records import (  # noqa: F401 (the record types, also read from here by 
     ranges_from_bounds,
     ranges_from_keys,
 )
+from ..secrets import redact_text, secrets_in
 from ..validation import check_vectors
 
 METRICS = ("cosine", "dot", "l2")
@@ -40,6 +41,10 @@ METRICS = ("cosine", "dot", "l2")
 RETRY_DELAYS = (0.5, 1.0, 2.0)
 #: the most characters of a client's own words that a message quotes
 DETAIL_CHARS = 300
+#: the most bytes of JSON one stamp may take: well within what every store's collection metadata holds
+STAMP_BYTES = 64 * 1024
+#: the key a stamp is kept under in a store's metadata (``vecbridge:stamp:NAME`` for a named vector field)
+STAMP_KEY = "vecbridge:stamp"
 
 
 @dataclass(frozen=True)
@@ -98,7 +103,8 @@ class Capabilities:
     ``alias``: :meth:`Collection.point_alias` (an atomic, zero-downtime switch); ``serving_view``: a view a client
     queries whose column can be switched; ``deferred_index``: ``create(..., index=False)`` then
     :meth:`Collection.build_index` loads faster; ``single_process``: one process at a time may open it (a job spread
-    over processes refuses it); ``preferred_batch_size``: records per upsert when the user names none."""
+    over processes refuses it); ``preferred_batch_size``: records per upsert when the user names none; ``stamp``:
+    where the store keeps the stamps of :meth:`Collection.write_stamp`, in words for a person ("" where nowhere)."""
 
     key_ranges: bool = False
     named_vectors: bool = False
@@ -107,6 +113,26 @@ class Capabilities:
     deferred_index: bool = False
     single_process: bool = False
     preferred_batch_size: int = 1000
+    stamp: str = ""
+
+
+def stamp_key(field: str | None) -> str:
+    """The metadata key of the stamp of vector field ``field`` ("" or None: the collection's unnamed vector)."""
+    return f"{STAMP_KEY}:{field}" if field else STAMP_KEY
+
+
+def stamp_text(stamp) -> str:
+    """A stamp as the JSON text a store keeps: a JSON object of at most :data:`STAMP_BYTES`, else bad input."""
+    if not isinstance(stamp, dict):
+        raise InputError(f"a stamp must be a dict, got {type(stamp).__name__}")
+    try:
+        text = json.dumps(stamp, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+    except (TypeError, ValueError) as exc:
+        raise InputError(f"a stamp must be JSON-serialisable ({first_line(exc)})") from None
+    size = len(text.encode("utf-8"))
+    if size > STAMP_BYTES:
+        raise InputError(f"a stamp may take at most {STAMP_BYTES // 1024} KB of JSON; this one takes {size:,} bytes")
+    return text
 
 
 class Collection(abc.ABC):
@@ -245,6 +271,36 @@ class Collection(abc.ABC):
         """A view of this collection whose vectors are the named field (reads and upserts touch only that field)."""
         raise StoreError(f"{self.scheme}: named vector fields are not supported by this store")
 
+    # --- stamps: which space the vectors are in, kept in the store itself ---------------------------------------------
+    def read_stamp(self) -> dict | None:
+        """The stamp vecbridge left on this collection (on this vector field, for a :meth:`with_vector_field` view):
+        what a later command checks before applying a map. None when there is none, or no collection."""
+        text = self._load_stamp()
+        if text is None:
+            return None
+        try:
+            stamp = json.loads(text)
+        except ValueError:
+            stamp = None
+        if not isinstance(stamp, dict):
+            raise StoreError(f"{self.display_url}: its stamp is damaged (not a JSON object); write it again")
+        return stamp
+
+    def write_stamp(self, stamp: dict) -> None:
+        """Replace this collection's (this vector field's) stamp: a JSON object of at most :data:`STAMP_BYTES`, kept
+        where ``capabilities.stamp`` says, unseen by scans, counts and searches, and dropped with the collection."""
+        self._writable()
+        self._save_stamp(stamp_text(stamp))
+
+    def _load_stamp(self) -> str | None:
+        """The stamp's JSON text as the store holds it, None when there is none. Connectors override this and
+        :meth:`_save_stamp`; one that does not holds no stamps."""
+        return None
+
+    def _save_stamp(self, text: str) -> None:
+        """Keep ``text`` (checked JSON) as the stamp of this vector field, replacing any stamp it had."""
+        raise StoreError(f"{self.scheme or 'store'}: this store cannot hold a stamp")
+
     # --- shared helpers ---------------------------------------------------------------------------------------------
     def _writable(self):
         if self.read_only:
@@ -306,15 +362,9 @@ class Collection(abc.ABC):
         return []
 
     def _masked(self, detail: str) -> str:
-        """A client's words fit for a message: every secret replaced by ``***``, cut to :data:`DETAIL_CHARS`. A short
-        secret is replaced where it stands alone (not inside a word: a password "p" must not turn "supported" into
-        "su******orted"); a longer one wherever it occurs."""
-        for secret in self._secrets():
-            if len(secret) >= 6:
-                detail = detail.replace(secret, "***")
-            elif secret:
-                detail = re.sub(rf"(?<![A-Za-z0-9]){re.escape(secret)}(?![A-Za-z0-9])", "***", detail)
-        return detail[:DETAIL_CHARS]
+        """A client's words fit for a message, cut to :data:`DETAIL_CHARS`: the connection's secrets (and those its
+        URL carries), URLs and ``key=value`` secrets masked by the one filter, :func:`vecbridge.secrets.redact_text`."""
+        return redact_text(detail, [*self._secrets(), *secrets_in(getattr(self, "url", ""))])[:DETAIL_CHARS]
 
     def _failure(self, what: str, kind: str, detail: str, attempts: int = 1) -> VecbridgeError:
         """The one-line error for a classified failure: it names the redacted URL and never a secret."""

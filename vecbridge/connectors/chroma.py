@@ -19,6 +19,8 @@ How records map onto Chroma:
   is ``1 - dot``), l2 ``-d`` (Chroma's l2 is already squared, as in :mod:`vecbridge.metrics`);
 * the dimension is kept in collection metadata (``vecbridge:dim``) because Chroma only learns it from the first
   record; collections made elsewhere report the dimension of a stored vector;
+* a collection's stamp is JSON text in its metadata (``vecbridge:stamp``), beside ``hnsw:space`` and
+  ``vecbridge:dim``, which stay as they are;
 * payload key ``document`` (a string) is Chroma's document; other scalar values are metadata; values Chroma cannot
   hold as metadata (lists, dicts, None) are JSON-encoded together in the reserved key ``_vb_json`` and decoded on
   read; int ids are stored as decimal strings with ``_vb_int_id`` set and come back as ints. Keys starting with
@@ -70,6 +72,7 @@ from .base import (
     first_line,
     quantile_positions,
     ranges_from_bounds,
+    stamp_key,
 )
 from .readonly import readable_path
 from .url import canonical_host, known_params, resolved_path
@@ -163,7 +166,8 @@ class ChromaCollection(Collection):
     def capabilities(self) -> Capabilities:
         """Offset ranges; a persistent directory is not process-safe (see the module notes); batches under Chroma's
         default limit of 5461 records per upsert."""
-        return Capabilities(key_ranges=True, single_process=self.path is not None, preferred_batch_size=5000)
+        return Capabilities(key_ranges=True, single_process=self.path is not None, preferred_batch_size=5000,
+                            stamp="collection metadata")
 
     @property
     def local_path(self) -> str | None:
@@ -433,6 +437,31 @@ class ChromaCollection(Collection):
             for lo in range(0, len(keys), step):
                 self._call("delete records", coll.delete, ids=keys[lo:lo + step])
         return len(wanted)
+
+    def _fresh_collection(self) -> Any:
+        """The collection as the store has it now (its metadata too), not as this handle first saw it."""
+        self._handle = None
+        return self._collection()
+
+    def _load_stamp(self) -> str | None:
+        try:
+            coll = self._fresh_collection()
+        except NotFound:
+            return None
+        value = (coll.metadata or {}).get(stamp_key(None))
+        return None if value is None else str(value)
+
+    def _save_stamp(self, text: str) -> None:
+        coll = self._fresh_collection()
+        metadata = {**(coll.metadata or {}), stamp_key(None): text}
+        if "hnsw:space" in metadata:
+            # Chroma replaces a collection's metadata whole, and Collection.modify refuses any that names
+            # hnsw:space, even unchanged; the client call behind it takes the whole metadata, the space kept
+            self._call("write the stamp", coll._client._modify, id=coll.id, new_metadata=metadata,
+                       tenant=coll.tenant, database=coll.database)
+        else:
+            self._call("write the stamp", coll.modify, metadata=metadata)
+        self._handle = None
 
     def drop(self) -> None:
         self._writable()

@@ -3,6 +3,7 @@
 Layout of a vecbridge directory::
 
     DIR/manifest.json              {"format": "vecbridge.file", "version": 1, "dim": ..., "metric": ...}
+                                   (and the collection's stamp, if it has one, under "vecbridge:stamp")
     DIR/segments/000001.npy        float32 vectors of one upsert
     DIR/segments/000001.meta.npz   ids of the same rows, and their payloads as one UTF-8 JSON array
                                    (loaded with allow_pickle=False)
@@ -45,6 +46,7 @@ from .base import (
     first_line,
     quantile_positions,
     ranges_from_bounds,
+    stamp_key,
 )
 from .url import known_params, resolved_path
 
@@ -68,6 +70,7 @@ def _decode_strings(blob: np.ndarray, offsets: np.ndarray) -> list[str]:
 
 
 def _atomic_write(path: Path, write) -> None:
+    """Write a file through ``write(fh)`` into a temporary file renamed over ``path``: whole or not at all."""
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
     try:
         with open(tmp, "wb") as fh:
@@ -152,7 +155,7 @@ class _Segment:
 
 class FileCollection(Collection):
     scheme = "file"
-    capabilities = Capabilities(key_ranges=True)
+    capabilities = Capabilities(key_ranges=True, stamp="the collection's manifest.json")
     #: whether this handle has removed the temporaries that killed writers left (once, before its first write)
     _swept = False
 
@@ -407,6 +410,22 @@ class FileCollection(Collection):
             best_s, best_i = np.take_along_axis(cat_s, order, 1), np.take_along_axis(cat_i, order, 1)
             ids.extend(b.ids)
         return [[ids[j] for j in row] for row in best_i], best_s
+
+    # --- stamp: in the manifest ---------------------------------------------------------------------------------------
+    def _load_stamp(self) -> str | None:
+        if self._plain or not self._manifest_path.is_file():
+            return None
+        stamp = self._manifest().get(stamp_key(None))
+        return None if stamp is None else json.dumps(stamp)
+
+    def _save_stamp(self, text: str) -> None:
+        manifest = self._manifest()
+        manifest[stamp_key(None)] = json.loads(text)
+        try:
+            _atomic_write(self._manifest_path, lambda fh: fh.write(json.dumps(manifest, indent=1).encode()))
+        except OSError as exc:
+            raise StoreError(f"{self.display_url}: cannot write the stamp into {self._manifest_path.name} "
+                             f"({exc.strerror or exc})") from None
 
     # --- protocol: writing --------------------------------------------------------------------------------------------
     def create(self, dim: int, metric: str = "cosine", *, exist_ok: bool = False,

@@ -40,6 +40,8 @@ Sampling draws positions with a seeded generator over the sorted primary keys (r
 Bulk writes: ``upsert`` (idempotent by id) in requests of ~16 MB, well under the server's 64 MB gRPC limit.
 Requests are bounded by ``timeout``; idempotent ones are retried with backoff while the server is unavailable
 (pymilvus gives up at once when it cannot reconnect), so a dead server fails within seconds with one line.
+Stamps are collection properties (``alter_collection_properties``; a server keeps them in its meta store, Lite in
+its schema file), JSON text under ``vecbridge:stamp:FIELD`` for the vector field FIELD, dropped with the collection.
 Milvus 2.3 cannot add a field to an existing collection, so ``add_vector_field`` is refused as not supported.
 """
 from __future__ import annotations
@@ -70,6 +72,7 @@ from .base import (
     VectorBatch,
     check_metric,
     ranges_from_keys,
+    stamp_key,
 )
 from .readonly import readable_path
 from .url import canonical_host, known_params, resolved_path
@@ -250,7 +253,8 @@ class MilvusCollection(Collection):
     @property
     def capabilities(self) -> Capabilities:
         """Aliases; a Milvus Lite database is locked by the one process that opens it."""
-        return Capabilities(key_ranges=True, alias=True, single_process=self.lite_path is not None)
+        return Capabilities(key_ranges=True, alias=True, single_process=self.lite_path is not None,
+                            stamp="collection properties")
 
     @property
     def local_path(self) -> str | None:
@@ -684,6 +688,19 @@ class MilvusCollection(Collection):
             expr = f"{schema['pk']} in [{', '.join(_literal(k) for k in keys[lo:lo + _IDS_PER_GET])}]"
             self._request("deleting records", "delete", self.name, filter=expr)
         return len(wanted)
+
+    def _load_stamp(self) -> str | None:
+        try:
+            key = stamp_key(self.vector_name or self._describe()["vector"])
+            desc = self._request("reading the stamp", "describe_collection", self.name)
+        except NotFound:
+            return None
+        value = (desc.get("properties") or {}).get(key)
+        return None if value is None else str(value)
+
+    def _save_stamp(self, text: str) -> None:
+        key = stamp_key(self._describe()["vector"])
+        self._request("writing the stamp", "alter_collection_properties", self.name, properties={key: text})
 
     def point_alias(self, alias: str) -> None:
         """``alter_alias`` moves an existing alias in one step; a new one is created."""

@@ -31,6 +31,12 @@ are in-place writes into the application's rows: ``UPDATE ... FROM`` a staged ba
 that exist and nothing else, so a row the application deleted meanwhile stays deleted and other ``NOT NULL``
 columns are never in the way (an insert would need their values); they return how many rows they updated.
 
+Stamps (:meth:`~vecbridge.connectors.base.Collection.write_stamp`) live in a side table of the collection's schema,
+``vecbridge_stamps (table_name, field, stamp json)``, one row per table and vector column, made on the first write.
+``json`` (not ``jsonb``) keeps the text as written, so a stamp reads back exactly. Dropping the table, or one of its
+vector columns, deletes its rows in the same transaction, and so does creating a table of that name (a row left by
+a table dropped outside vecbridge is not the new table's).
+
 Identity: an unqualified ``table`` is the table PostgreSQL finds for this connection (its ``search_path``), so
 ``?table=docs`` and ``?table=bob.docs`` are one collection for a role ``bob`` whose own schema comes first.
 """
@@ -84,6 +90,8 @@ _COPY_TRAILER = struct.pack(">h", -1)
 #: A one-off measurement (100k x 384 into PostgreSQL 18 on 2 cores, medians of 7, 2026-11-22): 5,000-row (8 MB)
 #: writes 49k rows/s, 200-2,000-row writes 72-79k rows/s, psycopg's own ``write_row`` loop 65k rows/s.
 _COPY_BYTES_PER_WRITE = 1 << 19
+#: the side table (in each collection's schema) holding the stamps of its tables
+STAMPS_TABLE = "vecbridge_stamps"
 _TRANSIENT_SQLSTATES = {"40001", "40P01"}  # serialization failure, deadlock: retrying the transaction is safe
 
 
@@ -123,7 +131,7 @@ class PgVectorCollection(Collection):
     #: extra vector columns, a serving view, an index built after a bulk load; 10,000 rows per upsert: one COPY
     #: stream each, so large batches pay off
     capabilities = Capabilities(key_ranges=True, named_vectors=True, serving_view=True, deferred_index=True,
-                                preferred_batch_size=10_000)
+                                preferred_batch_size=10_000, stamp=f"side table {STAMPS_TABLE} in the table's schema")
 
     def __init__(self, url: str, *, read_only: bool = False):
         super().__init__(url, read_only=read_only)
@@ -500,6 +508,7 @@ class PgVectorCollection(Collection):
             info = self.info()
             self._check_existing(dim, metric, info.dim, info.metric, exist_ok=exist_ok)
             return self
+        stamps = self._stamps_table()
 
         def work(conn: psycopg.Connection) -> None:
             with conn.transaction():
@@ -508,6 +517,7 @@ class PgVectorCollection(Collection):
                     self.table_ident, sql.Identifier(self.id_column), sql.SQL(self.new_id_type),
                     sql.Identifier(self.payload_column)))
                 self._add_vector_column(conn, self.vector_column, int(dim), metric, index=index)
+                self._forget_stamps(conn, stamps)
 
         self._with_conn("create the table", work)
         self._register_vector_type()
@@ -585,10 +595,12 @@ class PgVectorCollection(Collection):
             raise StoreError(f"{self.display_url}: no vector column {name!r}")
         if len(fields) == 1:
             raise StoreError(f"{self.display_url}: {name!r} is the table's only vector column")
+        stamps = self._stamps_table()
 
         def work(conn: psycopg.Connection) -> None:
             with conn.transaction():
                 conn.execute(sql.SQL("ALTER TABLE {} DROP COLUMN {}").format(self.table_ident, sql.Identifier(name)))
+                self._forget_stamps(conn, stamps, name)
 
         self._with_conn("drop a vector column", work)
         self._schema_cache = None
@@ -691,8 +703,57 @@ class PgVectorCollection(Collection):
         self._writable()
         if not self.exists():
             raise NotFound(f"collection not found: {self.display_url}")
-        self._with_conn("drop the table", lambda conn: conn.execute(sql.SQL("DROP TABLE {}").format(self.table_ident)))
+        stamps = self._stamps_table()
+
+        def work(conn: psycopg.Connection) -> None:
+            with conn.transaction():
+                conn.execute(sql.SQL("DROP TABLE {}").format(self.table_ident))
+                self._forget_stamps(conn, stamps)
+
+        self._with_conn("drop the table", work)
         self._schema_cache = None
+
+    # --- stamps: a side table ---------------------------------------------------------------------------------------
+    def _stamps_table(self) -> sql.Identifier:
+        """The stamps side table of the schema this table is (or would be created) in."""
+        schema = self.table.rpartition(".")[0] or self._resolved_schema()
+        return sql.Identifier(schema, STAMPS_TABLE)
+
+    def _forget_stamps(self, conn: psycopg.Connection, stamps: sql.Identifier, field: str | None = None) -> None:
+        """Delete this table's stamps (one vector column's, with ``field``), where the side table exists."""
+        if conn.execute("SELECT to_regclass(%s) IS NOT NULL", [stamps.as_string(conn)]).fetchone()[0]:
+            which = sql.SQL(" AND field = %s" if field is not None else "")
+            conn.execute(sql.SQL("DELETE FROM {} WHERE table_name = %s{}").format(stamps, which),
+                         [self.table.rpartition(".")[2], *([field] if field is not None else [])])
+
+    def _load_stamp(self) -> str | None:
+        stamps = self._stamps_table()
+
+        def work(conn: psycopg.Connection) -> str | None:
+            if not conn.execute("SELECT to_regclass(%s) IS NOT NULL AND to_regclass(%s) IS NOT NULL",
+                                [self._quoted_table(conn), stamps.as_string(conn)]).fetchone()[0]:
+                return None
+            row = conn.execute(sql.SQL("SELECT stamp::text FROM {} WHERE table_name = %s AND field = %s").format(
+                stamps), [self.table.rpartition(".")[2], self.vector_column]).fetchone()
+            return row[0] if row else None
+
+        return self._with_conn("read the stamp", work)
+
+    def _save_stamp(self, text: str) -> None:
+        self._schema()   # the table and this vector column exist
+        stamps = self._stamps_table()
+
+        def work(conn: psycopg.Connection) -> None:
+            with conn.transaction():
+                if not conn.execute("SELECT to_regclass(%s) IS NOT NULL", [self._quoted_table(conn)]).fetchone()[0]:
+                    raise NotFound(f"collection not found: {self.display_url} (no table {self.table})")
+                conn.execute(sql.SQL("CREATE TABLE IF NOT EXISTS {} (table_name text, field text, stamp json NOT NULL, "
+                                     "PRIMARY KEY (table_name, field))").format(stamps))
+                conn.execute(sql.SQL("INSERT INTO {} VALUES (%s, %s, %s::json) ON CONFLICT (table_name, field) "
+                                     "DO UPDATE SET stamp = EXCLUDED.stamp").format(stamps),
+                             [self.table.rpartition(".")[2], self.vector_column, text])
+
+        self._with_conn("write the stamp", work)
 
 
 def _json_payloads(payloads: list) -> list[bytes]:

@@ -43,6 +43,10 @@ replaces whole points, so they are read and written back), which lets a migratio
 migration: its upserts set only that vector of the points that exist (``update_vectors``: their payloads and other
 vectors stay as they are) and never create a point: one the application deleted meanwhile stays deleted.
 
+Stamps live in the collection's own metadata (Qdrant >= 1.16, and qdrant-client's local mode), as JSON text under
+``vecbridge:stamp`` (``vecbridge:stamp:NAME`` for named vector NAME); an update merges keys, so the application's own
+metadata keys stay as they are.
+
 Metrics: Cosine / Dot / Euclid map to cosine / dot / l2 (Manhattan is refused). Qdrant normalises vectors of Cosine
 collections on insert, so they read back with unit length. Search scores: cosine similarity, dot product, and the
 negated Euclidean distance (higher is always better).
@@ -163,7 +167,8 @@ class QdrantCollection(QdrantPointsCollection):
     def capabilities(self) -> Capabilities:
         """Named vectors and aliases; local mode is single-process: the directory is locked by one client, and
         ``:memory:`` is this process's own."""
-        return Capabilities(key_ranges=True, named_vectors=True, alias=True, single_process=self.mode != "server")
+        return Capabilities(key_ranges=True, named_vectors=True, alias=True, single_process=self.mode != "server",
+                            stamp="collection metadata")
 
     @property
     def local_path(self) -> str | None:
@@ -405,6 +410,20 @@ class QdrantCollection(QdrantPointsCollection):
             raise NotFound(f"collection not found: {self.display_url}")
         self._call("dropping the collection", self._client().delete_collection, self.name)
         self._schema_cache = None
+
+    def _load_stamp(self) -> str | None:
+        try:
+            key = self._stamp_key()
+            info = self._call("reading the stamp", self._client().get_collection, self.name)
+        except NotFound:
+            return None
+        value = (info.config.metadata or {}).get(key)
+        return None if value is None else str(value)
+
+    def _save_stamp(self, text: str) -> None:
+        self._field()  # the collection and the vector exist
+        self._call("writing the stamp", self._client().update_collection, self.name,
+                   metadata={self._stamp_key(): text})
 
     def point_alias(self, alias: str) -> None:
         """Delete and create ``alias`` in one request: readers see the old collection or the new one, never none."""

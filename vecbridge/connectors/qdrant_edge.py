@@ -18,6 +18,10 @@ vectors, records are the points that have the chosen one, and an upsert keeps a 
 migration uses it: its upserts set only that vector of existing points (``UpdateOperation.update_vectors``: payloads
 and other vectors stay as they are) and never create a point: one deleted meanwhile stays deleted.
 
+Stamps: a shard has no metadata of its own, so they live in ``vecbridge_stamps.json`` in the shard's directory
+(the engine ignores files it does not know), keyed ``vecbridge:stamp`` (``vecbridge:stamp:NAME`` for named vector
+NAME), written whole through a temporary file and a rename; dropping the shard removes it with the directory.
+
 The shard's metric and dimension come from its own ``edge_config.json`` (the engine keeps it current, including
 vectors added later). Ids, cursors, sampling and scores follow the ``qdrant://`` connector: unsigned ints and UUIDs
 are point ids as they are, other ids become UUID5 point ids with the original kept in the payload under ``_vb_id``
@@ -43,6 +47,7 @@ import qdrant_edge as qe
 from ..errors import InputError, NotFound, StoreError
 from ..fs import require_writable
 from .base import Capabilities, CollectionIdentity, CollectionInfo, VectorBatch, first_line
+from .file import _atomic_write
 from .qdrant_points import ID_KEY, QdrantPointsCollection, stored_points
 from .qdrant_points import TO_METRIC as _TO_METRIC
 from .qdrant_points import json_point_id as _pid
@@ -52,6 +57,8 @@ from .url import known_params, resolved_path
 #: the URL query options this store knows (any other is refused)
 OPTIONS = ("vector",)
 CONFIG_FILE = "edge_config.json"
+#: the file in the shard's directory holding its stamps
+STAMPS_FILE = "vecbridge_stamps.json"
 
 _TO_DISTANCE = {"cosine": qe.Distance.Cosine, "dot": qe.Distance.Dot, "l2": qe.Distance.Euclid}
 _WRITE_CHUNK = 2048    # points per update operation
@@ -79,7 +86,8 @@ class QdrantEdgeCollection(QdrantPointsCollection):
     scheme = "qdrant-edge"
     what = "qdrant-edge shard"
     #: named vectors; the shard's write-ahead log is locked by the one process that opens it
-    capabilities = Capabilities(key_ranges=True, named_vectors=True, single_process=True)
+    capabilities = Capabilities(key_ranges=True, named_vectors=True, single_process=True,
+                                stamp=f"{STAMPS_FILE} in the shard's directory")
 
     def __init__(self, url: str, *, read_only: bool = False):
         super().__init__(url, read_only=read_only)
@@ -276,6 +284,37 @@ class QdrantEdgeCollection(QdrantPointsCollection):
             if shard is not None:
                 shard.close()
         shutil.rmtree(self.path)
+
+    # --- stamps: a file in the shard's directory --------------------------------------------------------------------
+    def _stamps(self) -> dict:
+        """Every stamp of the shard, by key ({} when it has none)."""
+        try:
+            stamps = json.loads((self.path / STAMPS_FILE).read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            return {}
+        except (OSError, ValueError) as exc:
+            raise StoreError(f"{self.display_url}: unreadable {STAMPS_FILE} ({first_line(exc)})") from None
+        if not isinstance(stamps, dict):
+            raise StoreError(f"{self.display_url}: {STAMPS_FILE} is damaged (not a JSON object); write it again")
+        return stamps
+
+    def _load_stamp(self) -> str | None:
+        if not self.exists():
+            return None
+        stamp = self._stamps().get(self._stamp_key())
+        return None if stamp is None else json.dumps(stamp)
+
+    def _save_stamp(self, text: str) -> None:
+        self._field()  # the shard and the vector exist
+        try:
+            stamps = self._stamps()
+        except StoreError:  # a damaged file: writing a stamp again is its repair
+            stamps = {}
+        stamps[self._stamp_key()] = json.loads(text)
+        try:
+            _atomic_write(self.path / STAMPS_FILE, lambda fh: fh.write(json.dumps(stamps).encode("utf-8")))
+        except OSError as exc:
+            raise StoreError(f"{self.display_url}: cannot write {STAMPS_FILE} ({exc.strerror or exc})") from None
 
     def add_vector_field(self, name: str, dim: int, metric: str = "cosine") -> None:
         dim, metric = self._check_create_args(dim, metric)

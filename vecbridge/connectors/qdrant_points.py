@@ -17,7 +17,7 @@ from urllib.parse import quote
 import numpy as np
 
 from ..errors import InputError, NotFound
-from .base import Collection, KeyRange, VectorBatch, quantile_positions, ranges_from_bounds
+from .base import Collection, KeyRange, VectorBatch, quantile_positions, ranges_from_bounds, stamp_key
 
 #: payload key holding an original id that Qdrant cannot take as a point id
 ID_KEY = "_vb_id"
@@ -151,6 +151,11 @@ class QdrantPointsCollection(Collection):
 
     def _field(self) -> tuple[str, int, str]:
         raise NotImplementedError
+
+    def _stamp_key(self) -> str:
+        """The key of this view's stamp: of the vector the URL names (which need not exist yet: reading its stamp
+        then finds none), else of the collection's only or unnamed one."""
+        return stamp_key(self.vector_field if self.vector_field is not None else self._field()[0])
 
     def _scroll(self, offset, limit: int, *, full: bool) -> tuple[list, Any]:
         """One scroll page: (points, next offset); ``full`` brings payloads and vectors, else ids only."""

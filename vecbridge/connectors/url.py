@@ -7,32 +7,13 @@ import os
 import re
 import socket
 from typing import Iterable
-from urllib.parse import parse_qs, urlsplit, urlunsplit
+from urllib.parse import parse_qs, urlsplit
 
 from ..errors import InputError
+from ..secrets import redact_text, redact_url, secrets_in
 
-_SECRET_KEYS = re.compile(r"(password|passwd|pwd|api[_-]?key|token|secret)", re.I)
-
-
-def redact(url: str) -> str:
-    """The URL with any password and secret-looking query values replaced by ``***``."""
-    try:
-        parts = urlsplit(url)
-    except ValueError:
-        return "<unparseable url>"
-    netloc = parts.netloc
-    if "@" in netloc:
-        userinfo, host = netloc.rsplit("@", 1)
-        user = userinfo.split(":", 1)[0]
-        netloc = f"{user}:***@{host}" if ":" in userinfo else f"{user}@{host}"
-    query = "&".join(
-        f"{k}=***" if _SECRET_KEYS.search(k) else f"{k}={v}"
-        for k, vs in parse_qs(parts.query, keep_blank_values=True).items() for v in vs
-    )
-    out = urlunsplit((parts.scheme, netloc, parts.path, query, ""))
-    if not netloc and url.lower().startswith(f"{parts.scheme}://") and not out.startswith(f"{parts.scheme}://"):
-        out = f"{parts.scheme}://" + out[len(parts.scheme) + 1:]   # keep "scheme:///path" as the user wrote it
-    return out
+#: a URL fit for a message: the one filter of :mod:`vecbridge.secrets` (the name connectors have always used)
+redact = redact_url
 
 
 def query_params(url: str) -> dict[str, str]:
@@ -60,7 +41,8 @@ def check_url(url: str) -> None:
         if parts.netloc != ":memory:":
             parts.port
     except ValueError as exc:
-        raise InputError(f"invalid URL {redact(url)}: {exc} (expected SCHEME://HOST[:PORT]/...)") from None
+        raise InputError(f"invalid URL {redact(url)}: {redact_text(str(exc), secrets_in(url))} (expected "
+                         f"SCHEME://HOST[:PORT]/...)") from None
 
 
 def scheme_of(url: str) -> str:

@@ -5,8 +5,9 @@ and returns a result the CLI prints; the layers below never see a job.
 
 from ..results import Evaluation, MergeResult, MigrationResult, Report, VerifyResult
 from ..runtime.checkpoint import Checkpoint
+from ..serving.embedder import MappedEmbeddings
 from ..serving.rerank import FusedSearch, HubPenalizedSearch, RerankedSearch
-from ..serving.translate import MappedEmbeddings, translate_queries
+from ..serving.translate import translate_queries
 from ..serving.wrap import WrappedCollection, federated_search, wrap
 from .evaluate import collect_pairs, evaluate_alignment
 from .merge import merge

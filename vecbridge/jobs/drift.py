@@ -44,8 +44,10 @@ import numpy as np
 from .. import metrics
 from ..align.artifact import Alignment
 from ..connectors import connect
-from ..errors import InputError
+from ..errors import InputError, SpaceMismatch
 from ..quality.drift import centroid_shift, mmd_test
+from ..runtime.provenance import check_space
+from ..secrets import redact_text, scrub
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -111,8 +113,8 @@ class History:
     def append(self, name: str, measures: dict, breached: bool, reason: str) -> None:
         with self._db() as db:
             db.execute("INSERT INTO runs (at, name, measures, breached, reason) VALUES (?, ?, ?, ?, ?)",
-                       (_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"), name,
-                        json.dumps(measures), int(breached), reason))
+                       (_dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"), redact_text(name),
+                        json.dumps(scrub(measures)), int(breached), redact_text(reason)))
 
     def rows(self) -> list[dict]:
         with self._db() as db:
@@ -121,12 +123,22 @@ class History:
                      "reason": r[5]} for r in cur.fetchall()]
 
 
-def run_check(config: DriftConfig, *, seed: int | None = None) -> dict:
-    """One measurement; returns ``{"breached", "reason", "measures"}`` after appending it to the history."""
+def run_check(config: DriftConfig, *, seed: int | None = None, force: bool = False) -> dict:
+    """One measurement; returns ``{"breached", "reason", "measures"}`` after appending it to the history.
+
+    First ``old`` must look like the alignment's source space and ``new`` like its target space
+    (:func:`~vecbridge.runtime.provenance.check_space`): a collection in the wrong space is a breach recorded with
+    its one-line reason, and nothing is measured (``force``: measured anyway, the override recorded)."""
     alignment = Alignment.load(config.alignment)
     old = connect(config.old, read_only=True)
     new = connect(config.new, read_only=True)
     seed = int(time.time_ns() % 2**31) if seed is None else seed
+    try:
+        spaces = {"old": check_space(old, alignment, "source", force=force).as_dict(),
+                  "new": check_space(new, alignment, "target", force=force).as_dict()}
+    except SpaceMismatch as exc:
+        History(config.history).append(config.name, {"seed": seed}, True, str(exc))
+        return {"name": config.name, "breached": True, "reason": str(exc), "measures": {"seed": seed}}
     sample = new.sample(config.sample, seed=seed)
     if len(sample) == 0:
         raise InputError(f"collection is empty: {new.display_url}")
@@ -137,6 +149,8 @@ def run_check(config: DriftConfig, *, seed: int | None = None) -> dict:
     pos = {i: j for j, i in enumerate(sample.ids)}
     rows = [pos[i] for i in olds.ids]
     measures: dict = {"n_sampled": len(sample), "n_pairs": len(olds), "seed": seed}
+    if any(c["forced"] for c in spaces.values()):
+        measures["space_forced"] = "; ".join(c["reason"] for c in spaces.values() if c["forced"])
     if len(olds):
         mapped = alignment.transform(olds.vectors)
         resid = float(np.mean(np.sum((mapped - sample.vectors[rows]) ** 2, axis=1)))
@@ -208,13 +222,14 @@ def parse_every(text: str) -> float:
     return value
 
 
-def watch(config: DriftConfig, interval: float, *, max_runs: int | None = None) -> Iterator[dict]:
+def watch(config: DriftConfig, interval: float, *, max_runs: int | None = None,
+          force: bool = False) -> Iterator[dict]:
     """:func:`run_check` every ``interval`` seconds (from the start of one check to the start of the next), each
     result as it comes, until ``max_runs`` checks (or for ever)."""
     runs = 0
     while True:
         started = time.monotonic()
-        yield run_check(config)
+        yield run_check(config, force=force)
         runs += 1
         if max_runs is not None and runs >= max_runs:
             return

@@ -19,6 +19,7 @@ from ..pairing.table import BATCH_SIZE, Pairing, pairing
 from ..pairing.units import PairJob, Plan, carried
 from ..runtime.engine import LOCAL, engine_of
 from ..runtime.open import open_collection
+from ..runtime.provenance import attach_spaces, fingerprint_collection, fingerprint_vectors
 
 #: pairs held in memory for a method that does not stream (clustered) when ``max_pairs`` is not given
 CLUSTERED_MAX_PAIRS = 200_000
@@ -29,7 +30,7 @@ FIT_PAIRS = ("ids", "field", "file", "unsupervised")
 
 
 def _fit_unsupervised(source, target, *, n: int, seed: int, params: dict, source_model, target_model,
-                      force: bool = False) -> Alignment:
+                      force: bool = False, prefixes: tuple = (None, None)) -> Alignment:
     """mini-vec2vec on a sample of each side, validated without labels (:func:`vecbridge.pairing.learned.check_map`):
     a map that fails is refused (:class:`~vecbridge.errors.CheckFailed`) unless ``force``, and the artifact records
     the validation either way (``metadata["validation"]``) and that its anchors are pseudo-pairs."""
@@ -42,12 +43,15 @@ def _fit_unsupervised(source, target, *, n: int, seed: int, params: dict, source
     validation = check_map(est.procrustes_, src, tgt, a, b, seed=seed, force=force,
                            what="the unsupervised alignment (mini-vec2vec)", advice=ADVICE_UNSUPERVISED)
     info_s, info_t = src.info(), tgt.info()
-    return Alignment.from_estimator(
+    alignment = Alignment.from_estimator(
         est.procrustes_, source_model=source_model, target_model=target_model, metric=info_t.metric,
         normalization="none", anchors={"method": "unsupervised mini-vec2vec", "pseudo_pairs": True,
                                        "n_source": len(a), "n_target": len(b), "seed": seed, "params": params},
         source={"url": src.display_url, "dim": info_s.dim, "count": info_s.count},
         target={"url": tgt.display_url, "dim": info_t.dim, "count": info_t.count}, validation=validation)
+    return attach_spaces(alignment, *(fingerprint_vectors(side.vectors, model=model, normalization="none",
+                                                          prefixes=pre, seed=seed)
+                                      for side, model, pre in zip((a, b), (source_model, target_model), prefixes)))
 
 
 def check_fit_options(normalization: str, holdout: float) -> None:
@@ -157,7 +161,8 @@ def _accumulate(source, target, spec: PairSpec, row: Pairing, engine, *, batch_s
                              f"nothing to spread over Ray: use --engine local")
         plan = carried(links, spec, batch_size, max_pairs)
         results = LOCAL.run(body, plan.units, shared=plan.job, on_report=_progress(plan, on_batch))
-        about = {"where": f"in {spec.value}", "metric": links.meta.get("metric", "cosine"), "links": links}
+        about = {"where": f"in {spec.value}", "metric": links.meta.get("metric", "cosine"), "links": links,
+                 "sides": (links.source_vectors, links.target_vectors)}
     else:
         src, tgt, described, metric = open_pair(source, target, spec)
         engine.require((src, "source"), (tgt, "target"))
@@ -168,7 +173,7 @@ def _accumulate(source, target, spec: PairSpec, row: Pairing, engine, *, batch_s
                 on_start(plan.listed if plan.split and plan.listed else min(count, max_pairs) if max_pairs else count)
             results = engine.run(body, plan.units, shared=plan.job, on_report=_progress(plan, on_batch))
         about = {"where": f"between {src.display_url} and {tgt.display_url}", "metric": metric,
-                 "described": described}
+                 "described": described, "sides": (src, tgt)}
     acc = PairAccumulator(body.keywords["holdout"], body.keywords["normalization"], body.keywords["keep_pairs"])
     for part, _ in results:   # in unit order
         acc.merge(part)
@@ -180,7 +185,8 @@ def fit_alignment(source, target, *, pairs: "str | PairSpec" = "ids", method: st
                   max_pairs: int | None = None, seed: int = 0, batch_size: int = BATCH_SIZE,
                   source_model: str | None = None, target_model: str | None = None,
                   params: dict | None = None, force: bool = False, on_batch: Callable[[int], None] | None = None,
-                  on_start: Callable[[int], None] | None = None, engine=None) -> Alignment:
+                  on_start: Callable[[int], None] | None = None, engine=None, source_prefixes: dict | None = None,
+                  target_prefixes: dict | None = None) -> Alignment:
     """Fit a map from ``source``'s space to ``target``'s space on corresponding records, without holding them all.
 
     ``pairs`` is ``ids``, ``field:NAME``, ``file:PATH`` (a CSV/JSON file of id pairs, or a ``.npz`` links file from
@@ -213,7 +219,8 @@ def fit_alignment(source, target, *, pairs: "str | PairSpec" = "ids", method: st
         raise InputError("estimator parameters apply to the unsupervised pairing only")
     if row.pseudo:
         return _fit_unsupervised(source, target, n=max_pairs or 10_000, seed=seed, params=params or {},
-                                 source_model=source_model, target_model=target_model, force=force)
+                                 source_model=source_model, target_model=target_model, force=force,
+                                 prefixes=(source_prefixes, target_prefixes))
     check_fit_options(normalization, holdout)
     if not chosen.streams and max_pairs is None:   # a method that does not stream holds its pairs in memory
         max_pairs = CLUSTERED_MAX_PAIRS
@@ -221,10 +228,21 @@ def fit_alignment(source, target, *, pairs: "str | PairSpec" = "ids", method: st
     acc, n_examined, about = _accumulate(source, target, spec, row, engine, batch_size=batch_size,
                                          max_pairs=max_pairs, seed=seed, body=body, on_start=on_start,
                                          on_batch=on_batch)
-    return freeze_fit(acc, n_examined=n_examined, spec=spec, chosen=chosen, where=about["where"],
-                      max_pairs=max_pairs, seed=seed, center=center, scale=scale, alpha=alpha,
-                      metric=about["metric"], links=about.get("links"), source_model=source_model,
-                      target_model=target_model, described=about.get("described", {}))
+    alignment = freeze_fit(acc, n_examined=n_examined, spec=spec, chosen=chosen, where=about["where"],
+                           max_pairs=max_pairs, seed=seed, center=center, scale=scale, alpha=alpha,
+                           metric=about["metric"], links=about.get("links"), source_model=source_model,
+                           target_model=target_model, described=about.get("described", {}))
+    return attach_spaces(alignment, *(_fingerprint(side, model=model, normalization=normalization, prefixes=pre,
+                                                   seed=seed)
+                                      for side, model, pre in zip(about["sides"], (source_model, target_model),
+                                                                  (source_prefixes, target_prefixes))))
+
+
+def _fingerprint(side, **about):
+    """A fingerprint of one side of the fit: a sample of its collection, or the vectors a links file carries."""
+    if isinstance(side, Collection):
+        return fingerprint_collection(side, **about)
+    return fingerprint_vectors(side, **about)
 
 
 def fit_to_file(output, source, target, *, engine=None, **options) -> tuple[Alignment, Path]:

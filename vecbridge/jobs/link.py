@@ -10,6 +10,7 @@ from ..errors import InputError
 from ..linking.links import Links
 from ..linking.pairspec import PairSpec
 from ..pairing.table import Request, pairing
+from ..runtime.models import ModelOptions
 from ..runtime.open import open_collection
 
 #: moved to :mod:`vecbridge.pairing.learned` (``fit``, ``link`` and the report grow their pairs there)
@@ -21,7 +22,8 @@ __getattr__ = moved("vecbridge.jobs.link", dict.fromkeys(
 
 def link(source, target, pairs: "str | PairSpec", *, seeds: str | None = None, model: str | None = None,
          old_model: str | None = None, text_field: str = "text", sample: int = 10_000, seed: int = 0,
-         params: dict | None = None, force: bool = False, on_step: Callable[[str], None] = lambda s: None) -> Links:
+         params: dict | None = None, force: bool = False, on_step: Callable[[str], None] = lambda s: None,
+         models: ModelOptions | None = None) -> Links:
     """Correspondences between ``source`` (old model) and ``target`` (new model), found as ``pairs`` says (any
     :class:`~vecbridge.linking.PairSpec`; ``"geh"`` with ``seeds=FILE`` is read as ``geh:FILE``).
 
@@ -30,7 +32,8 @@ def link(source, target, pairs: "str | PairSpec", *, seeds: str | None = None, m
     validated without labels (:func:`~vecbridge.pairing.learned.check_map`): a map that fails raises
     :class:`~vecbridge.errors.CheckFailed` unless ``force``, and the links' ``meta["validation"]`` records the
     outcome either way. Each pairing draws its sample as its row of :data:`vecbridge.pairing.table.PAIRINGS` says
-    (a file of pairs: every listed pair)."""
+    (a file of pairs: every listed pair). ``models`` says where the models of ``reembed`` and ``reference`` run
+    (and keeps their throughput)."""
     if pairs == "geh" and seeds:
         pairs = f"geh:{seeds}"
     spec = PairSpec.parse(pairs)
@@ -44,7 +47,7 @@ def link(source, target, pairs: "str | PairSpec", *, seeds: str | None = None, m
         raise InputError(f"the pairing {str(spec)!r} needs a target collection")
     found = row.sample(source, target, spec, Request(n=sample, seed=seed, model=model, old_model=old_model,
                                                      text_field=text_field, params=params, force=force,
-                                                     on_step=on_step))
+                                                     on_step=on_step, models=models or ModelOptions()))
     n = len(found)
     return Links(list(found.source.ids), list(found.target.ids),
                  found.confidence if found.confidence is not None else np.ones(n, dtype=np.float32),

@@ -39,6 +39,7 @@ from ..runtime.engine import engine_of
 from ..runtime.guard import check_checkpoint_path, check_checkpoint_writable, exclusive_writer, refuse_inputs_as_target
 from ..runtime.open import load_alignment, open_collection
 from ..runtime.pipeline import CopyJob, committer, copy_unit, pending, range_phases
+from ..runtime.provenance import check_space, stamp_alignment_target
 from .rewrite import check_counts, check_source, default_checkpoint_path, discard_target, mapper, store_batch_size
 
 POLICIES = ("keep-b", "keep-a", "keep-both")
@@ -154,7 +155,7 @@ class MergeSteps:
 
 
 def prepare(a, b, into, alignment, *, links: "str | PairSpec", policy: str, batch_size: int | None,
-            checkpoint_path, kind: str = "merge") -> dict:
+            checkpoint_path, kind: str = "merge", force: bool = False) -> dict:
     """Everything a merge checks before it writes anything (the local and the Ray engine alike): the policy, the
     alignment, that the target is neither input, the dimensions, the links, a second vector field for keep-both,
     that the checkpoint and the target can be written. Returns what the run needs."""
@@ -170,6 +171,8 @@ def prepare(a, b, into, alignment, *, links: "str | PairSpec", policy: str, batc
     if b_info.dim != alignment.target_dim:
         raise InputError(f"{B.display_url} holds {b_info.dim}-d vectors but the alignment maps into "
                          f"{alignment.target_dim}-d space")
+    space = {"a": check_space(A, alignment, "source", force=force, mixed=True).as_dict(),
+             "b": check_space(B, alignment, "target", force=force).as_dict()}
 
     spec = PairSpec.parse(links, allowed=("ids", "file"))
     row = pairing(spec)
@@ -189,7 +192,7 @@ def prepare(a, b, into, alignment, *, links: "str | PairSpec", policy: str, batc
                 "alignment": alignment.fingerprint, "links": row.name(spec),
                 "policy": policy}
     return {"A": A, "B": B, "C": C, "alignment": alignment, "explicit": explicit, "bs": bs,
-            "checkpoint": Checkpoint(ckpt_path, identity), "a_info": a_info, "b_info": b_info}
+            "checkpoint": Checkpoint(ckpt_path, identity), "a_info": a_info, "b_info": b_info, "space": space}
 
 
 def begin(ckpt: Checkpoint, C: Collection, alignment: Alignment, b_info, policy: str, *, bs: int, resume: bool,
@@ -240,13 +243,15 @@ def finish(C: Collection, ckpt: Checkpoint) -> int:
 
 def merge(a, b, into, alignment, *, links: "str | PairSpec" = "ids", policy: str = "keep-b",
           batch_size: int | None = None, resume: bool = False, overwrite: bool = False, checkpoint_path=None,
-          on_progress=None, engine=None) -> MergeResult:
+          on_progress=None, engine=None, force: bool = False) -> MergeResult:
     """Merge A (mapped through ``alignment``) and B into the new collection ``into`` (see the module's notes).
     ``engine``: where the copying runs (None: here, B then A in one pass each; Ray: key ranges of each, B's first).
-    ``linked`` and ``renamed`` count the whole job, also across a resume (they are kept in the checkpoint)."""
+    ``linked`` and ``renamed`` count the whole job, also across a resume (they are kept in the checkpoint).
+    A must look like the alignment's source space and B like its target space (refused before anything is written,
+    unless ``force``: :func:`~vecbridge.runtime.provenance.check_space`)."""
     engine = engine_of(engine)
     job = prepare(a, b, into, alignment, links=links, policy=policy, batch_size=batch_size,
-                  checkpoint_path=checkpoint_path, kind="merge-ranges" if engine.remote else "merge")
+                  checkpoint_path=checkpoint_path, kind="merge-ranges" if engine.remote else "merge", force=force)
     A, B, C, ckpt = job["A"], job["B"], job["C"], job["checkpoint"]
     engine.require((A, "input A"), (B, "input B"), (C, "merged collection"))
     with exclusive_writer(C), engine.session():
@@ -285,8 +290,10 @@ def merge(a, b, into, alignment, *, links: "str | PairSpec" = "ids", policy: str
         stats = {k: ckpt.total(k) for k in ("linked", "renamed")}   # the whole job's, across resumes
         written = ckpt.written - resumed_from
         count = finish(C, ckpt)
+        forced = "; ".join(c["reason"] for c in job["space"].values() if c["forced"]) or None
+        stamp_alignment_target(C, job["alignment"], origin="merged", source=A.display_url, forced=forced)
     return MergeResult(A.display_url, B.display_url, C.display_url, policy, job["a_info"].count, job["b_info"].count,
-                       written, stats["linked"], stats["renamed"], count, time.perf_counter() - t0)
+                       written, stats["linked"], stats["renamed"], count, time.perf_counter() - t0, job["space"])
 
 
 def _parts(ckpt: Checkpoint, *, ranged: bool) -> dict[str, list]:

@@ -58,6 +58,7 @@ from ..results import (
     UnsupervisedRetrieval,
 )
 from ..runtime.engine import LOCAL, engine_of
+from ..runtime.models import ModelOptions
 from ..runtime.open import open_collection
 
 #: the pairings a report can use (see :class:`~vecbridge.linking.PairSpec`)
@@ -78,24 +79,26 @@ def _correspond(spec: PairSpec, old: Collection, new: Collection | None, request
                            new_ids=list(found.target.ids) if found.records else None)
 
 
-def _request(sample: int, seed: int, model, text_field, params) -> Request:
+def _request(sample: int, seed: int, model, text_field, params, models: ModelOptions | None = None) -> Request:
     """A report judges grown pairs itself (a failed validation is NO-GO, not an error): they are always kept."""
     return Request(n=sample, seed=seed, model=model, text_field=text_field, params=params or {}, force=True,
-                   min_pairs=MIN_PAIRS)
+                   min_pairs=MIN_PAIRS, models=models or ModelOptions())
 
 
 def find_correspondences(old: Collection, new: Collection | None, *, sample: int = 5000, seed: int = 0,
                          pairs: "str | PairSpec | None" = None, key: str | None = None, model: str | None = None,
                          text_field: str | None = None, seeds: str | None = None, unsupervised: bool = True,
-                         unsupervised_params: dict | None = None, engine=None) -> Correspondences:
+                         unsupervised_params: dict | None = None, engine=None,
+                         models: ModelOptions | None = None) -> Correspondences:
     """Pairs as ``pairs`` says (one of :data:`REPORT_PAIRS`); without it, the best available source of pairs in
     order of reliability: a payload ``key``, shared ids, then :func:`fallback_correspondences`.
 
     On an engine spread over processes (``engine``, see :mod:`vecbridge.runtime.engine`) the stored pairs (payload
     key, ids) are a uniform sample of ``sample`` of all such pairs, drawn over every key range of ``old``
-    (:mod:`vecbridge.pairing.sampling`); the other pairings work on a sample on this machine."""
+    (:mod:`vecbridge.pairing.sampling`); the other pairings work on a sample on this machine (a re-embedding
+    model where ``models`` says)."""
     engine = engine_of(engine)
-    request = _request(sample, seed, model, text_field, unsupervised_params)
+    request = _request(sample, seed, model, text_field, unsupervised_params, models)
     if pairs is not None:
         spec = PairSpec.parse(pairs, allowed=REPORT_PAIRS)
         if "target" in pairing(spec).needs and new is None:
@@ -111,7 +114,8 @@ def find_correspondences(old: Collection, new: Collection | None, *, sample: int
         if found is not None:
             return found
     corr = fallback_correspondences(old, new, sample=sample, seed=seed, model=model, text_field=text_field,
-                                    seeds=seeds, unsupervised=unsupervised, unsupervised_params=unsupervised_params)
+                                    seeds=seeds, unsupervised=unsupervised, unsupervised_params=unsupervised_params,
+                                    models=request.models)
     if engine.remote:
         corr.reason = f"no stored key shared by the collections (Ray scanned them all), so on this machine: " \
                       f"{corr.reason}"
@@ -120,12 +124,13 @@ def find_correspondences(old: Collection, new: Collection | None, *, sample: int
 
 def fallback_correspondences(old: Collection, new: Collection | None, *, sample: int, seed: int,
                              model: str | None = None, text_field: str | None = None, seeds: str | None = None,
-                             unsupervised: bool = True, unsupervised_params: dict | None = None) -> Correspondences:
+                             unsupervised: bool = True, unsupervised_params: dict | None = None,
+                             models: ModelOptions | None = None) -> Correspondences:
     """The pairings :func:`find_correspondences` tries when the collections share no stored key (payload key, ids),
     most reliable first, the first whose needs are given: a re-embedded sample (``model`` and ``text_field``), GEH
     from ``seeds``, unsupervised mini-vec2vec (unless ``unsupervised`` is False; it warns first); else a one-line
     error saying what to give."""
-    request = _request(sample, seed, model, text_field, unsupervised_params)
+    request = _request(sample, seed, model, text_field, unsupervised_params, models)
     for spec in (PairSpec("reembed"), PairSpec("geh", seeds or ""), PairSpec("unsupervised")):
         row = pairing(spec)
         if not row.ready(spec, new, request) or (row.pseudo and not unsupervised):
@@ -145,7 +150,7 @@ def compatibility_report(old, new=None, *, sample: int = 5000, seed: int = 0, ho
                          seeds: str | None = None, queries_new=None, queries_old=None, k: int = 10,
                          center: bool = False, unsupervised: bool = True, unsupervised_params: dict | None = None,
                          options: bool = True, target_retention: float = 0.95, old_model_retired: bool = False,
-                         on_step=lambda s: None, engine=None) -> Report:
+                         on_step=lambda s: None, engine=None, models: ModelOptions | None = None) -> Report:
     """Everything a user needs to decide on an upgrade, as a :class:`~vecbridge.results.Report` (see the module
     docstring); ``report.as_dict()`` is the JSON.
 
@@ -153,8 +158,10 @@ def compatibility_report(old, new=None, *, sample: int = 5000, seed: int = 0, ho
     user will fit (:data:`vecbridge.align.methods.METHODS`): held-out quality and retrieval are measured with it,
     while the Procrustes diagnostics (residual, bound) and the learning curve come from an orthogonal fit.
     ``engine`` gathers stored correspondences (on Ray: a uniform sample of all the pairs that share an id or a
-    payload key, over every key range of ``old``); everything after that works on this machine."""
+    payload key, over every key range of ``old``); everything after that works on this machine. ``models`` says
+    where a re-embedding model runs; the report's ``model_run`` is its throughput."""
     engine = engine_of(engine)
+    models = models or ModelOptions()
     _refuse_what_cannot_split(engine, pairs, new)
     chosen = method_of(method)
     old_c, new_c, old_info = _open_old_new(old, new)
@@ -164,7 +171,7 @@ def compatibility_report(old, new=None, *, sample: int = 5000, seed: int = 0, ho
     with engine.session():
         corr = find_correspondences(old_c, new_c, sample=sample, seed=seed, pairs=pairs, key=key, model=model,
                                     text_field=text_field, seeds=seeds, unsupervised=unsupervised,
-                                    unsupervised_params=unsupervised_params, engine=engine)
+                                    unsupervised_params=unsupervised_params, engine=engine, models=models)
     sp = split_pairs(corr, holdout, seed)
     on_step(f"fitting on {len(sp.train):,} pairs, measuring on {len(sp.held):,} held out")
     report = {"old": old_c.display_url, "new": new_c.display_url if new_c else None, "method": chosen.name,
@@ -178,6 +185,7 @@ def compatibility_report(old, new=None, *, sample: int = 5000, seed: int = 0, ho
                                   options=options, on_step=on_step)
     if old_model_retired:
         report["old_model_retired"] = True
+    report["model_run"] = models.summary()
     report["verdict"] = verdict(report)
     if measure is not None:   # after the verdict: the recommendation must not contradict it
         on_step("measuring the options that keep more quality (local maps, re-embedding, re-ranking)")

@@ -21,6 +21,7 @@ from ..runtime.engine import engine_of
 from ..runtime.guard import check_checkpoint_path, check_checkpoint_writable, exclusive_writer, refuse_inputs_as_target
 from ..runtime.open import load_alignment, open_collection
 from ..runtime.pipeline import CopyJob, committer, copy_unit, pending, range_phases
+from ..runtime.provenance import check_space, stamp_alignment_target
 
 
 def default_checkpoint_path(alignment_path: Path | None, target: Collection, kind: str = "migrate") -> Path:
@@ -90,8 +91,8 @@ def warn_failed_validation(alignment: Alignment, path: Path | None = None):
 def migrate(source, alignment, target=None, *, field: str | None = None, batch_size: int | None = None,
             resume: bool = False, overwrite: bool = False, dry_run: bool = False, checkpoint_path=None,
             metric: str | None = None, build_index: bool = True, on_progress: Callable[[int], None] | None = None,
-            on_start: Callable[[int, int], None] | None = None,
-            on_phase: Callable[[str], None] | None = None, engine=None) -> MigrationResult | DryRun:
+            on_start: Callable[[int, int], None] | None = None, on_phase: Callable[[str], None] | None = None,
+            engine=None, force: bool = False) -> MigrationResult | DryRun:
     """Rewrite ``source`` (old model) into ``target`` (new model's space) through ``alignment``.
 
     * New collection (default): ``target`` must not exist (``overwrite=True`` drops and recreates it). It may never
@@ -104,6 +105,9 @@ def migrate(source, alignment, target=None, *, field: str | None = None, batch_s
     * ``build_index=False``: where the store defers its vector index (pgvector), leave the new collection without
       one (the user builds it later, e.g. ``CREATE INDEX CONCURRENTLY`` in a maintenance window).
     * ``on_phase``: called with ``"index"`` before a deferred index build (it can take minutes).
+    * ``force``: map the source even where it does not look like the alignment's source space, or holds more than
+      one space (:func:`~vecbridge.runtime.provenance.check_space`; refused otherwise, before anything is written).
+      The result and the target's stamp record that the check was overridden.
     * ``engine``: where the copying runs (:mod:`vecbridge.runtime.engine`; None: here). In this process the source
       is read in one pass (checkpoint phase ``main``); an engine whose bodies run elsewhere (Ray) copies
       ``engine.units`` key ranges of it, a phase each, ``engine.workers`` at a time (the source needs key ranges;
@@ -136,6 +140,8 @@ def migrate(source, alignment, target=None, *, field: str | None = None, batch_s
             "" if engine.remote else " (or --field NAME to add a vector field in place)"))
     engine.require((src, "source"), (tgt, "target"))
     bs = store_batch_size(tgt, batch_size)
+    check_source(src, alignment)
+    space = check_space(src, alignment, "source", force=force, mixed=True)
     if dry_run:
         return DryRun(plan_migration(src, alignment, tgt, batch_size=bs, field=field))
 
@@ -177,11 +183,13 @@ def migrate(source, alignment, target=None, *, field: str | None = None, batch_s
             raise
         fault_point("migrate.before-finish")
         held = finish_target(tgt, ckpt, build_index=build_index, on_phase=on_phase, count=field is None)
+        stamp_alignment_target(tgt, alignment, origin="mapped", source=src.display_url,
+                               forced=space.reason if space.forced else None)
     seconds = time.perf_counter() - t0
     check_counts(tgt, read=ckpt.read, written=ckpt.written, held=held, source=src)
     written = ckpt.written - resumed_from
     return MigrationResult(src.display_url, tgt.display_url, info.count, ckpt.read, written, resumed_from, seconds,
-                           written / seconds if seconds > 0 else None, field, bs)
+                           written / seconds if seconds > 0 else None, field, bs, space.as_dict())
 
 
 def _ranges_of(ckpt: Checkpoint) -> list[KeyRange]:

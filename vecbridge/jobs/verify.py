@@ -12,6 +12,7 @@ from ..quality.fidelity import RecordTally, compare_records, full_checks, shape_
 from ..results import Check, VerifyResult
 from ..runtime.engine import engine_of
 from ..runtime.open import load_alignment, open_collection
+from ..runtime.provenance import check_space
 
 
 def _ids(coll: Collection, batch_size: int = 5000) -> set:
@@ -53,7 +54,7 @@ def sample_checks(src: Collection, tgt: Collection, tally: RecordTally, toleranc
 
 
 def verify(source, target, alignment, *, sample: int = 1000, seed: int = 0, tolerance: float = 1e-5,
-           field: str | None = None, batch_size: int = 2000, engine=None) -> VerifyResult:
+           field: str | None = None, batch_size: int = 2000, engine=None, force: bool = False) -> VerifyResult:
     """Whether ``target`` holds ``source`` mapped through ``alignment``: counts, dimension, ids, a sample of vectors
     recomputed, payloads (:class:`VerifyResult`: ``ok`` and the ``checks``); nothing is written anywhere.
 
@@ -62,6 +63,10 @@ def verify(source, target, alignment, *, sample: int = 1000, seed: int = 0, tole
     instead of a sample: each unit compares one key range of the source, and the counts add up (no id set is held
     anywhere: ids are unique in a collection, so the target's ids that are not in the source number ``target count -
     matched``); each check then says it is a full check.
+
+    First the source must look like the alignment's source space and the target like its target space
+    (:func:`~vecbridge.runtime.provenance.check_space`): a mismatch is refused in one line (exit 1) unless ``force``;
+    both answers are in the result's ``space``.
     """
     engine = engine_of(engine)
     alignment, _ = load_alignment(alignment)
@@ -69,6 +74,9 @@ def verify(source, target, alignment, *, sample: int = 1000, seed: int = 0, tole
     view = tgt.with_vector_field(field) if field is not None else tgt
     s_info, t_info = src.info(), view.info()
     engine.require((src, "source"), (tgt, "target"))
+    spaces = {side: check_space(coll, alignment, side, force=force).as_dict()
+              for side, coll in (("source", src), ("target", view))} \
+        if s_info.dim == alignment.source_dim and t_info.dim == alignment.target_dim else None
     units = [Records(r) for r in key_ranges(src, engine.units)] if engine.remote else \
         [Records(limit=sample, seed=seed)]
     body = partial(compare_unit, alignment=alignment, batch_size=batch_size, tolerance=tolerance,
@@ -80,6 +88,6 @@ def verify(source, target, alignment, *, sample: int = 1000, seed: int = 0, tole
         tally.merge(part)
     checks = full_checks(s_info, t_info, alignment, tally, tolerance) if engine.remote else \
         shape_checks(s_info, t_info, alignment) + sample_checks(src, view, tally, tolerance)
-    return VerifyResult(all(c.ok for c in checks), src.display_url, view.display_url, checks)
+    return VerifyResult(all(c.ok for c in checks), src.display_url, view.display_url, checks, spaces)
 
 

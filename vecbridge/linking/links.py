@@ -17,6 +17,7 @@ from pathlib import Path
 import numpy as np
 
 from ..errors import InputError
+from ..secrets import scrub
 
 
 def _ids_to_blob(ids) -> tuple[np.ndarray, np.ndarray]:
@@ -61,7 +62,7 @@ class Links:
                 w.writerow([s, t, f"{float(c):.6g}"])
             path.write_text(buf.getvalue(), encoding="utf-8")
         elif suffix == ".json":
-            path.write_text(json.dumps({"mode": self.mode, "meta": self.meta, "links": [
+            path.write_text(json.dumps({"mode": self.mode, "meta": scrub(self.meta), "links": [
                 {"source_id": s, "target_id": t, "confidence": float(c)}
                 for s, t, c in zip(self.source_ids, self.target_ids, self.confidence)]}, default=str), encoding="utf-8")
         elif suffix == ".npz":
@@ -69,7 +70,7 @@ class Links:
             tb, to = _ids_to_blob(self.target_ids)
             arrays = {"source_ids": sb, "source_off": so, "target_ids": tb, "target_off": to,
                       "confidence": np.asarray(self.confidence, dtype=np.float32),
-                      "meta": np.frombuffer(json.dumps({"mode": self.mode, **self.meta}, default=str).encode(),
+                      "meta": np.frombuffer(json.dumps({"mode": self.mode, **scrub(self.meta)}, default=str).encode(),
                                             np.uint8)}
             if self.has_vectors:
                 arrays["source_vectors"] = np.asarray(self.source_vectors, dtype=np.float32)

@@ -32,10 +32,16 @@ def _texts(batch: VectorBatch, field: str) -> tuple[np.ndarray, list[str]]:
     return np.asarray(keep, dtype=np.int64), texts
 
 
+def _chunk(batch_size: int | None, *embedders) -> int:
+    """Texts per call to the models: ``batch_size``, else at least a full batch of the model (a GPU's 256) and 64."""
+    return batch_size or max([64] + [getattr(e, "batch_size", None) or 0 for e in embedders])
+
+
 def reembed_pairs(source: Collection, embed: Embedder, *, text_field: str = "text", n: int = 2000, seed: int = 0,
-                  batch_size: int = 64, on_progress: Callable[[int], None] | None = None
+                  batch_size: int | None = None, on_progress: Callable[[int], None] | None = None
                   ) -> tuple[VectorBatch, np.ndarray]:
-    """Sample ``n`` records of ``source`` that hold text in ``text_field`` and embed those texts with the new model.
+    """Sample ``n`` records of ``source`` that hold text in ``text_field`` and embed those texts with the new model
+    (``batch_size`` texts per call: :func:`_chunk`).
 
     Returns ``(old_records, new_vectors)``: row i of ``new_vectors`` is the new model's embedding of the text of
     ``old_records.ids[i]``.
@@ -45,7 +51,7 @@ def reembed_pairs(source: Collection, embed: Embedder, *, text_field: str = "tex
     if not texts:
         raise InputError(f"no sampled record of {source.display_url} has text in payload field {text_field!r}")
     old = sample.take(keep)
-    parts = []
+    parts, batch_size = [], _chunk(batch_size, embed)
     for lo in range(0, len(texts), batch_size):
         parts.append(np.asarray(embed(texts[lo:lo + batch_size]), dtype=np.float32))
         if on_progress:
@@ -67,10 +73,10 @@ def read_texts(path, limit: int | None = None) -> list[str]:
     return texts[:limit] if limit else texts
 
 
-def reference_pairs(texts: Sequence[str], embed_old: Embedder, embed_new: Embedder, *, batch_size: int = 64
+def reference_pairs(texts: Sequence[str], embed_old: Embedder, embed_new: Embedder, *, batch_size: int | None = None
                     ) -> tuple[np.ndarray, np.ndarray]:
     """The same public texts through both models: (old-space vectors, new-space vectors), row-aligned."""
-    olds, news = [], []
+    olds, news, batch_size = [], [], _chunk(batch_size, embed_old, embed_new)
     for lo in range(0, len(texts), batch_size):
         chunk = list(texts[lo:lo + batch_size])
         olds.append(np.asarray(embed_old(chunk), dtype=np.float32))

@@ -19,6 +19,7 @@ from ..errors import InputError
 from ..linking.pairspec import KINDS, PairSpec
 from ..quality.compatibility import MIN_PAIRS
 from ..runtime.engine import engine_of
+from ..runtime.models import ModelOptions
 from .pairs import _source_batches, pairs_by_field, pairs_by_ids, pairs_from_list, pairs_through_index, read_pairs_file
 from .sampling import sample_pairs
 from .units import PairJob, Plan, field_index, listed_units, record_units
@@ -29,9 +30,9 @@ BATCH_SIZE = 2000
 
 @dataclass
 class Request:
-    """What drawing a sample of pairs may use: its size and seed, the models and the text field, the estimator's
-    parameters, ``force`` (keep grown pairs whose map fails validation), ``min_pairs`` (fewer grown pairs are an
-    error) and ``on_step`` (a line per step)."""
+    """What drawing a sample of pairs may use: its size and seed, the models, where they run (``models``) and the
+    text field, the estimator's parameters, ``force`` (keep grown pairs whose map fails validation), ``min_pairs``
+    (fewer grown pairs are an error) and ``on_step`` (a line per step)."""
 
     n: int = 10_000
     seed: int = 0
@@ -42,6 +43,7 @@ class Request:
     force: bool = False
     min_pairs: int = 0
     on_step: Callable[[str], None] = lambda s: None
+    models: ModelOptions = field(default_factory=ModelOptions)
 
 
 @dataclass
@@ -186,7 +188,6 @@ def _file_sample(source, target, spec, request: Request, engine=None) -> Anchors
 
 
 def _reembed_sample(source, target, spec, request: Request, engine=None) -> Anchors:
-    from ..runtime.models import load_model
     from .reembed import reembed_pairs
 
     model, text_field = request.model, request.text_field
@@ -194,21 +195,21 @@ def _reembed_sample(source, target, spec, request: Request, engine=None) -> Anch
         raise InputError("re-embedding needs the new model (a name, a local path or module:function) and the "
                          "payload field that holds the text")
     request.on_step(f"re-embedding up to {request.n:,} stored texts ({text_field!r}) with {model}")
-    olds, news = reembed_pairs(source, load_model(model), text_field=text_field, n=request.n, seed=request.seed)
+    olds, news = reembed_pairs(source, request.models.load(model), text_field=text_field, n=request.n,
+                               seed=request.seed)
     return Anchors(olds, VectorBatch([f"reembed:{i}" for i in olds.ids], news), records=False,
                    meta={"model": model, "text_field": text_field},
                    reason=f"{len(olds):,} stored texts ({text_field!r}) re-embedded with {model}")
 
 
 def _reference_sample(source, target, spec, request: Request, engine=None) -> Anchors:
-    from ..runtime.models import load_model
     from .reembed import read_texts, reference_pairs
 
     if not (request.model and request.old_model):
         raise InputError("a reference corpus needs both encoders: the old model and the new model")
     texts = read_texts(spec.value, limit=request.n)
     request.on_step(f"embedding {len(texts):,} reference texts with both models")
-    X, Y = reference_pairs(texts, load_model(request.old_model), load_model(request.model))
+    X, Y = reference_pairs(texts, request.models.load(request.old_model), request.models.load(request.model))
     ids = [f"ref:{j}" for j in range(len(texts))]
     return Anchors(VectorBatch(ids, X), VectorBatch(ids, Y), records=False,
                    meta={"model": request.model, "old_model": request.old_model})

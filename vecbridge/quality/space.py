@@ -10,6 +10,8 @@ per fingerprint from its own data by split halves, never per corpus.
 """
 from __future__ import annotations
 
+import hashlib
+import json
 import math
 from dataclasses import dataclass
 
@@ -22,6 +24,13 @@ from ..validation import check_vectors
 #: direction must reach to be accepted. Measured margins on two corpora: same-space queries reach >= 0.67,
 #: another model of the same dimension <= 0.38 (bench/space_check.py).
 ACCEPT_FRACTION = 0.5
+
+#: A space whose split-half reference cosine is below this has no mean direction to recognise it by (random or
+#: whitened vectors: real sentence encoders measure 0.99 and more): the statistical test cannot tell, and says so.
+MIN_REFERENCE = 0.5
+
+#: Fewer sampled vectors than this and a sample's mean direction is too unsteady to judge a space by.
+MIN_SAMPLE = 50
 
 _UNIT_TOL = 1e-3
 
@@ -128,6 +137,33 @@ class SpaceFingerprint:
     def mean_vector(self) -> np.ndarray:
         return np.asarray(self.mean, dtype=np.float64)
 
+    @property
+    def digest(self) -> str:
+        """A short stable identity of this fingerprint (its JSON), to name it in stamps and messages."""
+        return hashlib.sha256(json.dumps(self.as_dict(), sort_keys=True).encode()).hexdigest()[:16]
+
+    @property
+    def distinctive(self) -> bool:
+        """Whether the space has a mean direction steady enough to recognise a sample of it by."""
+        return self.reference_cosine >= MIN_REFERENCE
+
+    def label(self) -> str:
+        """How messages name the space: the model when known, else its dimension and digest."""
+        return f"{self.model} ({self.dim}-d)" if self.model else f"a {self.dim}-d space ({self.digest[:8]})"
+
+    def summary(self) -> dict:
+        """What ``info`` shows of a fingerprint: identity and norms, not the vectors."""
+        return {"model": self.model, "dim": self.dim, "normalization": self.normalization,
+                "unit_normalized": self.unit_normalized, "norm_mean": round(self.norm_mean, 4),
+                "n_vectors": self.n_vectors, "prefixes": self.prefixes, "digest": self.digest}
+
+    def score_fingerprint(self, other: "SpaceFingerprint") -> float:
+        """:meth:`score` of another fingerprint's mean direction (a stamp's space against a map's side)."""
+        if other.dim != self.dim:
+            raise InputError(f"fingerprint: dimension {other.dim} does not match {self.dim}")
+        null = _null_cosine(self.dim)
+        return (_cosine(other.mean_vector(), self.mean_vector()) - null) / max(self.reference_cosine - null, 1e-12)
+
     def covariance_sketch(self) -> np.ndarray:
         """The full (sketch_dim, sketch_dim) covariance of the projected, centred unit rows."""
         k = self.sketch_dim
@@ -208,7 +244,28 @@ def _log_likelihoods(U: np.ndarray, fp: SpaceFingerprint) -> np.ndarray:
 
 
 def mixture_fractions(sample, fingerprints: dict, *, max_iter: int = 500, tol: float = 1e-8) -> dict:
-    """Fraction of ``sample`` that looks like each space (fingerprints of another dimension get 0.0).
+    """Fraction of ``sample`` that looks like each space (fingerprints of another dimension get 0.0); see
+    :func:`mixture`."""
+    return mixture(sample, fingerprints, max_iter=max_iter, tol=tol).fractions
+
+
+@dataclass(frozen=True)
+class Mixture:
+    """What :func:`mixture` found: each space's estimated share of the sample, and for each space with a share the
+    score of the mean direction of the vectors assigned to it (weighted by responsibility)."""
+
+    fractions: dict
+    part_scores: dict
+
+    def others(self, name: str, *, min_share: float) -> dict:
+        """The spaces other than ``name`` that hold at least ``min_share`` of the sample and whose assigned vectors
+        really look like them (their mean direction passes that space's test): a confirmed mixture."""
+        return {n: f for n, f in self.fractions.items()
+                if n != name and f >= min_share and self.part_scores.get(n, 0.0) >= ACCEPT_FRACTION}
+
+
+def mixture(sample, fingerprints: dict, *, max_iter: int = 500, tol: float = 1e-8) -> Mixture:
+    """Fraction of ``sample`` that looks like each space, and whether each part confirms it (:class:`Mixture`).
 
     A mixture fit: each space is a Gaussian in the shared covariance sketch, only the weights are fitted (EM). This
     corrects the bias per-vector assignment would have where single vectors are ambiguous. Fingerprints of the
@@ -236,4 +293,15 @@ def mixture_fractions(sample, fingerprints: dict, *, max_iter: int = 500, tol: f
         w = new
     out = {name: 0.0 for name in fps}
     out.update({n: float(v) for n, v in zip(names, w)})
-    return out
+    # a share alone can be an artefact (vectors of one space that sit in another's density, e.g. short queries
+    # against fingerprints of documents): confirm each part by the mean direction of what was assigned to it
+    A = LL + np.log(np.maximum(w, 1e-300))
+    A -= A.max(axis=1, keepdims=True)
+    R = np.exp(A)
+    R /= R.sum(axis=1, keepdims=True)
+    parts = {}
+    for j, n in enumerate(names):
+        weight = R[:, j].sum()
+        parts[n] = float(fps[n]._score_directions((U * R[:, j:j + 1]).sum(axis=0, keepdims=True) / weight)) \
+            if weight > 1e-9 else 0.0
+    return Mixture(out, parts)

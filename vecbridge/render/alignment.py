@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from .console import console
+from .models import print_throughput
 
 
 def fitted(summary: dict) -> None:
@@ -31,6 +32,7 @@ def linked(summary: dict) -> None:
     con = console()
     con.print(f"[bold green]linked[/] {summary['n']:,} pairs ({summary['mode']}, mean confidence "
               f"{summary['mean_confidence']:.2f}) -> {summary['links']}", markup=True)
+    print_throughput(summary.get("model_run"), con)
     validation(con, summary.get("validation"))
 
 

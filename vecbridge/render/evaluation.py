@@ -29,3 +29,7 @@ def checks(result) -> None:
     for c in result["checks"]:
         mark = "[green]ok[/]  " if c["ok"] else "[red]FAIL[/]"
         con.print(f"{mark} {c['name']}: {c['detail']}", markup=True)
+    if isinstance(result, dict) and result.get("space"):
+        from .migration import space_lines
+
+        space_lines(*result["space"].values())

@@ -31,6 +31,18 @@ def migrated(result) -> None:
     resumed = f", resumed after {result['resumed_from']:,}" if result["resumed_from"] else ""
     con.print(f"[bold green]migrated[/] {result['written']:,} records into {where} in "
               f"{result['seconds']:.1f} s{rate}{resumed}", markup=True)
+    space_lines(result.get("space"))
+
+
+def space_lines(*checks) -> None:
+    """One line per space check that did not simply pass: overridden with --force, or not checked and why."""
+    for check in checks:
+        if not check or check["verdict"] == "ok":
+            continue
+        if check["forced"]:
+            console().print(f"[bold yellow]space check overridden (--force)[/]: {check['reason']}", markup=True)
+        elif check["verdict"] == "unchecked":
+            console().print(f"space of {check['collection']} not checked: {check['reason']}")
 
 
 def merged(result) -> None:
@@ -38,3 +50,4 @@ def merged(result) -> None:
     console().print(f"[bold green]merged[/] {result['a_count']:,} + {result['b_count']:,} records into "
                     f"{result['into']}: {result['count']:,} records, {result['linked']:,} linked pairs "
                     f"({result['policy']}), {result['renamed']:,} renamed ids", markup=True)
+    space_lines(*(result.get("space") or {}).values())

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from .console import console
+from .models import print_throughput
 
 
 def report(rep, html_path=None) -> None:
@@ -15,6 +16,7 @@ def report(rep, html_path=None) -> None:
     c, ho = rep.correspondences, rep.held_out
     con.print(f"correspondences: [bold]{c.mode}[/] ({escape(c.reason)}); {c.train:,} to fit, "
               f"{c.held_out:,} held out", markup=True)
+    print_throughput(rep.model_run, con)
     table = Table(title="held-out quality")
     table.add_column("metric")
     table.add_column("value", justify="right")

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from .console import console
+from .models import print_throughput
 
 
 def state(status: dict, headline: str | None = None) -> None:
@@ -55,6 +56,7 @@ def plan(p: dict, con=None) -> None:
     con.print(f"{p['source']}: {p['count']:,} records ({p['with_text']:.0%} with text), {p['dim']}d")
     con.print(f"{p['model']}: {p['seconds_per_text'] * 1000:.1f} ms per text here; a full re-embed takes about "
               f"{p['full_reembed_seconds'] / 3600:.2f} h")
+    print_throughput(p.get("model_run"), con)
     pr = p.get("predicted")
     if pr:
         table = Table(title=f"predicted Recall@{pr['k']} of {pr['queries']:,} queries among {pr['pool']:,} records "
@@ -88,6 +90,7 @@ def plan(p: dict, con=None) -> None:
 
 def started(status: dict) -> None:
     state(status, f"[bold green]started[/]: state in {status['state']}")
+    print_throughput(status.get("model_run"))
 
 
 def reembedded(result: dict, priced: bool) -> None:
@@ -99,6 +102,7 @@ def reembedded(result: dict, priced: bool) -> None:
              if result["without_text"] else "")
           + (f"; stopped by the {result['stopped_by']}" if result["stopped_by"] != "done" else "")
           + (f"; spent {result['spent']:.2f} in all" if priced else ""))
+    print_throughput(result.get("model_run"))
 
 
 def scored(result: dict) -> None:

@@ -22,6 +22,7 @@ from typing import Any
 
 from ..errors import InputError
 from ..faultpoint import fault_point
+from ..secrets import scrub
 
 VERSION = 1
 #: no checkpoint is larger (a distributed job's plan of key ranges included): a larger file is someone else's
@@ -45,7 +46,7 @@ def _now() -> str:
 class Checkpoint:
     def __init__(self, path, identity: dict[str, Any]):
         self.path = Path(path)
-        self.identity = identity
+        self.identity = scrub(identity)   # what the file keeps, and what a resume compares it with
         self.state: dict[str, Any] = {"version": VERSION, "identity": identity, "phases": {}, "status": "new"}
 
     # --- lifecycle ---------------------------------------------------------------------------------------------------

@@ -25,7 +25,12 @@ def load_alignment(alignment) -> tuple[Alignment, Path | None]:
 
 
 def describe(target: str) -> dict:
-    """What ``vecbridge info`` shows: an alignment file's summary, or a collection's dimension, metric and count."""
+    """What ``vecbridge info`` shows: an alignment file's summary, or a collection's dimension, metric and count and
+    the stamp of the space it is in (its identity, not the fingerprint's vectors)."""
     if Path(target).is_file() and not target.endswith(".npy"):
         return Alignment.load(target).summary()
-    return connect(target, read_only=True).info().as_dict()
+    from .provenance import stamp_summary
+
+    coll = connect(target, read_only=True)
+    stamp = coll.read_stamp()
+    return {**coll.info().as_dict(), "stamp": stamp_summary(stamp) or stamp}

@@ -1,13 +1,12 @@
-"""New-model queries translated into an old collection's space, and an embedder that maps its output.
+"""New-model queries translated into an old collection's space (what ``search --wrap`` and the embedders send
+to an old index).
 """
 from __future__ import annotations
 
-from typing import Callable
-
 import numpy as np
 
+from .._deprecated import moved
 from ..align.artifact import Alignment
-from ..runtime.open import load_alignment
 
 
 def _orthogonal_isometry(alignment: Alignment) -> bool:
@@ -29,24 +28,5 @@ def translate_queries(alignment: Alignment, queries, metric: str = "cosine") -> 
     return Q @ M.T
 
 
-class MappedEmbeddings:
-    """Drop-in embedding function: new model in, old-space vectors out, for code that queries an old index.
-
-    ``embed`` is any callable from a list of texts to new-model vectors (e.g. ``SentenceTransformer.encode``).
-    Provides ``__call__``, ``embed_documents`` and ``embed_query`` (the shapes LangChain-style stores expect).
-    """
-
-    def __init__(self, embed: Callable[[list[str]], np.ndarray], alignment, metric: str = "cosine"):
-        self.embed = embed
-        self.alignment, _ = load_alignment(alignment)
-        self.metric = metric
-
-    def __call__(self, texts: list[str]) -> np.ndarray:
-        return translate_queries(self.alignment, self.embed(list(texts)), self.metric)
-
-    def embed_documents(self, texts: list[str]) -> list[list[float]]:
-        return self(texts).tolist()
-
-    def embed_query(self, text: str) -> list[float]:
-        return self([text])[0].tolist()
-
+#: the embedding function is a :class:`~vecbridge.serving.embedder.SpaceEmbedder` now, kept here for one release
+__getattr__ = moved(__name__, {"MappedEmbeddings": "vecbridge.serving.embedder"})

@@ -28,19 +28,26 @@ from ..errors import InputError
 from ..metrics import candidate_scorer, prepare_vectors
 from ..numeric.ranking import rank_candidates
 from ..runtime.open import load_alignment, open_collection
+from ..runtime.provenance import check_space
 from .translate import _orthogonal_isometry, translate_queries
 
 
 class WrappedCollection:
-    """A read-only view of an old-model collection that accepts new-model query vectors."""
+    """A read-only view of an old-model collection that accepts new-model query vectors.
 
-    def __init__(self, collection: Collection, alignment, *, overfetch: int = 4):
+    The collection must be in the alignment's source space (queries go target -> source): checked once, here
+    (:func:`~vecbridge.runtime.provenance.check_space`; ``force`` overrides a refusal, ``check=False`` skips it
+    where the caller has checked)."""
+
+    def __init__(self, collection: Collection, alignment, *, overfetch: int = 4, force: bool = False,
+                 check: bool = True):
         self.collection = collection
         self.alignment, _ = load_alignment(alignment)
         info = collection.info()
         if info.dim != self.alignment.source_dim:
             raise InputError(f"{collection.display_url} holds {info.dim}-d vectors but the alignment maps "
                              f"{self.alignment.source_dim}-d vectors")
+        self.space = check_space(collection, self.alignment, "source", force=force) if check else None
         self.metric = info.metric
         self.overfetch = overfetch
         centred = bool(self.alignment.metadata.get("centered"))
@@ -122,7 +129,7 @@ def federated_search(members: Sequence, queries, k: int = 10) -> list[list[dict]
 def search_collections(wrapped: Sequence[tuple[str, object]], native: Sequence[str], queries, k: int = 10, *,
                        old_queries=None, beta: float = 1.0, rerank_model: str | None = None,
                        text_field: str = "text", k_candidates: int = 50, hub_log=None, hub_weight: float = 0.5,
-                       show_field: str | None = None):
+                       show_field: str | None = None, force: bool = False, models=None):
     """Federated search with new-model ``queries`` over old collections wrapped by their alignments (``(url,
     alignment)`` pairs) and collections already in the new model's space (URLs); see :func:`federated_search`.
 
@@ -132,7 +139,11 @@ def search_collections(wrapped: Sequence[tuple[str, object]], native: Sequence[s
     texts (``payload[text_field]``; :class:`~vecbridge.serving.rerank.RerankedSearch`); ``hub_log``, new-model vectors
     of logged queries, makes every collection's candidates pay the hub penalty (weight ``hub_weight``;
     :class:`~vecbridge.serving.rerank.HubPenalizedSearch`) before any re-ranking. ``show_field``: each hit also
-    carries that payload field of its record (e.g. its stored text) under ``"text"``, where the record has it."""
+    carries that payload field of its record (e.g. its stored text) under ``"text"``, where the record has it.
+    Each wrapped collection must be in its alignment's source space (refused before any search unless ``force``).
+    ``models`` (:class:`~vecbridge.runtime.models.ModelOptions`) says where the re-ranking model runs, and keeps its
+    throughput."""
+    from ..runtime.models import ModelOptions
     from .rerank import FusedSearch, HubPenalizedSearch, RerankedSearch
 
     def penalized(member, records, alignment=None):
@@ -143,22 +154,21 @@ def search_collections(wrapped: Sequence[tuple[str, object]], native: Sequence[s
 
     embed = None
     if rerank_model:
-        from ..runtime.models import load_model
-
-        embed = load_model(rerank_model)
+        embed = (models if models is not None else ModelOptions()).load(rerank_model)
     queries = np.asarray(queries)
     queries = queries[None, :] if queries.ndim == 1 else queries
     if old_queries is not None:
         old_queries = np.asarray(old_queries)
         old_queries = old_queries[None, :] if old_queries.ndim == 1 else old_queries
     members, records = [], {}
-    for url, alignment in wrapped:
-        coll = open_collection(url)
-        aligned = load_alignment(alignment)[0]
+    opened = [(open_collection(url), load_alignment(alignment)[0]) for url, alignment in wrapped]
+    for coll, aligned in opened:   # every collection checked before any search
+        check_space(coll, aligned, "source", force=force)
+    for coll, aligned in opened:
         if old_queries is not None:
             member = FusedSearch(coll, aligned, old_queries, beta=beta, k_candidates=max(2 * k_candidates, k))
         else:
-            member = wrap(coll, aligned)
+            member = wrap(coll, aligned, check=False)
         member = penalized(member, coll, aligned)
         if embed is not None:
             member = RerankedSearch(member, embed, text_field=text_field, k_candidates=k_candidates)

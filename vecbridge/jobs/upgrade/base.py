@@ -12,7 +12,7 @@ from ...connectors import connect
 from ...connectors.base import Collection
 from ...connectors.url import redact
 from ...quality.scoring import hub_penalty
-from ...runtime.models import load_model
+from ...runtime.models import ModelOptions
 from ...runtime.open import load_alignment
 from .stages import check
 from .state import UpgradeState
@@ -38,6 +38,7 @@ class UpgradeBase:
         self.source = connect(self.meta["source"], read_only=True)
         self.target = self._target()
         self._model = None
+        self.models = ModelOptions()   # where its models run: this machine's choice, never kept in the state
         self._alignment = None
         self._reference = state.reference()
 
@@ -51,8 +52,13 @@ class UpgradeBase:
     @property
     def model(self):
         if self._model is None:
-            self._model = load_model(self.meta["model"])
+            self._model = self.models.load(self.meta["model"])
         return self._model
+
+    def run_models(self, models: ModelOptions | None) -> None:
+        """Run the upgrade's models as ``models`` says from now on (the model is loaded again on first use)."""
+        if models is not None and models is not self.models:
+            self.models, self._model = models, None
 
     @property
     def alignment(self) -> Alignment:

@@ -11,7 +11,7 @@ from ...align.methods import method as method_of
 from ...connectors.base import Collection, VectorBatch
 from ...errors import InputError
 from ...pairing.reembed import _texts
-from ...runtime.models import load_model
+from ...runtime.models import ModelOptions
 from ...runtime.open import open_collection
 from .serving import FUSION_BETAS, query_pairs
 
@@ -123,17 +123,19 @@ def predict_stages(src: Collection, embed, *, text_field: str, queries, old_quer
 def plan(source, *, model: str, text_field: str, sample: int = 64, seed: int = 0, queries=None, old_queries=None,
          pool: int | None = None, fit_sample: int | None = None, method: str = "orthogonal",
          on_step: Callable[[str], None] = lambda s: None, on_start: Callable[[int], None] = lambda n: None,
-         on_progress: Callable[[int], None] = lambda n: None) -> dict:
+         on_progress: Callable[[int], None] = lambda n: None, models: ModelOptions | None = None) -> dict:
     """What an upgrade of ``source`` to ``model`` costs on this machine, measured on ``sample`` stored texts, and,
     given queries with known answers in both models (``queries``, ``old_queries``), the Recall@10 it serves at each
-    stage (:func:`predict_stages`, on the pool and fit sample of :func:`plan_sizes`). Writes nothing."""
+    stage (:func:`predict_stages`, on the pool and fit sample of :func:`plan_sizes`). Writes nothing. The model
+    runs where ``models`` says (the cost is this device's); ``model_run`` is its throughput."""
     if (queries is None) != (old_queries is None):
         raise InputError("predicting quality needs the queries in both models: give --queries and --old-queries")
     src = open_collection(source)
     info = src.info()
     if info.count == 0:
         raise InputError(f"collection is empty: {src.display_url}")
-    embed = load_model(model)
+    models = models or ModelOptions()
+    embed = models.load(model)
     records = src.sample(sample, seed=seed)
     texts = [p.get(text_field) for p in records.payloads]
     texts = [t for t in texts if isinstance(t, str) and t]
@@ -158,4 +160,5 @@ def plan(source, *, model: str, text_field: str, sample: int = 64, seed: int = 0
             "full_reembed_seconds": per_text * info.count * with_text, "predicted": predicted,
             "stages": ["start: fit the map on a re-embedded sample, write mapped vectors beside the old ones",
                        "reembed: replace mapped vectors by native ones in the background (resumable)",
-                       "cutover: serve the new model's vectors; rollback at any time until finalize"]}
+                       "cutover: serve the new model's vectors; rollback at any time until finalize"],
+            "model_run": models.summary()}

@@ -23,7 +23,7 @@ from ...connectors.base import Collection, VectorBatch
 from ...errors import InputError
 from ...faultpoint import fault_point
 from ...runtime.engine import engine_of
-from ...runtime.models import load_model
+from ...runtime.models import ModelOptions
 from ...runtime.ray_engine import Sealed
 from ...vectors import l2_normalize
 from .base import HUB_K, open_target
@@ -59,19 +59,20 @@ class Reembedder:
     def __reduce__(self):
         meta = self._up.meta
         target = Sealed(meta["target"]) if meta.get("target") and not meta.get("field") else None
-        return _Remote, (meta["model"], Sealed(meta["source"]), meta.get("field"), target)
+        return _Remote, (meta["model"], Sealed(meta["source"]), meta.get("field"), target, self._up.models)
 
 
 class _Remote:
     """A :class:`Reembedder` in a worker process: called once there, it loads the model and opens the target (a
     failure is one line on the driver), then embeds and writes each batch it is given."""
 
-    def __init__(self, model: str, source: Sealed, field: str | None, target: Sealed | None):
-        self._spec = (model, source, field, target)
+    def __init__(self, model: str, source: Sealed, field: str | None, target: Sealed | None,
+                 models: ModelOptions | None = None):
+        self._spec = (model, source, field, target, models or ModelOptions())
 
     def __call__(self) -> "_Remote":
-        model, source, field, target = self._spec
-        self._embed = load_model(model)
+        model, source, field, target, models = self._spec
+        self._embed = models.load(model)
         self._target = open_target(source.url, field, target.url if target is not None else None)
         return self
 
@@ -86,7 +87,8 @@ class Scheduling(Syncing):
                 priority: str = "random", batch_size: int = 64, max_per_second: float | None = None,
                 price_per_1k: float | None = None, spend_cap: float | None = None,
                 on_progress: Callable[[int], None] | None = None,
-                on_start: Callable[[int], None] | None = None, engine=None) -> dict:
+                on_start: Callable[[int], None] | None = None, engine=None,
+                models: ModelOptions | None = None) -> dict:
         """Replace mapped vectors by the new model's own, ``batch_size`` records at a time, until ``limit``
         records, a native ``until`` fraction, ``budget_seconds`` or the ``spend_cap`` (the upgrade's total spend at
         ``price_per_1k`` texts, kept across runs) is reached, or nothing is left; each batch is written, then
@@ -96,7 +98,12 @@ class Scheduling(Syncing):
         Ray, actors with several batches in flight (the result then says ``engine`` and ``workers``). One loop
         picks the batches, holds the stop conditions and stamps, so every engine stops and stamps alike: records,
         texts and spend are counted when a batch is handed over (a spend cap counts the batches in flight), and
-        ``max_per_second`` spaces the hand-overs (one batch queued per actor then)."""
+        ``max_per_second`` spaces the hand-overs (one batch queued per actor then).
+
+        ``models`` says where the model runs (each Ray actor chooses its own ``auto`` device); here, the result's
+        ``model_run`` is its throughput. A model call gets at most ``batch_size`` texts, whatever the model's batch
+        size."""
+        self.run_models(models)
         if until is not None and not 0 < until <= 1:
             raise InputError("until is a fraction of the collection in (0, 1]")
         if spend_cap is not None and price_per_1k is None:
@@ -118,6 +125,8 @@ class Scheduling(Syncing):
                     pool.close()
         if engine.name != "local":
             result = {**result, "engine": engine.name, "workers": int(engine.workers)}
+        elif self.models.summary():
+            result = {**result, "model_run": self.models.summary()}
         return result
 
     def _reembed(self, pool, *, limit, until, on_start, **options) -> dict:

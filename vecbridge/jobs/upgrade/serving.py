@@ -11,7 +11,6 @@ import numpy as np
 from ...connectors.base import VectorBatch
 from ...errors import InputError
 from ...quality.scoring import fuse
-from ...runtime.models import load_model
 from ...runtime.open import open_collection
 from ...vectors import l2_normalize
 from .base import UpgradeBase
@@ -130,22 +129,34 @@ class Serving(UpgradeBase):
         return self.status()
 
     def search(self, texts: list[str], k: int = 10, *, old_model: str | None = None, beta: float | None = None,
-               hub_weight: float | None = None, k_candidates: int = 100) -> tuple[list[list], np.ndarray]:
+               hub_weight: float | None = None, k_candidates: int = 100,
+               models=None) -> tuple[list[list], np.ndarray]:
         """New-model queries over the upgrade's vectors (mapped and native alike). With ``old_model``, each query is
         also encoded by the old model and every candidate scored ``(cos(q_new, v_new) + beta cos(q_old, v_old)) /
         (1 + beta)`` over the union of both searches' candidates (dual-query fusion); ``hub_weight`` subtracts
         ``weight * r(d)``, the record's hub score (the hub penalty). Both default to what :meth:`tune_fusion`
-        chose (else fusion with beta 1, no penalty)."""
-        q_new = l2_normalize(np.asarray(self.model(texts), dtype=np.float32))
+        chose (else fusion with beta 1, no penalty). ``models``: where both models run
+        (:class:`~vecbridge.runtime.models.ModelOptions`)."""
+        self.run_models(models)
+        q_new = self.model(texts)
+        q_old = self.models.load(old_model)(texts) if old_model is not None else None
+        return self.search_vectors(q_new, k, old_queries=q_old, beta=beta, hub_weight=hub_weight,
+                                   k_candidates=k_candidates)
+
+    def search_vectors(self, queries, k: int = 10, *, old_queries=None, beta: float | None = None,
+                       hub_weight: float | None = None, k_candidates: int = 100) -> tuple[list[list], np.ndarray]:
+        """:meth:`search` with the queries encoded already (a service that loaded its models once): the new model's
+        vectors, and the old model's vectors of the same queries, row for row, for dual-query fusion."""
+        q_new = l2_normalize(np.asarray(queries, dtype=np.float32))
         weight = float(self.meta.get("hub_weight") or 0.0) if hub_weight is None else float(hub_weight)
         q_old = None
-        if old_model is not None:
+        if old_queries is not None:
             if beta is None:
                 beta = self._tuned_beta()
-            q_old = l2_normalize(np.asarray(load_model(old_model)(texts), dtype=np.float32))
+            q_old = l2_normalize(np.asarray(old_queries, dtype=np.float32))
         if q_old is None and not weight:
             return self._store_search(q_new, k)
-        out_ids, out_scores = [], np.full((len(texts), k), -np.inf, dtype=np.float32)
+        out_ids, out_scores = [], np.full((len(q_new), k), -np.inf, dtype=np.float32)
         for qi, (ids, cn, co, hub) in enumerate(self._candidates(q_new, q_old, max(k, k_candidates))):
             scores = self._score(cn, co, hub, beta or 0.0, weight)
             order = np.argsort(-scores, kind="stable")[:k]

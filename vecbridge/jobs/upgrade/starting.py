@@ -6,7 +6,6 @@ from __future__ import annotations
 import os
 from pathlib import Path
 from typing import Callable
-from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import numpy as np
 
@@ -14,7 +13,7 @@ from ...align.artifact import Alignment
 from ...align.methods import method as method_of
 from ...connectors import connect
 from ...connectors.base import Collection, VectorBatch
-from ...connectors.url import redact
+from ...connectors.url import redact, scheme_of
 from ...errors import InputError, StoreError, UsageError
 from ...faultpoint import fault_point
 from ...fs import require_writable
@@ -22,8 +21,10 @@ from ...pairing.reembed import _texts, reembed_pairs
 from ...quality.scoring import hub_penalty
 from ...runtime.checkpoint import Checkpoint
 from ...runtime.guard import refuse_inputs_as_target
-from ...runtime.models import load_model
+from ...runtime.models import ModelOptions
 from ...runtime.open import load_alignment, open_collection
+from ...runtime.provenance import attach_spaces, check_space, fingerprint_vectors, stamp_alignment_target
+from ...secrets import has_secrets, strip_url
 from ..rewrite import migrate, preflight
 from .base import HUB_K, open_target
 from .core import Upgrade
@@ -31,7 +32,6 @@ from .stages import check
 from .state import UpgradeState, exclusive
 from .sync import digests_of
 
-_SECRET_PARAMS = ("password", "api_key", "token")
 #: stores whose credential is ``user:password`` as one token: a user without its password would shadow the
 #: environment's token (``MILVUS_TOKEN``), so the state keeps neither
 _USER_IN_TOKEN = ("milvus",)
@@ -40,22 +40,7 @@ _USER_IN_TOKEN = ("milvus",)
 def url_without_secrets(url: str) -> str:
     """The URL the state file keeps: no password, no secret query values (they come from the environment, as for
     every command: ``PGPASSWORD``, ``QDRANT_API_KEY``, ``MILVUS_TOKEN`` ...)."""
-    parts = urlsplit(url)
-    netloc = parts.netloc
-    if "@" in netloc:
-        user, host = netloc.rsplit("@", 1)
-        netloc = host if parts.scheme.lower() in _USER_IN_TOKEN else f"{user.split(':', 1)[0]}@{host}"
-    query = urlencode([(k, v) for k, v in parse_qsl(parts.query, keep_blank_values=True)
-                       if not any(s in k.lower() for s in _SECRET_PARAMS)])
-    out = urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))
-    return out if out.startswith(f"{parts.scheme}://") else f"{parts.scheme}://{out.split(':', 1)[1]}"
-
-
-def _has_secrets(url: str) -> bool:
-    """Whether ``url`` carries a credential the state file leaves out (later commands read it from the
-    environment)."""
-    parts = urlsplit(url)
-    return parts.password is not None or any(s in k.lower() for k, _ in parse_qsl(parts.query) for s in _SECRET_PARAMS)
+    return strip_url(url, keep_user=scheme_of(url) not in _USER_IN_TOKEN)
 
 
 def default_state_path(source: Collection) -> Path:
@@ -65,8 +50,8 @@ def default_state_path(source: Collection) -> Path:
 
 def start(source, *, model: str, text_field: str, state_path=None, field: str | None = None, to=None,
           alignment=None, method: str = "orthogonal", fit_sample: int = 2000, seed: int = 0,
-          batch_size: int | None = None, overwrite: bool = False,
-          on_step: Callable[[str], None] = lambda s: None) -> dict:
+          batch_size: int | None = None, overwrite: bool = False, force: bool = False,
+          on_step: Callable[[str], None] = lambda s: None, models: ModelOptions | None = None) -> dict:
     """Begin an upgrade of ``source`` to ``model``: fit the map (``method``, see :mod:`vecbridge.align.methods`) on
     ``fit_sample`` re-embedded records (or use ``alignment``), write mapped vectors into the new vector ``field`` of
     the source (stores with named vectors) or into the new collection ``to``, write the re-embedded sample natively,
@@ -77,7 +62,11 @@ def start(source, *, model: str, text_field: str, state_path=None, field: str | 
     that exists already (``overwrite`` drops and recreates that one). The state file appears, whole, once the
     map is fitted (stage ``starting``, with the fit sample): the same command run again after an interruption
     continues into the target this start created, with the same sample; other settings or another collection are
-    refused."""
+    refused. A given ``alignment`` must have the source in its source space (refused before anything is written
+    unless ``force``: :func:`~vecbridge.runtime.provenance.check_space`). The new model runs where ``models``
+    says (a device missing here is refused before anything is written; the state keeps the model, never the
+    device: another machine may re-embed); ``model_run`` in the result is its throughput."""
+    models = models or ModelOptions()
     if (field is None) == (to is None):
         raise UsageError("say where the new vectors go: a new vector field of the source (field) or a new "
                          "collection (to), one of them")
@@ -95,11 +84,16 @@ def start(source, *, model: str, text_field: str, state_path=None, field: str | 
         if state is None:
             _refuse_existing(src, info, target, field, overwrite)
             _require_text(src, text_field, seed)
+            if alignment is not None:   # the given map's side and dimension, before anything is re-embedded
+                given = load_alignment(alignment)[0]
+                if given.source_dim == info.dim:
+                    check_space(src, given, "source", force=force)
             state = _fit_and_create(src, info, state_path, settings, alignment=alignment, to=to, chosen=chosen,
-                                    replaces=field is None and target.exists(), on_step=on_step)
+                                    replaces=field is None and target.exists(), on_step=on_step, models=models)
         try:
-            return _write_and_stamp(src, state, alignment, field=field, to=to, batch_size=batch_size,
-                                    on_step=on_step)
+            status = _write_and_stamp(src, state, alignment, field=field, to=to, batch_size=batch_size,
+                                      on_step=on_step, force=force)
+            return {**status, "model_run": models.summary()} if models.summary() else status
         finally:
             state.close()
 
@@ -190,7 +184,7 @@ def _unfinished_start(path: Path, settings: dict) -> UpgradeState | None:
 
 
 def _fit_and_create(src: Collection, info, state_path: Path, settings: dict, *, alignment, to, chosen,
-                    replaces: bool, on_step) -> UpgradeState:
+                    replaces: bool, on_step, models: ModelOptions) -> UpgradeState:
     """Fit the map on a re-embedded sample (unless ``alignment`` is given), then write the state file whole (its
     settings, the alignment, the fit sample, and whether the target collection ``replaces`` one that exists, with
     --overwrite): a start interrupted before has left nothing behind."""
@@ -198,12 +192,14 @@ def _fit_and_create(src: Collection, info, state_path: Path, settings: dict, *, 
     sample = None
     if alignment is None:
         on_step(f"re-embedding {settings['fit_sample']:,} stored texts ({text_field!r}) with {model} to fit the map")
-        olds, news = reembed_pairs(src, load_model(model), text_field=text_field, n=settings["fit_sample"], seed=seed)
+        olds, news = reembed_pairs(src, models.load(model), text_field=text_field, n=settings["fit_sample"],
+                                   seed=seed)
         fault_point("upgrade-start.sample-reembedded")
         est = chosen.build(seed=seed).fit(olds.vectors, news)
-        alignment = Alignment.from_estimator(
-            est, target_model=model, metric=info.metric,
-            anchors={"method": "re-embedded-sample", "n": len(olds)}).save(
+        alignment = attach_spaces(
+            Alignment.from_estimator(est, target_model=model, metric=info.metric,
+                                     anchors={"method": "re-embedded-sample", "n": len(olds)}),
+            fingerprint_vectors(olds.vectors, seed=seed), fingerprint_vectors(news, model=model, seed=seed)).save(
                 state_path.with_name(state_path.name.replace(".upgrade.sqlite", "") + ".align.vb"))
         sample = (olds, news)
         fault_point("upgrade-start.fitted")
@@ -262,7 +258,8 @@ def _adopt(src: Collection, alignment, field: str | None, to, checkpoint: Path) 
     Checkpoint(path, identity).start()
 
 
-def _write_mapped(src: Collection, state: UpgradeState, aligned, align_file, *, field, to, batch_size) -> None:
+def _write_mapped(src: Collection, state: UpgradeState, aligned, align_file, *, field, to, batch_size,
+                  force: bool = False) -> None:
     """Mapped vectors into the field or collection this start owns, by a resumable migration (once)."""
     if state.meta.get("migrated"):
         return
@@ -272,7 +269,7 @@ def _write_mapped(src: Collection, state: UpgradeState, aligned, align_file, *, 
         _adopt(src, given, field, to, checkpoint)
     resume = checkpoint.exists()
     migrate(src, given, None if field else to, field=field, batch_size=batch_size, checkpoint_path=checkpoint,
-            resume=resume, overwrite=not resume)
+            resume=resume, overwrite=not resume, force=force)
     fault_point("upgrade-start.mapped")
     state.update(migrated=True)
 
@@ -303,18 +300,20 @@ def _write_sample(target: Collection, state: UpgradeState, sample) -> None:
                 hubness=(with_self * (HUB_K + 1) - 1.0) / HUB_K)
 
 
-def _write_and_stamp(src: Collection, state: UpgradeState, alignment, *, field, to, batch_size, on_step) -> dict:
+def _write_and_stamp(src: Collection, state: UpgradeState, alignment, *, field, to, batch_size, on_step,
+                     force: bool = False) -> dict:
     """The writing part of :func:`start`, resumable: mapped vectors (by a resumable migration into the field or
     collection this start owns), then every record's stamp, then the fit sample's native vectors."""
     meta = state.meta
     aligned, align_file = load_alignment(meta["alignment"] or alignment)
     sample = _kept_sample(src, state)
     on_step("writing mapped vectors beside the old ones")
-    _write_mapped(src, state, aligned, align_file, field=field, to=to, batch_size=batch_size)
+    _write_mapped(src, state, aligned, align_file, field=field, to=to, batch_size=batch_size, force=force)
     target = open_target(src.url, field, to)
     _stamp_mapped(src, state, aligned, sample, meta["text_field"])
     if sample is not None:
         _write_sample(target, state, sample)
+    stamp_alignment_target(target, aligned, origin="upgrade", source=src.display_url)
     up = Upgrade(state)
     up.source, up.target = src, target   # this run's handles hold the credentials the URLs given to it carry
     try:   # the serving view or alias exists from now on, over the old vectors: point applications at it early
@@ -326,7 +325,7 @@ def _write_and_stamp(src: Collection, state: UpgradeState, alignment, *, field, 
     state.event(to_stage, f"alignment {aligned.fingerprint[:12]}; serving the old model's vectors through {via}")
     up.meta = state.meta
     status = up.status()
-    if _has_secrets(str(src.url)) or (to and _has_secrets(str(to))):
+    if has_secrets(str(src.url)) or (to and has_secrets(str(to))):
         status["credentials"] = ("the state file keeps no password or token: later commands read them from the "
                                  "environment (PGPASSWORD, QDRANT_API_KEY, MILVUS_TOKEN, ...)")
     return status

@@ -26,6 +26,7 @@ import numpy as np
 
 from ...errors import InputError
 from ...runtime.guard import run_lock
+from ...secrets import redact_text
 
 ORIGINS = ("mapped", "native", "pending", "no-text")
 #: re-embedding orders (after the pending records): column that scores a record, higher first
@@ -186,7 +187,7 @@ class UpgradeState:
 
     def event(self, stage: str, detail: str = "") -> None:
         with _transaction(self._db):
-            self._db.execute("INSERT INTO events VALUES (?, ?, ?)", (time.time(), stage, detail))
+            self._db.execute("INSERT INTO events VALUES (?, ?, ?)", (time.time(), stage, redact_text(detail)))
 
     def events(self) -> list[dict]:
         return [{"at": at, "stage": st, "detail": d}
