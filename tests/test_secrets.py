@@ -113,8 +113,8 @@ def test_secrets_in_arguments():
 
 def test_environment_secrets():
     env = {"PGPASSWORD": "hunter2", "MILVUS_TOKEN": "root:Milvus", "HF_HUB_DISABLE_IMPLICIT_TOKEN": "1",
-           "PATH": "/usr/bin", "QDRANT_API_KEY": "k", "PGUSER": "app"}
-    assert set(environment_secrets(env)) == {"hunter2", "root:Milvus", "Milvus"}
+           "PATH": "/usr/bin", "QDRANT_API_KEY": "k", "PGUSER": "app", "PWD": "/tmp/ci", "OLDPWD": "/home/app"}
+    assert set(environment_secrets(env)) == {"hunter2", "root:Milvus", "Milvus"}   # the working directory is none
 
 
 def test_scrub_nested_structures():

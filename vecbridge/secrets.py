@@ -156,6 +156,9 @@ def secrets_in(*given: str) -> list[str]:
     return list(dict.fromkeys(found))
 
 
+#: variables whose names look secret but are the shell's own (``PWD``: the working directory)
+_NOT_SECRET_VARIABLES = {"PWD", "OLDPWD"}
+
 #: values of secret-named variables that are settings, not secrets
 _NOT_SECRET = {"", "0", "1", "true", "false", "yes", "no", "on", "off", "none"}
 
@@ -166,6 +169,8 @@ def environment_secrets(environ=None) -> list[str]:
     environ = os.environ if environ is None else environ
     found = []
     for key, value in environ.items():
+        if key.upper() in _NOT_SECRET_VARIABLES:
+            continue
         if is_secret_key(key) and value.strip().lower() not in _NOT_SECRET:
             found += [value, value.partition(":")[2]]
     return [v for v in dict.fromkeys(found) if len(v) >= 3]
