@@ -10,7 +10,7 @@ from .options import POSITIVE_INT, force_space_option
 
 @group()
 def drift():
-    """Scheduled drift checks defined in a TOML file (see vecbridge.jobs.drift)."""
+    """Scheduled drift checks defined in a TOML file (see vecbridge.runtime.drift_store)."""
 
 
 @drift.command("run")

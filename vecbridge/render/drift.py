@@ -22,7 +22,7 @@ def check(result: dict) -> None:
 
 
 def history(rows: list[dict], name: str) -> None:
-    """``rows``: the check ``name``'s past runs (:class:`vecbridge.jobs.drift.History`)."""
+    """``rows``: the check ``name``'s past runs (:class:`vecbridge.runtime.drift_store.History`)."""
     from rich import box
     from rich.table import Table
 

@@ -152,12 +152,8 @@ class SpaceCheck:
 def _stamp_side(space: SpaceFingerprint, spaces: dict) -> tuple[str | None, str]:
     """Which of the map's sides a stamp's space is, by the same mean-direction score a sample gets."""
     scores = {side: fp.score_fingerprint(space) for side, fp in spaces.items() if fp.dim == space.dim}
-    if not scores:
-        return None, f"its stamp says {space.label()}"
-    best = max(scores, key=scores.get)
-    if scores[best] < ACCEPT_FRACTION:
-        return None, f"its stamp says {space.label()}"
-    return best, f"its stamp says {space.label()}"
+    best = max(scores, key=scores.get) if scores else None
+    return (best if best is not None and scores[best] >= ACCEPT_FRACTION else None), f"its stamp says {space.label()}"
 
 
 def _sample_side(sample: np.ndarray, spaces: dict) -> tuple[str | None, str]:
