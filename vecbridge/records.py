@@ -13,12 +13,16 @@ from .errors import InputError
 
 @dataclass
 class VectorBatch:
-    """Records in transit: ``ids[i]``, ``vectors[i]`` (float32) and ``payloads[i]`` (a dict, possibly empty)."""
+    """Records in transit: ``ids[i]``, ``vectors[i]`` (float32) and ``payloads[i]`` (a dict, possibly empty);
+    ``stamps[i]``: the record's provenance stamp (a small dict saying which space its vector is in and how it was
+    made, see :func:`vecbridge.connectors.base.record_stamp_text`), or None where it has none. ``stamps`` None: not
+    read, or nothing to write (an upsert then leaves stamps as the store leaves the rest of a replaced record)."""
 
     ids: list
     vectors: np.ndarray
     payloads: list[dict] | None = None
     cursor: Any = None
+    stamps: list[dict | None] | None = None
 
     def __post_init__(self):
         self.ids = list(self.ids)
@@ -31,6 +35,8 @@ class VectorBatch:
             self.payloads = [{} for _ in self.ids]
         elif len(self.payloads) != len(self.ids):
             raise InputError(f"batch has {len(self.ids)} ids but {len(self.payloads)} payloads")
+        if self.stamps is not None and len(self.stamps) != len(self.ids):
+            raise InputError(f"batch has {len(self.ids)} ids but {len(self.stamps)} stamps")
 
     def __len__(self) -> int:
         return len(self.ids)
@@ -42,19 +48,28 @@ class VectorBatch:
     def take(self, index) -> "VectorBatch":
         """A sub-batch (rows selected by an index array or boolean mask)."""
         index = np.flatnonzero(index) if np.asarray(index).dtype == bool else np.asarray(index, dtype=np.int64)
-        return VectorBatch([self.ids[i] for i in index], self.vectors[index], [self.payloads[i] for i in index])
+        stamps = None if self.stamps is None else [self.stamps[i] for i in index]
+        return VectorBatch([self.ids[i] for i in index], self.vectors[index], [self.payloads[i] for i in index],
+                           stamps=stamps)
 
-    def with_vectors(self, vectors: np.ndarray) -> "VectorBatch":
-        """The same records with new vectors (e.g. mapped into another space); the cursor is kept."""
-        return VectorBatch(self.ids, vectors, self.payloads, self.cursor)
+    def with_vectors(self, vectors: np.ndarray, stamps: list | None = None) -> "VectorBatch":
+        """The same records with new vectors (e.g. mapped into another space) and, given, their new stamps (else
+        none: stamps say how the vectors were made); the cursor is kept."""
+        return VectorBatch(self.ids, vectors, self.payloads, self.cursor, stamps)
+
+    def with_stamps(self, stamps: list | None) -> "VectorBatch":
+        """The same records and vectors with these stamps."""
+        return VectorBatch(self.ids, self.vectors, self.payloads, self.cursor, stamps)
 
     @classmethod
     def concat(cls, batches: Sequence["VectorBatch"]) -> "VectorBatch":
         batches = [b for b in batches if len(b)]
         if not batches:
             return cls([], np.zeros((0, 0), dtype=np.float32), [])
+        stamps = None if all(b.stamps is None for b in batches) else [
+            s for b in batches for s in (b.stamps if b.stamps is not None else [None] * len(b))]
         return cls([i for b in batches for i in b.ids], np.concatenate([b.vectors for b in batches]),
-                   [p for b in batches for p in b.payloads], batches[-1].cursor)
+                   [p for b in batches for p in b.payloads], batches[-1].cursor, stamps)
 
 
 @dataclass(frozen=True)

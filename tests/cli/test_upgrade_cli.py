@@ -86,24 +86,26 @@ def test_upgrade_with_a_real_model(tmp_path, sample, monkeypatch):
     assert json.loads(r.output)[0][0]["id"] == sample.ids[3]
 
 
-def test_residual_priority_re_embeds_the_least_reliable_mapped_vectors_first(tmp_path, sample):
-    from vecbridge.jobs.upgrade.state import UpgradeState
+def _stamps(state, ids) -> dict:
+    """``{id: stamp}`` of an upgrade's records, read from the store beside their new vectors."""
+    from vecbridge.jobs.upgrade import Upgrade
 
+    with Upgrade.open(state) as up:
+        return up.records.of(ids)
+
+
+def test_residual_priority_re_embeds_the_least_reliable_mapped_vectors_first(tmp_path, sample):
     old = write_collection(f"file://{tmp_path}/old", sample.ids, sample.docs_old,
                            [{"text": it["doc"]} for it in sample.items])
     state = tmp_path / "p.upgrade.sqlite"
     assert run("upgrade", "start", old.url, "--to-model", MODEL, "--to", f"file://{tmp_path}/new", "--state", state,
                "--fit-sample", 500).exit_code == 0
-    st = UpgradeState.open(state)
-    mapped = {json.loads(k): r for k, r in st._db.execute("SELECT id, residual FROM records WHERE origin = 'mapped'")}
-    st.close()
+    mapped = {i: s.get("residual") for i, s in _stamps(state, sample.ids).items() if s["origin"] == "mapped"}
     assert len(mapped) == 1000 and all(r is not None for r in mapped.values())
     worst = set(sorted(mapped, key=lambda i: -mapped[i])[:50])
     r = run("upgrade", "reembed", "--state", state, "--limit", 50, "--priority", "residual", "--json")
     assert r.exit_code == 0, r.output
-    st = UpgradeState.open(state)
-    assert {i for i, (o, _) in st.stamps(list(mapped)).items() if o == "native"} == worst
-    st.close()
+    assert {i for i, s in _stamps(state, list(mapped)).items() if s["origin"] == "native"} == worst
 
 
 def test_tuned_fusion_serves_at_least_as_well_as_staying(tmp_path, sample):
@@ -149,12 +151,9 @@ def test_changed_and_removed_source_records_are_picked_up(tmp_path, sample):
     """A record the application changes mid-upgrade gets the map of its new old vector at once and is re-embedded
     first (from its new text); a record it deletes is forgotten and never served again."""
     from vecbridge.jobs.upgrade import Upgrade
-    from vecbridge.jobs.upgrade.state import UpgradeState
 
     old, state = _started(tmp_path, sample)
-    st = UpgradeState.open(state)
-    mapped = [i for i, (o, _) in st.stamps(sample.ids).items() if o == "mapped"]
-    st.close()
+    mapped = [i for i, s in _stamps(state, sample.ids).items() if s["origin"] == "mapped"]
     changed, removed = mapped[0], mapped[1]
     c, d = sample.ids.index(changed), sample.ids.index(removed)
     # the application rewrites the collection: record `changed` now carries another item's text and vector,
@@ -171,8 +170,8 @@ def test_changed_and_removed_source_records_are_picked_up(tmp_path, sample):
     assert (out["changed_in_source"], out["removed_from_source"], out["new_in_source"]) == (1, 1, 0)
     assert out["total"] == len(keep) and out["counts"]["pending"] == 0
     with Upgrade.open(state) as up:
-        assert up.state.stamps([changed])[changed][0] == "native"          # re-embedded first, from its new text
-        assert removed not in up.state.stamps([removed])
+        assert up.records.of([changed])[changed]["origin"] == "native"     # re-embedded first, from its new text
+        assert removed not in up.records.of([removed])
         np.testing.assert_allclose(up.target.get([changed]).vectors[0], sample.docs_new[7], atol=1e-6)
         assert len(up.target.get([removed])) == 0                          # deleted from the new collection too
         ids, _ = up.search([sample.items[d]["doc"]], k=5)
@@ -184,17 +183,14 @@ def test_changed_and_removed_source_records_are_picked_up(tmp_path, sample):
 
 
 def test_query_log_orders_re_embedding_and_enables_the_hub_penalty(tmp_path, sample):
-    from vecbridge.jobs.upgrade.state import UpgradeState
-
     old, state = _started(tmp_path, sample)
     log = write_collection(f"file://{tmp_path}/log", list(range(len(sample.queries_new))), sample.queries_new)
     r = run("upgrade", "query-log", "--state", state, "--queries", log.url, "--json")
     assert r.exit_code == 0, r.output
     assert json.loads(r.output)["records_scored"] == 1500
-    st = UpgradeState.open(state)
-    rows = st._db.execute("SELECT id, origin, hubness, query_hits FROM records").fetchall()
-    st.close()
-    assert all(h is not None and q is not None for _, _, h, q in rows)
+    rows = [(json.dumps(i), s["origin"], s.get("hubness"), s.get("hits", 0))
+            for i, s in _stamps(state, sample.ids).items()]
+    assert len(rows) == 1500 and all(h is not None for _, _, h, _ in rows)
     assert sum(q for *_, q in rows) == 10 * len(sample.queries_new)        # each logged query's top 10, counted
     for priority, col in (("queries", 3), ("hubs", 2)):
         mapped = sorted((r for r in rows if r[1] == "mapped"), key=lambda r: -r[col])
@@ -202,9 +198,7 @@ def test_query_log_orders_re_embedding_and_enables_the_hub_penalty(tmp_path, sam
         surely_first = {json.loads(r[0]) for r in mapped if r[col] > cut}   # ties at the cut go in shuffle order
         r = run("upgrade", "reembed", "--state", state, "--limit", 20, "--priority", priority, "--json")
         assert r.exit_code == 0, r.output
-        st = UpgradeState.open(state)
-        native_now = {i for i, (o, _) in st.stamps(sample.ids).items() if o == "native"}
-        st.close()
+        native_now = {i for i, s in _stamps(state, sample.ids).items() if s["origin"] == "native"}
         assert surely_first <= native_now, priority
         rows = [r for r in rows if json.loads(r[0]) not in native_now] + \
                [r for r in rows if json.loads(r[0]) in native_now]

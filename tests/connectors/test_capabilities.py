@@ -35,7 +35,8 @@ def test_capabilities_are_declared_not_probed():
     where the URL decides: an embedded store or a server)."""
     assert Collection.capabilities == Capabilities()
     assert connect("file:///tmp/x").capabilities == Capabilities(key_ranges=True,
-                                                                 stamp="the collection's manifest.json")
+                                                                 stamp="the collection's manifest.json",
+                                                                 record_stamps="each record's payload")
 
 
 def test_single_process_is_declared_by_url(engine, new_url):

@@ -11,8 +11,10 @@ import time
 
 import numpy as np
 import pytest
+from click.testing import CliRunner
 
 from vecbridge.align import Alignment, OrthogonalProcrustes
+from vecbridge.cli import main
 from vecbridge.connectors import VectorBatch, connect
 from vecbridge.jobs import verify
 
@@ -30,9 +32,10 @@ def _written(ckpt_dir):
     return 0
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def fitted(sample):
-    """The map every run migrates with, fitted once (each test saves it beside its own checkpoints)."""
+    """The map every run migrates with, fitted once (each test saves it beside its own checkpoints). Per session:
+    pytest runs this module engine by engine between other modules', which would re-fit a module-scoped one."""
     return Alignment.from_estimator(OrthogonalProcrustes().fit(sample.docs_old, sample.docs_new))
 
 
@@ -58,8 +61,9 @@ def test_kill_9_then_resume_gives_the_exact_state(engine, new_url, tmp_path, sam
     if proc.poll() is None:
         os.kill(proc.pid, signal.SIGKILL)
     proc.wait()
-    done = subprocess.run(args + ["--resume"], capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stderr
+    # the resume runs in this process (CliRunner): only the run killed with SIGKILL needs a process of its own
+    done = CliRunner().invoke(main, [*args[3:], "--resume"])
+    assert done.exit_code == 0, done.output
     got = _snapshot(target)
     assert len(got) == n and set(got) == set(ids)
     expected = Alignment.load(align).transform(vectors)

@@ -55,9 +55,16 @@ def test_what_is_written_is_stamped_and_a_wrong_space_refused(engine, new_url, s
     assert r.exit_code == 0, r.output
     shown = json.loads(cli("info", out, "--json").output)
     assert shown["stamp"]["origin"] == "mapped" and shown["stamp"]["space"]["model"] == "mpnet"
+    # every record carries its own stamp too, written with its vector
+    assert shown["records"]["stamped"] == N and shown["records"]["origins"] == {"mapped": N}
+    assert [(s["model"], s["dim"], s["records"]) for s in shown["records"]["spaces"].values()] == [("mpnet", 768, N)]
+    got = connect(out, read_only=True).get(list(sample.ids[:3]))
+    assert [s["origin"] for s in got.stamps] == ["mapped"] * 3 and got.payloads[0] == {"text": sample.items[0]["doc"]}
     r = cli("merge", old.url, new.url, "--into", merged, "--alignment", mapped, "--json")
     assert r.exit_code == 0, r.output
-    assert json.loads(cli("info", merged, "--json").output)["stamp"]["origin"] == "merged"
+    shown = json.loads(cli("info", merged, "--json").output)
+    assert shown["stamp"]["origin"] == "merged"
+    assert shown["records"]["stamped"] == N and set(shown["records"]["origins"]) <= {"native", "mapped"}
     rot_out = new_url("rot")
     assert cli("migrate", old.url, "--alignment", rotated_map, "--to", rot_out).exit_code == 0
     r = cli("migrate", rot_out, "--alignment", rotated_map, "--to", again)

@@ -125,16 +125,18 @@ def old_records(sample, lo: int = 0, hi: int = N):
 
 
 def snapshot(url: str, field: str | None = None) -> dict:
-    """Every record of the collection (or of its vector ``field``): id -> (vector bytes, payload as sorted JSON)."""
+    """Every record of the collection (or of its vector ``field``): id -> (vector bytes, payload as sorted JSON, its
+    stamp as sorted JSON)."""
     coll = connect(url, read_only=True)
     if field is not None:
         coll = coll.with_vector_field(field)
     out = {}
     try:
         for batch in coll.scan(batch_size=500):
-            for i, v, p in zip(batch.ids, batch.vectors, batch.payloads):
+            for i, v, p, s in zip(batch.ids, batch.vectors, batch.payloads, batch.stamps or [None] * len(batch)):
                 assert i not in out, f"{i!r} is held twice"
-                out[i] = (np.asarray(v, dtype=np.float32).tobytes(), json.dumps(p, sort_keys=True))
+                out[i] = (np.asarray(v, dtype=np.float32).tobytes(), json.dumps(p, sort_keys=True),
+                          json.dumps(s, sort_keys=True))
     finally:
         release()
     return out
@@ -172,18 +174,17 @@ def killed(proc: subprocess.CompletedProcess) -> None:
 
 
 def state_of(path) -> dict:
-    """What an upgrade's state file says, without the file's own paths and times: the stage, what is served, and
-    every record's stamp (origin, made by, scores, digest) and the hub reference."""
+    """What an upgrade's state file says, without the file's own paths and times: the stage, what is served, the
+    records per origin and the hub reference (each record's stamp is in the store: see :func:`snapshot`)."""
     db = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
     try:
         meta = json.loads(db.execute("SELECT doc FROM meta").fetchone()[0])
-        records = {json.loads(i): rest for i, *rest in db.execute(
-            "SELECT id, origin, made_by, residual, hubness, query_hits, digest FROM records")}
         reference = db.execute("SELECT rows, dim, data FROM reference").fetchall()
     finally:
         db.close()
     return {"stage": meta.get("stage"), "serving": meta.get("serving"), "dropped": bool(meta.get("dropped")),
-            "via": (meta.get("serving_via") or "").split(" ")[0], "records": records, "reference": reference}
+            "via": (meta.get("serving_via") or "").split(" ")[0], "counts": meta.get("counts"),
+            "reference": reference}
 
 
 FIT = 120           # records re-embedded to fit the map (half the collection)

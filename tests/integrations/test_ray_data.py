@@ -110,12 +110,31 @@ def test_import_cli_does_not_import_ray():
 
 
 # --- a real two-node cluster, real stores ------------------------------------------------------------------------
+def _engine(request, name: str):
+    """The session's server of a store (None for the file store)."""
+    return None if name == "file" else request.getfixturevalue("pg_engine" if name == "pgvector" else "milvus_engine")
+
+
 @pytest.fixture(params=["file", "pgvector", pytest.param("milvus_server", marks=pytest.mark.slow)])
 def store(request, tmp_path):
     """``url(name)`` of new collections on one engine."""
-    engine = None if request.param == "file" else request.getfixturevalue(
-        "pg_engine" if request.param == "pgvector" else "milvus_engine")
-    return collection_urls(engine, tmp_path)
+    return collection_urls(_engine(request, request.param), tmp_path)
+
+
+@pytest.fixture(scope="module")
+def made_sources():
+    """Per store, made on first use: the URL of a ``_source`` collection."""
+    return {}
+
+
+@pytest.fixture
+def src(request, store, tmp_path_factory, made_sources) -> str:
+    """A ``_source`` collection on the test's store, made once per store and shared by the tests that only read it
+    (a Milvus collection waits for its load when it is made)."""
+    kind = request.node.callspec.params["store"]
+    if kind not in made_sources:
+        made_sources[kind] = _source(collection_urls(_engine(request, kind), tmp_path_factory.mktemp("src"))("src"))
+    return made_sources[kind]
 
 
 def _source(url: str) -> str:
@@ -154,10 +173,9 @@ def _assert_same(got, want):
     assert got[2] == want[2]
 
 
-def test_read_collection_returns_every_record_once(ray_cluster, store):
+def test_read_collection_returns_every_record_once(ray_cluster, src):
     import vecbridge.integrations.ray as vbr
 
-    src = _source(store("src"))
     source = vbr.CollectionDatasource(src, batch_size=97)
     tasks = source.get_read_tasks(4)
     assert len(tasks) == 4 and sum(t.metadata.num_rows for t in tasks) == N
@@ -169,10 +187,9 @@ def test_read_collection_returns_every_record_once(ray_cluster, store):
     assert sorted(r["id"] for r in ids) == _records(src)[0]
 
 
-def test_map_batches_and_write_equal_a_single_process_migrate(ray_cluster, store, tmp_path):
+def test_map_batches_and_write_equal_a_single_process_migrate(ray_cluster, store, src, tmp_path):
     import vecbridge.integrations.ray as vbr
 
-    src = _source(store("src"))
     align = _alignment()
     migrate(src, align, store("ref"), batch_size=250, checkpoint_path=tmp_path / "ref.ckpt")
     # ranges, scan batches and map batches that fall differently from the reference run's

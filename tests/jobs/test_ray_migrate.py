@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -90,12 +92,35 @@ def cluster(ray_cluster):
     return ray_cluster
 
 
+def _engine(request, name: str):
+    """The session's server of a store (None for the file store)."""
+    return None if name == "file" else request.getfixturevalue("pg_engine" if name == "pgvector" else "milvus_engine")
+
+
 @pytest.fixture(params=["file", "pgvector", pytest.param("milvus_server", marks=pytest.mark.slow)])
 def store(request, tmp_path):
     """``url(name)`` of new collections on one engine."""
-    engine = None if request.param == "file" else request.getfixturevalue(
-        "pg_engine" if request.param == "pgvector" else "milvus_engine")
-    return collection_urls(engine, tmp_path)
+    return collection_urls(_engine(request, request.param), tmp_path)
+
+
+@pytest.fixture(scope="module")
+def made_sources():
+    """Per store, made on first use: ``_setup``'s source collection and its single-process migration."""
+    return {}
+
+
+@pytest.fixture
+def source(request, store, tmp_path, tmp_path_factory, made_sources):
+    """``_setup`` for the test's store, made once per store and shared by the tests of this module: each reads the
+    source (a migrate never writes it) and writes targets of its own. The map is copied into the test's
+    ``tmp_path``, where a migrate keeps its checkpoint beside it. (On a Milvus server this spares each test two new
+    collections, each waiting for its load.)"""
+    kind = request.node.callspec.params["store"]
+    if kind not in made_sources:
+        root = tmp_path_factory.mktemp(f"source_{kind}")
+        made_sources[kind] = _setup(collection_urls(_engine(request, kind), root), root)
+    src, align, reference = made_sources[kind]
+    return src, Path(shutil.copy(align, tmp_path / "a.vb")), reference
 
 
 def _setup(store, tmp_path):
@@ -129,8 +154,8 @@ def _assert_same(url, reference):
     assert connect(url).info().count == N
 
 
-def test_ray_migrate_equals_single_process(cluster, store, tmp_path):
-    src, align, reference = _setup(store, tmp_path)
+def test_ray_migrate_equals_single_process(cluster, store, source, tmp_path):
+    src, align, reference = source
     seen = []
     result = migrate(src, align, store("ray"), engine=RayEngine(workers=2), batch_size=BATCH, on_progress=seen.append)
     assert (result.count, result.read, result.written, result.resumed_from) == (N, N, N, 0)
@@ -139,10 +164,10 @@ def test_ray_migrate_equals_single_process(cluster, store, tmp_path):
     assert not list(tmp_path.glob("a.vb.*.migrate.json")), "the checkpoint goes when the job is done"
 
 
-def test_a_worker_node_removed_mid_run_ends_exact(cluster, store, tmp_path, monkeypatch):
+def test_a_worker_node_removed_mid_run_ends_exact(cluster, store, source, tmp_path, monkeypatch):
     from vecbridge.jobs import rewrite
 
-    src, align, reference = _setup(store, tmp_path)
+    src, align, reference = source
     attempts = tmp_path / "attempts"
     attempts.mkdir()
     original = rewrite.copy_unit
@@ -188,10 +213,10 @@ class Interrupt(Exception):
     pass
 
 
-def test_an_interrupted_driver_resumes_exact(cluster, store, tmp_path):
+def test_an_interrupted_driver_resumes_exact(cluster, store, source, tmp_path):
     """The driver dies part-way (some ranges done, others half written); a resume with another worker count skips
     the finished ranges, continues the others from their last key, and ends exact."""
-    src, align, reference = _setup(store, tmp_path)
+    src, align, reference = source
     ckpt = tmp_path / "ray.ckpt.json"
     done = {"read": 0}
 

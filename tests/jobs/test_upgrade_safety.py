@@ -49,11 +49,8 @@ def _snapshot(coll) -> dict:
 
 
 def _counts(state) -> dict:
-    st = UpgradeState.open(state)
-    try:
-        return st.counts()
-    finally:
-        st.close()
+    with Upgrade.open(state) as up:
+        return up.records.counts()
 
 
 # --- A: the source, its own vector field and other existing collections are never written ----------------------
@@ -114,13 +111,14 @@ def test_interrupted_start_continues_with_its_fit_sample(tmp_path, sample, monke
     status = upgrade_job.start(old.url, **args)           # the same command again: continues into its own target
     assert status["counts"] == {"mapped": 1000, "native": 500, "pending": 0, "no-text": 0}
     st = UpgradeState.open(state)
-    rows = st._db.execute("SELECT origin, residual, hubness FROM records").fetchall()
     assert st.reference() is not None and st.reference().shape == (500, 768)
     st.close()
-    assert all(r is not None for o, r, _ in rows if o == "mapped")     # residual priority kept
-    assert all(h is not None for _, _, h in rows)                       # hub scores kept
     with Upgrade.open(state) as up:
-        native = [i for i, (o, _) in up.state.stamps(sample.ids).items() if o == "native"]
+        stamps = up.records.of(sample.ids)
+        assert len(stamps) == len(sample.ids)
+        assert all(s.get("residual") is not None for s in stamps.values() if s["origin"] == "mapped")  # kept
+        assert all(s.get("hubness") is not None for s in stamps.values())                               # kept
+        native = [i for i, s in stamps.items() if s["origin"] == "native"]
         got = up.target.get(native)
         by_id = dict(zip(sample.ids, sample.docs_new))
         np.testing.assert_allclose(got.vectors, np.stack([by_id[i] for i in got.ids]), atol=1e-6)
@@ -508,27 +506,32 @@ def test_a_state_whose_document_lacks_what_it_needs_is_refused(tmp_path, doc):
     assert r.exit_code == 3 and str(path) in " ".join(r.output.split()) and "Traceback" not in r.output, r.output
 
 
-# --- O: a batch of stamps is one transaction: all of it lands, or none ---------------------------------------------
-def test_a_batch_of_stamps_commits_at_once_or_not_at_all(tmp_path):
+# --- O: a state file of an earlier version (stamps in the file) is carried over into the store, once -----------------
+def test_a_state_file_with_its_stamps_in_it_is_carried_over_into_the_store(tmp_path, sample):
     import sqlite3
 
-    st = UpgradeState.create(tmp_path / "s.upgrade.sqlite", {"source": "file:///x", "stage": "mapped",
-                                                            "serving": "old", "model": "m", "text_field": "t",
-                                                            "alignment": "", "target": "file:///y"})
-    statements = []
-    st._db.set_trace_callback(statements.append)
-    st.stamp(range(500), "mapped", "a", digests=[str(i) for i in range(500)])
-    assert statements.count("COMMIT") == 1 and st.counts()["mapped"] == 500
-    st._db.set_trace_callback(None)
-    steps = []
-
-    def interrupt():   # SQLite stops the statement part-way through the batch (as a crash would)
-        steps.append(1)
-        return len(steps) > 20
-
-    st._db.set_progress_handler(interrupt, 100)
-    with pytest.raises(sqlite3.OperationalError):
-        st.stamp(range(500, 1500), "native", "m")
-    st._db.set_progress_handler(None, 0)
-    assert st.counts() == {"mapped": 500, "native": 0, "pending": 0, "no-text": 0}
-    st.close()
+    old = _old(tmp_path, sample, n=200)
+    state = tmp_path / "up.sqlite"
+    upgrade_job.start(old.url, model=MODEL, text_field="text", state_path=state, to=f"file://{tmp_path}/new",
+                      fit_sample=50)
+    new = connect(f"file://{tmp_path}/new")
+    with Upgrade.open(state) as up:
+        before = up.records.of(sample.ids[:200])
+    # what an earlier version left: the store's records without stamps, one row per record in the state file
+    rows = new.get(sample.ids[:200])
+    new.upsert(rows.with_stamps(None))
+    assert new.stamps_of(sample.ids[:200]) == {}
+    db = sqlite3.connect(state)
+    db.execute("CREATE TABLE records (id TEXT PRIMARY KEY, origin TEXT NOT NULL, made_by TEXT NOT NULL, updated REAL "
+               "NOT NULL, shuffle INTEGER NOT NULL, residual REAL, hubness REAL, query_hits REAL, digest TEXT)")
+    db.executemany("INSERT INTO records VALUES (?, ?, ?, 0, 0, ?, ?, NULL, ?)",
+                   [(json.dumps(i), s["origin"], s["made_by"], s.get("residual"), s.get("hubness"), s["digest"])
+                    for i, s in before.items()])
+    db.commit()
+    db.close()
+    with Upgrade.open(state) as up:
+        after = up.records.of(sample.ids[:200])
+        assert after == before, "every stamp back in the store as it was"
+        assert up.state.has_legacy_rows() is False
+        assert any(e["stage"] == "carried-over" for e in up.status()["events"])
+        assert up.status()["counts"] == {"mapped": 150, "native": 50, "pending": 0, "no-text": 0}

@@ -6,7 +6,7 @@ import sys
 
 import click
 
-from ..jobs.upgrade.state import PRIORITIES
+from ..jobs.upgrade.records import PRIORITIES
 from ..render import upgrade as show
 from ..render.console import progress
 from ..render.console import steps as step_lines

@@ -45,6 +45,12 @@ DETAIL_CHARS = 300
 STAMP_BYTES = 64 * 1024
 #: the key a stamp is kept under in a store's metadata (``vecbridge:stamp:NAME`` for a named vector field)
 STAMP_KEY = "vecbridge:stamp"
+#: the payload keys a record's own stamp is kept under where a store keeps it in the payload (``__NAME`` appended for
+#: a named vector field): the stamp's origin alone (so that stores filter on it) and the whole stamp as JSON text
+RECORD_ORIGIN_KEY = "vecbridge_origin"
+RECORD_STAMP_KEY = "vecbridge_stamp"
+#: the most bytes of JSON one record's stamp may take
+RECORD_STAMP_BYTES = 2048
 
 
 @dataclass(frozen=True)
@@ -104,7 +110,9 @@ class Capabilities:
     queries whose column can be switched; ``deferred_index``: ``create(..., index=False)`` then
     :meth:`Collection.build_index` loads faster; ``single_process``: one process at a time may open it (a job spread
     over processes refuses it); ``preferred_batch_size``: records per upsert when the user names none; ``stamp``:
-    where the store keeps the stamps of :meth:`Collection.write_stamp`, in words for a person ("" where nowhere)."""
+    where the store keeps the stamps of :meth:`Collection.write_stamp`, in words for a person ("" where nowhere);
+    ``record_stamps``: where it keeps each record's own stamp (``VectorBatch.stamps``), in words ("" where
+    nowhere)."""
 
     key_ranges: bool = False
     named_vectors: bool = False
@@ -114,6 +122,7 @@ class Capabilities:
     single_process: bool = False
     preferred_batch_size: int = 1000
     stamp: str = ""
+    record_stamps: str = ""
 
 
 def stamp_key(field: str | None) -> str:
@@ -133,6 +142,76 @@ def stamp_text(stamp) -> str:
     if size > STAMP_BYTES:
         raise InputError(f"a stamp may take at most {STAMP_BYTES // 1024} KB of JSON; this one takes {size:,} bytes")
     return text
+
+
+def record_stamp_keys(field: str | None) -> tuple[str, str]:
+    """The payload keys of the record stamps of vector field ``field``: (origin, whole stamp)."""
+    suffix = f"__{field}" if field else ""
+    return RECORD_ORIGIN_KEY + suffix, RECORD_STAMP_KEY + suffix
+
+
+def record_stamp_text(stamp) -> str:
+    """One record's stamp as the JSON text a store keeps: a JSON object with a string ``origin`` (how its vector
+    was made: ``mapped``, ``native``, ...) of at most :data:`RECORD_STAMP_BYTES`, else bad input."""
+    if not isinstance(stamp, dict) or not isinstance(stamp.get("origin"), str):
+        raise InputError("a record's stamp must be a dict with a string 'origin'")
+    try:
+        text = json.dumps(stamp, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+    except (TypeError, ValueError) as exc:
+        raise InputError(f"a record's stamp must be JSON-serialisable ({first_line(exc)})") from None
+    if len(text.encode("utf-8")) > RECORD_STAMP_BYTES:
+        raise InputError(f"a record's stamp may take at most {RECORD_STAMP_BYTES:,} bytes of JSON")
+    return text
+
+
+def is_stamp_key(key) -> bool:
+    """Whether a payload key is one of vecbridge's record stamp keys (of any vector field)."""
+    return isinstance(key, str) and (key.startswith(RECORD_ORIGIN_KEY) or key.startswith(RECORD_STAMP_KEY))
+
+
+def stamps_into_payloads(batch: VectorBatch, field: str | None = None) -> list[dict]:
+    """The payloads to write for ``batch`` in a store that keeps record stamps in the payload: each payload (without
+    stamp keys it may carry from elsewhere) plus its stamp's two keys; unchanged where the batch has no stamps."""
+    if batch.stamps is None:
+        return batch.payloads
+    origin_key, stamp_key = record_stamp_keys(field)
+    out = []
+    for payload, stamp in zip(batch.payloads, batch.stamps):
+        clean = {k: v for k, v in (payload or {}).items() if not is_stamp_key(k)}
+        if stamp is not None:
+            text = record_stamp_text(stamp)
+            clean[origin_key], clean[stamp_key] = stamp["origin"], text
+        out.append(clean)
+    return out
+
+
+def stamps_from_payloads(payloads: list, field: str | None = None) -> tuple[list[dict], list[dict | None]]:
+    """Split what a store read into the user's payloads (every stamp key removed) and the record stamps of vector
+    field ``field`` (None where a record has none, or a damaged one)."""
+    _, stamp_key = record_stamp_keys(field)
+    clean, stamps = [], []
+    for payload in payloads:
+        payload = payload or {}
+        if not any(is_stamp_key(k) for k in payload):
+            clean.append(payload)
+            stamps.append(None)
+            continue
+        stamps.append(parse_record_stamp(payload.get(stamp_key)))
+        clean.append({k: v for k, v in payload.items() if not is_stamp_key(k)})
+    return clean, stamps
+
+
+def parse_record_stamp(text) -> dict | None:
+    """A record stamp from the JSON text a store kept (a dict as it is); None for none or a damaged one."""
+    if isinstance(text, dict):
+        return text if isinstance(text.get("origin"), str) else None
+    if not isinstance(text, str):
+        return None
+    try:
+        stamp = json.loads(text)
+    except ValueError:
+        return None
+    return stamp if isinstance(stamp, dict) and isinstance(stamp.get("origin"), str) else None
 
 
 class Collection(abc.ABC):
@@ -300,6 +379,24 @@ class Collection(abc.ABC):
     def _save_stamp(self, text: str) -> None:
         """Keep ``text`` (checked JSON) as the stamp of this vector field, replacing any stamp it had."""
         raise StoreError(f"{self.scheme or 'store'}: this store cannot hold a stamp")
+
+    # --- record stamps: how each record's vector was made, written in the same upsert ---------------------------------
+    def scan_stamps(self, batch_size: int = 1000, origins: Sequence[str] | None = None) -> Iterator[tuple[list, list]]:
+        """``(ids, stamps)`` of every record of this vector field that has a stamp, in batches, where the stamp's
+        origin is one of ``origins`` (None: any): "which records are still mapped" is this scan. Connectors whose
+        store filters and reads payloads without vectors override it; this one reads the records."""
+        wanted = None if origins is None else set(origins)
+        for batch in self.scan(batch_size=batch_size):
+            stamps = batch.stamps or [None] * len(batch)
+            keep = [(i, s) for i, s in zip(batch.ids, stamps)
+                    if s is not None and (wanted is None or s["origin"] in wanted)]
+            if keep:
+                yield [i for i, _ in keep], [s for _, s in keep]
+
+    def stamps_of(self, ids: Sequence) -> dict:
+        """``{id: stamp}`` of the records with these ids that have one (the others are left out)."""
+        got = self.get(list(ids))
+        return {i: s for i, s in zip(got.ids, got.stamps or []) if s is not None}
 
     # --- shared helpers ---------------------------------------------------------------------------------------------
     def _writable(self):

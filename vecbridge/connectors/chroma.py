@@ -21,6 +21,9 @@ How records map onto Chroma:
   record; collections made elsewhere report the dimension of a stored vector;
 * a collection's stamp is JSON text in its metadata (``vecbridge:stamp``), beside ``hnsw:space`` and
   ``vecbridge:dim``, which stay as they are;
+* each record's own stamp is two keys of its metadata, written in the same upsert as its vector:
+  ``vecbridge_origin`` (the origin alone, what :meth:`ChromaCollection.scan_stamps` filters on with ``$in``) and
+  ``vecbridge_stamp`` (the whole stamp as JSON text); reads take them out of the payload;
 * payload key ``document`` (a string) is Chroma's document; other scalar values are metadata; values Chroma cannot
   hold as metadata (lists, dicts, None) are JSON-encoded together in the reserved key ``_vb_json`` and decoded on
   read; int ids are stored as decimal strings with ``_vb_int_id`` set and come back as ints. Keys starting with
@@ -72,7 +75,10 @@ from .base import (
     first_line,
     quantile_positions,
     ranges_from_bounds,
+    record_stamp_keys,
     stamp_key,
+    stamps_from_payloads,
+    stamps_into_payloads,
 )
 from .readonly import readable_path
 from .url import canonical_host, known_params, resolved_path
@@ -167,7 +173,8 @@ class ChromaCollection(Collection):
         """Offset ranges; a persistent directory is not process-safe (see the module notes); batches under Chroma's
         default limit of 5461 records per upsert."""
         return Capabilities(key_ranges=True, single_process=self.path is not None, preferred_batch_size=5000,
-                            stamp="collection metadata")
+                            stamp="collection metadata",
+                            record_stamps="two keys of each record's metadata (vecbridge_origin, vecbridge_stamp)")
 
     @property
     def local_path(self) -> str | None:
@@ -260,12 +267,12 @@ class ChromaCollection(Collection):
         """A VectorBatch from a ``get`` result (ids, embeddings, metadatas, documents)."""
         ids = result["ids"]
         if not ids:
-            return VectorBatch([], np.zeros((0, dim), dtype=np.float32), [])
+            return VectorBatch([], np.zeros((0, dim), dtype=np.float32), [], stamps=[])
         metas = result.get("metadatas") or [None] * len(ids)
         docs = result.get("documents") or [None] * len(ids)
+        payloads, stamps = stamps_from_payloads([_payload(m, d) for m, d in zip(metas, docs)])
         return VectorBatch([_user_id(i, m) for i, m in zip(ids, metas)],
-                           np.asarray(result["embeddings"], dtype=np.float32),
-                           [_payload(m, d) for m, d in zip(metas, docs)])
+                           np.asarray(result["embeddings"], dtype=np.float32), payloads, stamps=stamps)
 
     def _get_by_ids(self, coll: Any, keys: list[str]) -> dict[str, list]:
         """Full records for Chroma ids, fetched in chunks of the server's batch limit, as a merged result."""
@@ -400,8 +407,10 @@ class ChromaCollection(Collection):
         keys = [str(i) for i in batch.ids]
         if len(set(keys)) != len(keys):
             raise InputError("batch contains ids that are equal as strings")
+        # a record replaced without a stamp has none: its payload's stamp keys go (and the old ones with them)
+        payloads = stamps_into_payloads(batch.with_stamps(batch.stamps or [None] * len(batch)))
         records = [_metadata_and_document(p, isinstance(i, int) and not isinstance(i, bool))
-                   for i, p in zip(batch.ids, batch.payloads)]
+                   for i, p in zip(batch.ids, payloads)]
         step = self._max_batch()
         for lo in range(0, len(keys), step):
             self._upsert_chunk(coll, keys[lo:lo + step], vectors[lo:lo + step], records[lo:lo + step])
@@ -425,6 +434,46 @@ class ChromaCollection(Collection):
             self._call("delete records", coll.delete, ids=lose_document)
         self._call("write records", coll.upsert, ids=keys, embeddings=vectors, metadatas=metadatas,
                    documents=documents if any(d is not None for d in documents) else None)
+
+    # --- record stamps: two metadata keys, read without vectors -------------------------------------------------------
+    def scan_stamps(self, batch_size: int = 1000, origins: Sequence[str] | None = None) -> Iterator[tuple[list, list]]:
+        """Pages of ``get(where={origin: {"$in": origins}}, include=["metadatas"])`` (every record's metadata where
+        ``origins`` is None: Chroma cannot ask whether a key exists), no vectors read."""
+        if batch_size <= 0:
+            raise InputError("batch_size must be positive")
+        origins = None if origins is None else list(dict.fromkeys(origins))
+        if origins is not None and not origins:
+            return
+        coll = self._collection()
+        where = None if origins is None else {record_stamp_keys(None)[0]: {"$in": origins}}
+        offset = 0
+        while True:
+            page = self._call("read record stamps", coll.get, where=where, limit=batch_size, offset=offset,
+                              include=["metadatas"])
+            ids, metas = page["ids"], page["metadatas"] or [None] * len(page["ids"])
+            offset += len(ids)
+            found = self._stamps(ids, metas)
+            if found:
+                yield list(found), list(found.values())
+            if len(ids) < batch_size:
+                return
+
+    def stamps_of(self, ids: Sequence) -> dict:
+        """The metadata of these records only (no vectors, no documents), in chunks of the server's batch limit."""
+        coll = self._collection()
+        keys = list(dict.fromkeys(str(i) for i in ids))
+        found: dict = {}
+        step = self._max_batch()
+        for lo in range(0, len(keys), step):
+            page = self._call("read record stamps", coll.get, ids=keys[lo:lo + step], include=["metadatas"])
+            found.update(self._stamps(page["ids"], page["metadatas"] or [None] * len(page["ids"])))
+        return found
+
+    @staticmethod
+    def _stamps(ids: list, metas: list) -> dict:
+        """``{user id: stamp}`` of the records among these that have one."""
+        _, stamps = stamps_from_payloads([m or {} for m in metas])
+        return {_user_id(i, m): s for i, m, s in zip(ids, metas, stamps) if s is not None}
 
     def delete(self, ids: Sequence) -> int:
         """``collection.delete(ids=...)`` with the ids as Chroma stores them (decimal strings for ints, so int 5 and

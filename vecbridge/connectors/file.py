@@ -47,6 +47,8 @@ from .base import (
     quantile_positions,
     ranges_from_bounds,
     stamp_key,
+    stamps_from_payloads,
+    stamps_into_payloads,
 )
 from .url import known_params, resolved_path
 
@@ -155,7 +157,8 @@ class _Segment:
 
 class FileCollection(Collection):
     scheme = "file"
-    capabilities = Capabilities(key_ranges=True, stamp="the collection's manifest.json")
+    capabilities = Capabilities(key_ranges=True, stamp="the collection's manifest.json",
+                                record_stamps="each record's payload")
     #: whether this handle has removed the temporaries that killed writers left (once, before its first write)
     _swept = False
 
@@ -328,7 +331,8 @@ class FileCollection(Collection):
             for p, row, pay in zip(pos.tolist(), r.tolist(), segs[s].payloads(r)):
                 ids[p] = seg_ids[row]
                 payloads[p] = pay
-        return VectorBatch(ids, vectors, payloads)
+        payloads, stamps = stamps_from_payloads(payloads)
+        return VectorBatch(ids, vectors, payloads, stamps=stamps)
 
     # --- protocol: reading --------------------------------------------------------------------------------------------
     def info(self) -> CollectionInfo:
@@ -452,7 +456,8 @@ class FileCollection(Collection):
             _remove_stale_temporaries(self.path, self.path / "segments")
             self._swept = True
         try:
-            payload_json = np.frombuffer(json.dumps(batch.payloads, ensure_ascii=False).encode("utf-8"), np.uint8)
+            payload_json = np.frombuffer(json.dumps(stamps_into_payloads(batch), ensure_ascii=False).encode("utf-8"),
+                                         np.uint8)
         except TypeError as exc:
             raise InputError(f"payloads must be JSON-serialisable ({exc})") from None
         if all(isinstance(i, (int, np.integer)) and not isinstance(i, bool) for i in batch.ids):

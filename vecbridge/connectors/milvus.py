@@ -43,6 +43,13 @@ Requests are bounded by ``timeout``; idempotent ones are retried with backoff wh
 Stamps are collection properties (``alter_collection_properties``; a server keeps them in its meta store, Lite in
 its schema file), JSON text under ``vecbridge:stamp:FIELD`` for the vector field FIELD, dropped with the collection.
 Milvus 2.3 cannot add a field to an existing collection, so ``add_vector_field`` is refused as not supported.
+
+Record stamps (each record's own, ``VectorBatch.stamps``) are two keys of the record's payload, ``vecbridge_origin``
+and ``vecbridge_stamp`` (``__FIELD`` appended for a vector field not named ``vector``), kept where the payload is:
+the JSON ``payload`` field, else dynamic fields (or scalar fields of those names, in a collection made with them);
+they are written in the same upsert as the vector and removed from the payloads reads return. A collection with
+nowhere to keep them refuses a stamped upsert. ``scan_stamps`` pages through the keys as scans do, with an
+expression on the origin key and no vector output.
 """
 from __future__ import annotations
 
@@ -71,8 +78,12 @@ from .base import (
     KeyRange,
     VectorBatch,
     check_metric,
+    parse_record_stamp,
     ranges_from_keys,
+    record_stamp_keys,
     stamp_key,
+    stamps_from_payloads,
+    stamps_into_payloads,
 )
 from .readonly import readable_path
 from .url import canonical_host, known_params, resolved_path
@@ -254,7 +265,8 @@ class MilvusCollection(Collection):
     def capabilities(self) -> Capabilities:
         """Aliases; a Milvus Lite database is locked by the one process that opens it."""
         return Capabilities(key_ranges=True, alias=True, single_process=self.lite_path is not None,
-                            stamp="collection properties")
+                            stamp="collection properties", record_stamps="two keys of each record's payload (its "
+                            "JSON payload field, else dynamic fields): vecbridge_origin, vecbridge_stamp")
 
     @property
     def local_path(self) -> str | None:
@@ -444,8 +456,19 @@ class MilvusCollection(Collection):
         return max(1, min(batch_size, _MAX_PAGE, _PAGE_BYTES // (schema["dim"] * 4 + 512)))
 
     def _to_batch(self, rows: Sequence[dict], schema: dict) -> VectorBatch:
-        """Rows as records: the payload is the JSON payload field merged with any other scalar / dynamic fields."""
-        pk, vec, payload_field = schema["pk"], schema["vector"], schema["payload"]
+        """Rows as records: the payload is the JSON payload field merged with any other scalar / dynamic fields,
+        less the record stamps, which are the batch's stamps (of this handle's vector field)."""
+        ids, payloads = self._ids_and_payloads(rows, schema)
+        vec = schema["vector"]
+        vectors = (np.asarray([row[vec] for row in rows], dtype=np.float32) if rows
+                   else np.zeros((0, schema["dim"]), dtype=np.float32))
+        payloads, stamps = stamps_from_payloads(payloads, self._stamp_field(schema))
+        return VectorBatch(ids, vectors, payloads, stamps=stamps)
+
+    def _ids_and_payloads(self, rows: Sequence[dict], schema: dict) -> tuple[list, list[dict]]:
+        """The record ids of rows (int ids restored) and their payloads (the JSON payload field merged with any other
+        scalar / dynamic fields the rows hold)."""
+        pk, payload_field = schema["pk"], schema["payload"]
         other_fields = bool(schema["scalars"]) or schema["dynamic"] or not payload_field
         skip = {pk, payload_field, *schema["vectors"]}
         ids, payloads = [], []
@@ -458,9 +481,68 @@ class MilvusCollection(Collection):
                 key = int(key)
             ids.append(key)
             payloads.append(payload)
-        vectors = (np.asarray([row[vec] for row in rows], dtype=np.float32) if rows
-                   else np.zeros((0, schema["dim"]), dtype=np.float32))
-        return VectorBatch(ids, vectors, payloads)
+        return ids, payloads
+
+    # --- record stamps: two payload keys ---------------------------------------------------------------------
+    def _stamp_field(self, schema: dict) -> str | None:
+        """The vector field whose record stamp keys this handle uses: none (the plain keys) for ``vector``, the
+        field ``create`` makes and reads choose by default; the field's own name otherwise."""
+        return None if schema["vector"] == "vector" else schema["vector"]
+
+    def _stamp_ref(self, schema: dict, key: str) -> str | None:
+        """How a filter expression names payload key ``key`` where :meth:`_rows` writes it: a scalar field of that
+        name, a key of the JSON payload field, or a dynamic field; None where the collection has nowhere for it."""
+        if key in schema["scalars"] or (schema["dynamic"] and not schema["payload"]):
+            return key
+        return f"{schema['payload']}[{_literal(key)}]" if schema["payload"] else None
+
+    def _stamp_read(self, schema: dict, where: str, rows_per_page: int) -> Iterator[tuple]:
+        """``(ids, stamps)`` of the stamped records the expression ``where`` selects, page by page in key order,
+        reading the key and the fields that hold the stamp (no vectors); nothing where the collection holds none."""
+        origin_key, stamp_key_ = record_stamp_keys(self._stamp_field(schema))
+        origin = self._stamp_ref(schema, origin_key)
+        if origin is None:
+            return
+        fields = [schema["pk"]]
+        if schema["payload"]:
+            fields.append(schema["payload"])
+        fields += [k for k in (stamp_key_, INT_ID_KEY)
+                   if k in schema["scalars"] or (schema["dynamic"] and not schema["payload"])]
+        selected = f"{origin} like \"%\"" + (f" and ({where})" if where else "")
+        for rows in self._keyset(schema, list(dict.fromkeys(fields)), rows_per_page, None, where=selected):
+            ids, payloads = self._ids_and_payloads(rows, schema)
+            stamps = [parse_record_stamp(p.get(stamp_key_)) for p in payloads]
+            kept = [(i, s) for i, s in zip(ids, stamps) if s is not None]
+            if kept:
+                yield [i for i, _ in kept], [s for _, s in kept]
+
+    def scan_stamps(self, batch_size: int = 1000, origins: Sequence[str] | None = None) -> Iterator[tuple[list, list]]:
+        """Keyset pages of the records whose origin key is set (and one of ``origins``), reading no vectors. Milvus
+        Lite takes no ``in`` on a JSON key, so the origins are compared one by one."""
+        if batch_size <= 0:
+            raise InputError("batch_size must be positive")
+        schema = self._ensure_loaded()
+        where = ""
+        if origins is not None:
+            wanted = list(dict.fromkeys(origins))
+            if not wanted:
+                return
+            if not all(isinstance(o, str) for o in wanted):
+                raise InputError("origins must be strings")
+            origin = self._stamp_ref(schema, record_stamp_keys(self._stamp_field(schema))[0])
+            where = " or ".join(f"{origin} == {_literal(o)}" for o in wanted)
+        yield from self._stamp_read(schema, where, min(batch_size, _MAX_PAGE))
+
+    def stamps_of(self, ids: Sequence) -> dict:
+        """``pk in [...]`` queries of :data:`_IDS_PER_GET` keys, on stamped records, reading no vectors."""
+        schema = self._ensure_loaded()
+        keys = list(dict.fromkeys(k for k in (self._store_key(i, schema) for i in ids) if k is not None))
+        found: dict = {}
+        for lo in range(0, len(keys), _IDS_PER_GET):
+            where = f"{schema['pk']} in [{', '.join(_literal(k) for k in keys[lo:lo + _IDS_PER_GET])}]"
+            for got_ids, stamps in self._stamp_read(schema, where, _MAX_PAGE):
+                found.update(zip(got_ids, stamps))
+        return found
 
     def _check_cursor(self, after: Any, schema: dict):
         ok = isinstance(after, str) if schema["pk_str"] else isinstance(after, int) and not isinstance(after, bool)
@@ -470,8 +552,9 @@ class MilvusCollection(Collection):
         return after
 
     def _keyset(self, schema: dict, fields: list[str], page: int, after: Any,
-                until: Any = None) -> Iterator[list[dict]]:
-        """Pages of rows in primary-key order, starting after the key ``after`` (None: from the start).
+                until: Any = None, where: str = "") -> Iterator[list[dict]]:
+        """Pages of rows in primary-key order, starting after the key ``after`` (None: from the start), of the rows
+        the expression ``where`` selects (all where empty).
 
         The same requests as pymilvus' ``query_iterator`` (``iterator``/``reduce_stop_for_best`` make the server
         return the smallest keys in order), but with the key quoted safely: the iterator pastes string keys into
@@ -480,8 +563,10 @@ class MilvusCollection(Collection):
         """
         pk, levels = schema["pk"], _levels()
         upto = f"{pk} <= {_literal(until)}" if until is not None else ""
+        selected = f"({where})" if where else ""
         while True:
-            expr = " and ".join(e for e in (f"{pk} > {_literal(after)}" if after is not None else "", upto) if e)
+            expr = " and ".join(e for e in (f"{pk} > {_literal(after)}" if after is not None else "", upto,
+                                            selected) if e)
             rows = self._request("scanning", "query", self.name, filter=expr, output_fields=fields,
                               limit=page, consistency_level=next(levels), iterator="True", reduce_stop_for_best="True")
             if not rows:
@@ -662,8 +747,15 @@ class MilvusCollection(Collection):
         vectors = self._check_batch(batch, schema["dim"])
         if len(batch) == 0:
             return 0
-        rows = self._rows(batch, vectors, schema)
-        step = self._rows_per_request(batch, schema)
+        stamp_field = self._stamp_field(schema)
+        payloads = stamps_into_payloads(batch, stamp_field)  # every stamp checked before anything is written
+        if (batch.stamps is not None and any(s is not None for s in batch.stamps)
+                and self._stamp_ref(schema, record_stamp_keys(stamp_field)[0]) is None):
+            raise StoreError(f"{self.display_url}: cannot keep record stamps: the collection has no JSON payload "
+                             f"field or dynamic fields (nothing of this batch was written)")
+        stamped = VectorBatch(batch.ids, vectors, payloads)
+        rows = self._rows(stamped, vectors, schema)
+        step = self._rows_per_request(stamped, schema)
         for lo in range(0, len(rows), step):
             try:
                 self._request("writing records", "upsert", self.name, rows[lo:lo + step])

@@ -37,6 +37,16 @@ Stamps (:meth:`~vecbridge.connectors.base.Collection.write_stamp`) live in a sid
 vector columns, deletes its rows in the same transaction, and so does creating a table of that name (a row left by
 a table dropped outside vecbridge is not the new table's).
 
+Record stamps (``VectorBatch.stamps``: how each row's vector was made) live in two columns of the table beside the
+vector column they describe: ``vecbridge_origin`` (text: the origin alone, indexed, what :meth:`scan_stamps` filters
+on) and ``vecbridge_stamp`` (jsonb: the whole stamp) for the default vector column ``embedding``,
+``vecbridge_origin__NAME`` / ``vecbridge_stamp__NAME`` for vector column ``NAME``. :meth:`create` and
+:meth:`add_vector_field` add them with the vector column (and drop them with it); a table made before gets them on
+its first stamped upsert (nullable, no default: an instant catalog change; the origin index then comes with
+:meth:`build_index`, not with a write holding the table's lock). They are written in the same ``COPY`` / ``INSERT ...
+ON CONFLICT`` / ``UPDATE`` as the vector, are never part of a payload, and a whole row replaced without a stamp loses
+its stamp (a field view's update without one keeps it).
+
 Identity: an unqualified ``table`` is the table PostgreSQL finds for this connection (its ``search_path``), so
 ``?table=docs`` and ``?table=bob.docs`` are one collection for a role ``bob`` whose own schema comes first.
 """
@@ -48,6 +58,7 @@ import json
 import os
 import re
 import struct
+import time
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator, Sequence, TypeVar
@@ -68,7 +79,11 @@ from .base import (
     KeyRange,
     VectorBatch,
     first_line,
+    is_stamp_key,
+    parse_record_stamp,
     ranges_from_keys,
+    record_stamp_keys,
+    record_stamp_text,
 )
 from .url import canonical_host, query_params, resolved_path
 
@@ -76,6 +91,14 @@ T = TypeVar("T")
 
 #: our URL parameters; everything else in the query string is a libpq parameter
 _OWN_PARAMS = ("table", "vector", "id", "payload", "id_type")
+#: the vector column a URL without ``vector=`` names; its record stamps are in the columns without a suffix
+_DEFAULT_VECTOR = "embedding"
+#: PostgreSQL's longest identifier, in bytes (a longer one is cut, so two could meet)
+_MAX_IDENT_BYTES = 63
+#: seconds a handle trusts its catalog's word that the table has no stamp columns yet (another writer may add them)
+_STAMP_RECHECK_S = 5.0
+#: a NULL field in a binary COPY row
+_COPY_NULL = struct.pack(">i", -1)
 _OPCLASS = {"cosine": "vector_cosine_ops", "dot": "vector_ip_ops", "l2": "vector_l2_ops"}
 _METRIC_OF_OPCLASS = {v: k for k, v in _OPCLASS.items()}
 #: pgvector distance operators: cosine distance, negative inner product, Euclidean distance
@@ -103,6 +126,7 @@ class _Schema:
     vector_fields: dict[str, tuple[int, str]]  # vector column -> (dim, metric)
     payload_type: str | None                   # format_type of the payload column; None: the table has none
     other_columns: list[str]                   # non-vector columns besides id (the payload when there is none)
+    stamp_columns: frozenset[str] = frozenset()  # the record stamp columns the table has (of any vector column)
 
     @property
     def int_ids(self) -> bool:
@@ -131,7 +155,9 @@ class PgVectorCollection(Collection):
     #: extra vector columns, a serving view, an index built after a bulk load; 10,000 rows per upsert: one COPY
     #: stream each, so large batches pay off
     capabilities = Capabilities(key_ranges=True, named_vectors=True, serving_view=True, deferred_index=True,
-                                preferred_batch_size=10_000, stamp=f"side table {STAMPS_TABLE} in the table's schema")
+                                preferred_batch_size=10_000, stamp=f"side table {STAMPS_TABLE} in the table's schema",
+                                record_stamps="two columns of the table (vecbridge_origin, vecbridge_stamp; "
+                                              "with __NAME for vector column NAME)")
 
     def __init__(self, url: str, *, read_only: bool = False):
         super().__init__(url, read_only=read_only)
@@ -140,7 +166,7 @@ class PgVectorCollection(Collection):
         if not self.table:
             raise InputError(f"{self.display_url}: name the table, e.g. postgresql://user@host:5432/db?table=items")
         self.table_ident = sql.Identifier(*self.table.split(".", 1))
-        self.vector_column = params.get("vector", "embedding")
+        self.vector_column = params.get("vector", _DEFAULT_VECTOR)
         self.id_column = params.get("id", "id")
         self.payload_column = params.get("payload", "payload")
         self.new_id_type = params.get("id_type", "text").lower()
@@ -160,6 +186,8 @@ class PgVectorCollection(Collection):
         self.updates_only = False
         self._conn: psycopg.Connection | None = None
         self._schema_cache: _Schema | None = None
+        #: when the cached schema was read (see _stamped_schema)
+        self._schema_read_at = 0.0
         #: optimistic bulk load: COPY straight into the table until an id conflict shows the rows may exist
         self._rows_are_new = True
 
@@ -304,11 +332,13 @@ class PgVectorCollection(Collection):
             "JOIN pg_opclass oc ON oc.oid = i.indclass[0] "
             "JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = i.indkey[0] "
             "WHERE i.indrelid = %s::regclass", [name]).fetchall())
-        fields, types, others = {}, {}, []
+        fields, types, others, stamped = {}, {}, [], set()
         for col, typname, typmod, type_text, comment in columns:
             types[col] = type_text
             if typname != "vector":
-                if col != self.id_column:
+                if is_stamp_key(col):
+                    stamped.add(col)
+                elif col != self.id_column:
                     others.append(col)
                 continue
             found = _COMMENT.search(comment or "")
@@ -323,12 +353,101 @@ class PgVectorCollection(Collection):
             dim = conn.execute(sql.SQL("SELECT vector_dims({}) FROM {} WHERE {} IS NOT NULL LIMIT 1").format(
                 sql.Identifier(self.vector_column), self.table_ident, sql.Identifier(self.vector_column))).fetchone()
             fields[self.vector_column] = (dim[0] if dim else 0, fields[self.vector_column][1])
-        return _Schema(types[self.id_column], fields, types.get(self.payload_column), others)
+        return _Schema(types[self.id_column], fields, types.get(self.payload_column), others, frozenset(stamped))
 
     def _schema(self) -> _Schema:
         if self._schema_cache is None:
             self._schema_cache = self._with_conn("read the table's columns", self._read_schema)
+            self._schema_read_at = time.monotonic()
         return self._schema_cache
+
+    def _stamped_schema(self) -> _Schema:
+        """The schema for a read of record stamps: read again where the cached one, older than
+        :data:`_STAMP_RECHECK_S`, says this field has no stamp columns (a writer elsewhere may have added them since,
+        and a long-lived reader, a serving replica, must see its stamps)."""
+        schema = self._schema()
+        if (not self._has_stamp_columns(schema, self.vector_column)
+                and time.monotonic() - self._schema_read_at > _STAMP_RECHECK_S):
+            self._schema_cache = None
+            schema = self._schema()
+        return schema
+
+    # --- record stamps: two columns per vector column -----------------------------------------------------------------
+    @staticmethod
+    def _stamp_columns(column: str) -> tuple[str, str]:
+        """The (origin, stamp) columns of vector column ``column``; a name too long for PostgreSQL ends in a hash of
+        the whole, so that two long vector columns never share stamp columns."""
+        names = record_stamp_keys(None if column == _DEFAULT_VECTOR else column)
+        return tuple(n if len(n.encode()) <= _MAX_IDENT_BYTES else
+                     n.encode()[:_MAX_IDENT_BYTES - 17].decode(errors="ignore") + "_"
+                     + hashlib.sha1(n.encode()).hexdigest()[:16] for n in names)
+
+    def _has_stamp_columns(self, schema: _Schema, column: str) -> bool:
+        return set(self._stamp_columns(column)) <= schema.stamp_columns
+
+    def _add_stamp_columns(self, conn: psycopg.Connection, column: str) -> None:
+        """Add the stamp columns of vector column ``column`` where missing (nullable, no default: no rewrite)."""
+        origin, stamp = (sql.Identifier(c) for c in self._stamp_columns(column))
+        conn.execute(sql.SQL("ALTER TABLE {} ADD COLUMN IF NOT EXISTS {} text, ADD COLUMN IF NOT EXISTS {} jsonb")
+                     .format(self.table_ident, origin, stamp))
+
+    def _create_origin_index(self, conn: psycopg.Connection, column: str) -> None:
+        """The btree index on the origin column of vector column ``column``, which :meth:`scan_stamps` filters on."""
+        origin = self._stamp_columns(column)[0]
+        conn.execute(sql.SQL("CREATE INDEX IF NOT EXISTS {} ON {} ({})").format(
+            sql.Identifier("vb_origin_" + hashlib.sha1(f"{self.table}.{origin}".encode()).hexdigest()[:16]),
+            self.table_ident, sql.Identifier(origin)))
+
+    def scan_stamps(self, batch_size: int = 1000, origins: Sequence[str] | None = None) -> Iterator[tuple[list, list]]:
+        """Keyset pages by id of ``WHERE origin = ANY(origins)`` (``IS NOT NULL`` for any) on this field's origin
+        column: the server filters, and neither vectors nor payloads are read."""
+        if batch_size <= 0:
+            raise InputError("batch_size must be positive")
+        origins = None if origins is None else list(dict.fromkeys(origins))
+        schema = self._stamped_schema()
+        if not self._has_stamp_columns(schema, self.vector_column) or origins == []:
+            return
+        origin, stamp = (sql.Identifier(c) for c in self._stamp_columns(self.vector_column))
+        ident = sql.Identifier(self.id_column)
+        which = sql.SQL("{} IS NOT NULL").format(origin) if origins is None else \
+            sql.SQL("{} = ANY(%s::text[])").format(origin)
+        base = sql.SQL("SELECT {}, {} FROM {} WHERE {} IS NOT NULL AND {}").format(
+            sql.SQL("{}::int8" if schema.int_ids else "{}::text").format(ident), stamp, self.table_ident,
+            sql.Identifier(self.vector_column), which)
+        first = sql.SQL("{} ORDER BY {} LIMIT %s").format(base, ident)
+        following = sql.SQL("{} AND {} > %s ORDER BY {} LIMIT %s").format(base, ident, ident)
+        wanted = [] if origins is None else [origins]
+        after = None
+        while True:
+            query, params = (first, [*wanted, batch_size]) if after is None else \
+                (following, [*wanted, after, batch_size])
+            rows = self._with_conn("read record stamps", lambda conn: conn.execute(query, params).fetchall())
+            found = [(i, parse_record_stamp(s)) for i, s in rows]
+            found = [(i, s) for i, s in found if s is not None]
+            if found:
+                yield [i for i, _ in found], [s for _, s in found]
+            if len(rows) < batch_size:
+                return
+            after = rows[-1][0]
+
+    def stamps_of(self, ids: Sequence) -> dict:
+        """This field's stamp column of the rows with these ids (10,000 per statement), no vectors read."""
+        schema = self._stamped_schema()
+        keys = list(dict.fromkeys(self._keys(ids, schema)))
+        if not keys or not self._has_stamp_columns(schema, self.vector_column):
+            return {}
+        ident = sql.Identifier(self.id_column)
+        stamp = sql.Identifier(self._stamp_columns(self.vector_column)[1])
+        query = sql.SQL("SELECT {}, {} FROM {} WHERE {} = ANY(%s::{}[]) AND {} IS NOT NULL AND {} IS NOT NULL").format(
+            sql.SQL("{}::int8" if schema.int_ids else "{}::text").format(ident), stamp, self.table_ident, ident,
+            sql.SQL(schema.id_type), sql.Identifier(self.vector_column), stamp)
+        found: dict = {}
+        for lo in range(0, len(keys), 10_000):
+            chunk = keys[lo:lo + 10_000]
+            rows = self._with_conn("read record stamps", lambda conn, chunk=chunk: conn.execute(
+                query, [chunk]).fetchall())
+            found.update((i, s) for i, s in ((i, parse_record_stamp(s)) for i, s in rows) if s is not None)
+        return found
 
     def info(self) -> CollectionInfo:
         schema = self._schema()
@@ -341,7 +460,7 @@ class PgVectorCollection(Collection):
 
     # --- reading ------------------------------------------------------------------------------------------------------
     def _select(self, schema: _Schema) -> sql.Composed:
-        """``id, vector, payload`` of this field's rows, in the types the binary COPY decoder expects."""
+        """``id, vector, payload, stamp`` of this field's rows, in the types the binary COPY decoder expects."""
         vec = sql.Identifier(self.vector_column)
         ident = sql.Identifier(self.id_column)
         id_expr = sql.SQL("{}::int8").format(ident) if schema.int_ids else sql.SQL("{}::text").format(ident)
@@ -350,8 +469,10 @@ class PgVectorCollection(Collection):
         else:  # the row's other plain columns
             payload = sql.SQL("jsonb_build_object({})").format(sql.SQL(", ").join(
                 sql.SQL("{}, {}").format(sql.Literal(c), sql.Identifier(c)) for c in schema.other_columns))
-        return sql.SQL("SELECT {}, {}, {} FROM {} WHERE {} IS NOT NULL").format(
-            id_expr, vec, payload, self.table_ident, vec)
+        stamp = sql.Identifier(self._stamp_columns(self.vector_column)[1]) \
+            if self._has_stamp_columns(schema, self.vector_column) else sql.SQL("NULL::jsonb")
+        return sql.SQL("SELECT {}, {}, {}, {} FROM {} WHERE {} IS NOT NULL").format(
+            id_expr, vec, payload, stamp, self.table_ident, vec)
 
     def _copy_out(self, query: sql.Composable, params: Sequence, schema: _Schema) -> VectorBatch:
         """Run ``COPY (query) TO STDOUT (FORMAT BINARY)`` and decode it into a batch.
@@ -362,20 +483,21 @@ class PgVectorCollection(Collection):
         def work(conn: psycopg.Connection) -> list[tuple]:
             with conn.cursor() as cur:
                 with cur.copy(sql.SQL("COPY ({}) TO STDOUT (FORMAT BINARY)").format(query), params) as copy:
-                    copy.set_types(["int8" if schema.int_ids else "text", "bytea", "jsonb"])
+                    copy.set_types(["int8" if schema.int_ids else "text", "bytea", "jsonb", "jsonb"])
                     return list(copy.rows())
 
         rows = self._with_conn("read vectors", work)
         dim = schema.vector_fields[self.vector_column][0]
         if not rows:
-            return VectorBatch([], np.zeros((0, dim), dtype=np.float32), [])
-        ids, raw, payloads = zip(*rows)
+            return VectorBatch([], np.zeros((0, dim), dtype=np.float32), [], stamps=[])
+        ids, raw, payloads, stamps = zip(*rows)
         blob = np.frombuffer(b"".join(raw), dtype=">f4")
         width = len(raw[0]) // 4
         if blob.size != width * len(raw):
             raise StoreError(f"{self.display_url}: column {self.vector_column} holds vectors of different dimensions")
         vectors = blob.reshape(len(raw), width)[:, 1:].astype(np.float32)
-        return VectorBatch(list(ids), vectors, [p if isinstance(p, dict) else {} for p in payloads])
+        return VectorBatch(list(ids), vectors, [p if isinstance(p, dict) else {} for p in payloads],
+                           stamps=[parse_record_stamp(s) for s in stamps])
 
     def sample(self, n: int, seed: int = 0) -> VectorBatch:
         """``n`` rows in the order of a seeded 64-bit hash of their ids (``hashtextextended``), then fetched by id.
@@ -399,7 +521,7 @@ class PgVectorCollection(Collection):
         cursor is its last id; ``until`` stops after that id."""
         if batch_size <= 0:
             raise InputError("batch_size must be positive")
-        schema = self._schema()
+        schema = self._stamped_schema()
         ident = sql.Identifier(self.id_column)
         for cursor in (after, until):
             if cursor is not None and schema.int_ids and not isinstance(cursor, int):
@@ -436,7 +558,7 @@ class PgVectorCollection(Collection):
         return ranges_from_keys(keys, n)
 
     def get(self, ids: Sequence) -> VectorBatch:
-        schema = self._schema()
+        schema = self._stamped_schema()
         keys = self._keys(ids, schema)
         query = sql.SQL("{} AND {} = ANY(%s::{}[])").format(
             self._select(schema), sql.Identifier(self.id_column), sql.SQL(schema.id_type))
@@ -445,7 +567,8 @@ class PgVectorCollection(Collection):
         where = {i: r for r, i in enumerate(found.ids)}
         rows = [where[k] for k in dict.fromkeys(keys) if k in where]
         if not rows:
-            return VectorBatch([], np.zeros((0, schema.vector_fields[self.vector_column][0]), np.float32), [])
+            return VectorBatch([], np.zeros((0, schema.vector_fields[self.vector_column][0]), np.float32), [],
+                               stamps=[])
         return found.take(np.asarray(rows, dtype=np.int64))
 
     def _keys(self, ids: Sequence, schema: _Schema) -> list:
@@ -531,8 +654,13 @@ class PgVectorCollection(Collection):
             self.table_ident, column, sql.Literal(dim)))
         conn.execute(sql.SQL("COMMENT ON COLUMN {}.{} IS {}").format(
             self.table_ident, column, sql.Literal(f"vecbridge:metric={metric}")))
+        # a new vector column's record stamps start empty, whatever columns of those names were left behind
+        origin, stamp = (sql.Identifier(c) for c in self._stamp_columns(name))
+        conn.execute(sql.SQL("ALTER TABLE {} DROP COLUMN IF EXISTS {}, DROP COLUMN IF EXISTS {}, ADD COLUMN {} text, "
+                             "ADD COLUMN {} jsonb").format(self.table_ident, origin, stamp, origin, stamp))
         if index:
             self._create_index(conn, name, dim, metric)
+            self._create_origin_index(conn, name)
 
     def _index_name(self, column: str) -> str:
         return "vb_hnsw_" + hashlib.sha1(f"{self.table}.{column}".encode()).hexdigest()[:16]
@@ -544,25 +672,35 @@ class PgVectorCollection(Collection):
                 sql.SQL(_OPCLASS[metric])))
 
     def build_index(self) -> None:
-        """Create the HNSW index of this view's vector column if it is missing (after a bulk load)."""
+        """Create the HNSW index of this view's vector column, and that of its record stamps' origin column, where
+        missing (after a bulk load)."""
         self._writable()
+        self._schema_cache = None   # the stamp columns a writer may have added since
         info = self.info()
+        stamped = self._has_stamp_columns(self._schema(), self.vector_column)
 
         def work(conn: psycopg.Connection) -> None:
             with conn.transaction():
                 self._create_index(conn, self.vector_column, info.dim, info.metric)
+                if stamped:
+                    self._create_origin_index(conn, self.vector_column)
 
         self._with_conn("build the index", work)
 
     def serving_view(self, column: str) -> str:
         """Point the view ``<table>_serving`` at vector column ``column`` (exposed under this handle's vector column
         name, so an application that reads the view keeps its query), in one transaction: readers see the old view
-        or the new one, never neither. Returns the view's name."""
+        or the new one, never neither. The record stamps of ``column``, where it has them, come under this handle's
+        stamp column names likewise. Returns the view's name."""
+        self._schema_cache = None   # the columns as they are now (stamp columns a writer added included)
         if column not in self._schema().vector_fields:
             raise StoreError(f"{self.display_url}: no vector column {column!r}")
         schema, _, table = self.table.rpartition(".")
         view = sql.Identifier(*([schema] if schema else []), f"{table}_serving")
         others = [sql.Identifier(c) for c in [self.id_column, *self._schema().other_columns]]
+        if self._has_stamp_columns(self._schema(), column):
+            others += [sql.SQL("{} AS {}").format(sql.Identifier(c), sql.Identifier(alias)) for c, alias in
+                       zip(self._stamp_columns(column), self._stamp_columns(self.vector_column))]
 
         def work(conn: psycopg.Connection) -> None:
             with conn.transaction():
@@ -588,7 +726,8 @@ class PgVectorCollection(Collection):
         self._schema_cache = None
 
     def drop_vector_field(self, name: str) -> None:
-        """``ALTER TABLE ... DROP COLUMN name`` (with its index); the table's last vector column stays."""
+        """``ALTER TABLE ... DROP COLUMN name`` (with its index and its record stamp columns); the table's last
+        vector column stays."""
         self._writable()
         fields = self._schema().vector_fields
         if name not in fields:
@@ -599,7 +738,10 @@ class PgVectorCollection(Collection):
 
         def work(conn: psycopg.Connection) -> None:
             with conn.transaction():
-                conn.execute(sql.SQL("ALTER TABLE {} DROP COLUMN {}").format(self.table_ident, sql.Identifier(name)))
+                origin, stamp = (sql.Identifier(c) for c in self._stamp_columns(name))
+                conn.execute(sql.SQL("ALTER TABLE {} DROP COLUMN {}, DROP COLUMN IF EXISTS {}, "
+                                     "DROP COLUMN IF EXISTS {}").format(self.table_ident, sql.Identifier(name),
+                                                                        origin, stamp))
                 self._forget_stamps(conn, stamps, name)
 
         self._with_conn("drop a vector column", work)
@@ -619,8 +761,10 @@ class PgVectorCollection(Collection):
         return view
 
     def upsert(self, batch: VectorBatch) -> int:
-        """Insert or replace the batch's rows (see the module's notes on the bulk path). On a
-        :meth:`with_vector_field` view: set the vector of the rows that exist, and return how many those were."""
+        """Insert or replace the batch's rows (see the module's notes on the bulk path), each with its record stamp
+        in the same statement where the batch has stamps (without them a replaced row's stamp of this vector column
+        is cleared, and a view's update keeps it). On a :meth:`with_vector_field` view: set the vector (and stamp)
+        of the rows that exist, and return how many those were."""
         self._writable()
         schema = self._schema()
         dim = schema.vector_fields[self.vector_column][0]
@@ -630,24 +774,34 @@ class PgVectorCollection(Collection):
         keys = self._keys(batch.ids, schema)
         if len(set(keys)) != len(keys):
             raise InputError("batch contains duplicate ids")
+        stamps = None if batch.stamps is None else _stamp_fields(batch.stamps)  # a bad one: nothing is written
         with_payload = schema.has_payload and not self.updates_only
         payloads = batch.payloads if with_payload else None
         vec, ident = sql.Identifier(self.vector_column), sql.Identifier(self.id_column)
-        payload = sql.Identifier(self.payload_column)
+        stamp_names = self._stamp_columns(self.vector_column)
+        origin, stamp = (sql.Identifier(c) for c in stamp_names)
         stage = sql.Identifier("_vecbridge_stage")
-        columns = sql.SQL("{}, {}, {}").format(vec, ident, payload) if with_payload else \
-            sql.SQL("{}, {}").format(vec, ident)
-        stage_columns = sql.SQL("v, id, p" if with_payload else "v, id")
-        merge = sql.SQL("INSERT INTO {} ({}) SELECT v, id::{}{} FROM {} ON CONFLICT ({}) DO UPDATE SET {}").format(
-            self.table_ident, columns, sql.SQL(schema.id_type), sql.SQL(", p" if with_payload else ""),
-            stage, ident, sql.SQL(", ").join(sql.SQL("{} = EXCLUDED.{}").format(c, c)
-                                             for c in ([vec, payload] if with_payload else [vec])))
+        written = [vec, ident, *([sql.Identifier(self.payload_column)] if with_payload else []),
+                   *([origin, stamp] if stamps is not None else [])]
+        staged = ["v", "id", *(["p"] if with_payload else []), *(["o", "s"] if stamps is not None else [])]
+        columns = sql.SQL(", ").join(written)
+        stage_columns = sql.SQL(", ".join(staged))
+
+        def merge(clear: bool) -> sql.Composed:
+            """``INSERT ... ON CONFLICT`` from the stage; ``clear``: a replaced row's stamp columns are emptied."""
+            sets = [sql.SQL("{} = EXCLUDED.{}").format(c, c) for c in [written[0], *written[2:]]]
+            sets += [sql.SQL("{} = NULL").format(c) for c in (origin, stamp)] if clear else []
+            return sql.SQL("INSERT INTO {} ({}) SELECT v, id::{}{} FROM {} ON CONFLICT ({}) DO UPDATE SET {}").format(
+                self.table_ident, columns, sql.SQL(schema.id_type), sql.SQL("".join(f", {c}" for c in staged[2:])),
+                stage, ident, sql.SQL(", ").join(sets))
         # an in-place write: rows that exist get the vector, and nothing is inserted (an INSERT ... ON CONFLICT
         # would bring back rows deleted meanwhile, and fails on any other NOT NULL column before it sees the key)
-        update = sql.SQL("UPDATE {} t SET {} = s.v FROM {} s WHERE t.{} = s.id::{}").format(
-            self.table_ident, vec, stage, ident, sql.SQL(schema.id_type))
+        update = sql.SQL("UPDATE {} t SET {} = s.v{} FROM {} s WHERE t.{} = s.id::{}").format(
+            self.table_ident, vec, sql.SQL(", {} = s.o, {} = s.s").format(origin, stamp) if stamps is not None
+            else sql.SQL(""), stage, ident, sql.SQL(schema.id_type))
         any_exists = sql.SQL("SELECT EXISTS (SELECT 1 FROM {} WHERE {} = ANY(%s::{}[]))").format(
             self.table_ident, ident, sql.SQL(schema.id_type))
+        add_columns = stamps is not None and not self._has_stamp_columns(schema, self.vector_column)
 
         def copy_in(cur: psycopg.Cursor, statement: sql.Composable) -> None:
             """Stream the batch in binary COPY format, encoding (payload JSON included) and formatting each chunk
@@ -657,12 +811,23 @@ class PgVectorCollection(Collection):
                 step = max(16, _COPY_BYTES_PER_WRITE // (4 * vectors.shape[1] + 64))
                 for lo in range(0, len(keys), step):
                     hi = lo + step
-                    chunk = _json_payloads(payloads[lo:hi]) if payloads is not None else None
-                    cp.write(_copy_rows(vectors[lo:hi], keys[lo:hi], chunk, schema.int_ids))
+                    fields = [_jsonb_fields(_json_payloads(payloads[lo:hi]))] if payloads is not None else []
+                    fields += [stamps[0][lo:hi], stamps[1][lo:hi]] if stamps is not None else []
+                    cp.write(_copy_rows(vectors[lo:hi], keys[lo:hi], schema.int_ids, *fields))
                 cp.write(_COPY_TRAILER)
+
+        def has_stamp_columns(cur: psycopg.Cursor) -> bool:
+            """Whether the table has this column's stamp columns now (a writer elsewhere may have added them)."""
+            if self._has_stamp_columns(schema, self.vector_column):
+                return True
+            return cur.execute("SELECT count(*) = 2 FROM pg_attribute WHERE attrelid = %s::regclass AND "
+                               "attname = ANY(%s) AND NOT attisdropped",
+                               [self._quoted_table(cur.connection), list(stamp_names)]).fetchone()[0]
 
         def work(conn: psycopg.Connection) -> int:
             with conn.transaction(), conn.cursor() as cur:
+                if add_columns:   # a table made before record stamps: its first stamped write adds them
+                    self._add_stamp_columns(conn, self.vector_column)
                 # While every batch so far was new (filling a new table, the usual bulk case) COPY straight in and
                 # let the primary key catch a repeat; after a conflict, look before writing (one indexed probe).
                 direct = schema.binary_compatible and not self.updates_only
@@ -674,15 +839,19 @@ class PgVectorCollection(Collection):
                         return len(keys)
                     except psycopg.errors.UniqueViolation:
                         self._rows_are_new = False  # some ids exist (a resumed or repeated write): merge
-                cur.execute(sql.SQL("CREATE TEMP TABLE {} (v vector({}), id {}, p jsonb) ON COMMIT DROP").format(
+                cur.execute(sql.SQL("CREATE TEMP TABLE {} (v vector({}), id {}, p jsonb, o text, s jsonb) "
+                                    "ON COMMIT DROP").format(
                     stage, sql.Literal(dim), sql.SQL("int8" if schema.int_ids else "text")))
                 copy_in(cur, sql.SQL("COPY {} ({}) FROM STDIN (FORMAT BINARY)").format(stage, stage_columns))
                 if self.updates_only:
                     return cur.execute(update).rowcount
-                cur.execute(merge)
+                cur.execute(merge(clear=stamps is None and has_stamp_columns(cur)))
                 return len(keys)
 
-        return self._with_conn("write vectors", work)
+        written_rows = self._with_conn("write vectors", work)
+        if add_columns:
+            self._schema_cache = None
+        return written_rows
 
     def delete(self, ids: Sequence) -> int:
         """``DELETE FROM table WHERE id = ANY(%s::<id type>[])``, 10,000 ids per statement (each its own
@@ -763,14 +932,36 @@ def _json_payloads(payloads: list) -> list[bytes]:
         raise InputError(f"payloads must be JSON-serialisable ({exc})") from None
 
 
-def _copy_rows(vectors: np.ndarray, keys: list, payloads: list[bytes] | None, int_ids: bool) -> bytes:
-    """Rows of a binary COPY into ``(v vector, id text|int8[, p jsonb])``, without the header and trailer.
+def _jsonb_fields(texts: list[bytes]) -> list[bytes]:
+    """JSON texts as ``jsonb`` fields of a binary COPY row (length, format version 1, the text)."""
+    return [struct.pack(">ib", len(t) + 1, 1) + t for t in texts]
+
+
+def _stamp_fields(stamps: list) -> tuple[list[bytes], list[bytes]]:
+    """Record stamps as the (origin text, stamp jsonb) fields of binary COPY rows, NULL where a record has none;
+    a malformed stamp is bad input (before anything is written)."""
+    origins, texts = [], []
+    for st in stamps:
+        if st is None:
+            origins.append(_COPY_NULL)
+            texts.append(_COPY_NULL)
+            continue
+        text = record_stamp_text(st).encode()
+        origin = st["origin"].encode()
+        origins.append(struct.pack(">i", len(origin)) + origin)
+        texts.append(struct.pack(">ib", len(text) + 1, 1) + text)
+    return origins, texts
+
+
+def _copy_rows(vectors: np.ndarray, keys: list, int_ids: bool, *columns: list[bytes]) -> bytes:
+    """Rows of a binary COPY into ``(v vector, id text|int8, ...)``, without the header and trailer; ``columns``:
+    the further fields of each row, already encoded (length and value, see :func:`_jsonb_fields`).
 
     The fixed-size start of every row (field count, vector length, dim, float4 big-endian values) is laid out by
-    numpy in one go; only the id and the payload are appended per row.
+    numpy in one go; only the id and the further fields are appended per row.
     """
     n, dim = vectors.shape
-    head = struct.pack(">hihh", 2 if payloads is None else 3, 4 + 4 * dim, dim, 0)
+    head = struct.pack(">hihh", 2 + len(columns), 4 + 4 * dim, dim, 0)
     fixed = np.empty((n, len(head) + 4 * dim), dtype=np.uint8)
     fixed[:, :len(head)] = np.frombuffer(head, dtype=np.uint8)
     fixed[:, len(head):] = np.ascontiguousarray(vectors, dtype=">f4").view(np.uint8).reshape(n, 4 * dim)
@@ -783,10 +974,6 @@ def _copy_rows(vectors: np.ndarray, keys: list, payloads: list[bytes] | None, in
         encoded = [k.encode() for k in keys]
         id_fields = [struct.pack(">i", len(b)) + b for b in encoded]
     parts: list = []
-    if payloads is None:
-        for i in range(n):
-            parts += (rows[i], id_fields[i])
-    else:
-        for i in range(n):
-            parts += (rows[i], id_fields[i], struct.pack(">ib", len(payloads[i]) + 1, 1), payloads[i])
+    for i in range(n):
+        parts += (rows[i], id_fields[i], *(c[i] for c in columns))
     return b"".join(parts)

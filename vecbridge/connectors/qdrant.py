@@ -47,6 +47,12 @@ Stamps live in the collection's own metadata (Qdrant >= 1.16, and qdrant-client'
 ``vecbridge:stamp`` (``vecbridge:stamp:NAME`` for named vector NAME); an update merges keys, so the application's own
 metadata keys stay as they are.
 
+Record stamps (each point's own, ``VectorBatch.stamps``) are two payload keys per vector field, written in the same
+request as the vector: a whole point's upsert carries them in its payload (keeping those of the other vectors it
+keeps), a field view's upsert is one ``batch_update_points`` (the vectors, then each point's stamp keys).
+``scan_stamps`` scrolls with a ``MatchAny`` filter on the origin key, without vectors; on a server the first
+stamped upsert of a handle indexes that key (keyword), so the filter stays cheap (and allowed in strict mode).
+
 Metrics: Cosine / Dot / Euclid map to cosine / dot / l2 (Manhattan is refused). Qdrant normalises vectors of Cosine
 collections on insert, so they read back with unit length. Search scores: cosine similarity, dot product, and the
 negated Euclidean distance (higher is always better).
@@ -70,8 +76,23 @@ from qdrant_client.http.exceptions import ResponseHandlingException, UnexpectedR
 
 from ..errors import InputError, NotFound, StoreError
 from ..fs import require_writable
-from .base import Capabilities, CollectionIdentity, CollectionInfo, VectorBatch, first_line
-from .qdrant_points import ID_KEY, QdrantPointsCollection, json_point_id, stored_points
+from .base import (
+    Capabilities,
+    CollectionIdentity,
+    CollectionInfo,
+    VectorBatch,
+    first_line,
+    record_stamp_keys,
+    stamps_into_payloads,
+)
+from .qdrant_points import (
+    ID_KEY,
+    QdrantPointsCollection,
+    json_point_id,
+    other_stamp_keys,
+    stamp_payloads,
+    stored_points,
+)
 from .qdrant_points import TO_METRIC as _TO_METRIC
 from .readonly import readable_path
 from .url import canonical_host, known_params, resolved_path
@@ -133,6 +154,7 @@ class QdrantCollection(QdrantPointsCollection):
             raise InputError(f"timeout must be a number of seconds in {self.display_url}") from None
         self._client_obj: QdrantClient | None = None
         self._schema_cache: tuple[dict[str, tuple[int, str]], str] | None = None
+        self._stamps_indexed = False
         if netloc == ":memory:":
             self.mode, self.location = "memory", ":memory:"
             self.name = _single_segment(path, "qdrant://:memory:/COLLECTION")
@@ -168,7 +190,8 @@ class QdrantCollection(QdrantPointsCollection):
         """Named vectors and aliases; local mode is single-process: the directory is locked by one client, and
         ``:memory:`` is this process's own."""
         return Capabilities(key_ranges=True, named_vectors=True, alias=True, single_process=self.mode != "server",
-                            stamp="collection metadata")
+                            stamp="collection metadata", record_stamps="two keys of each point's payload "
+                            "(vecbridge_origin, vecbridge_stamp; __NAME appended for named vector NAME)")
 
     @property
     def local_path(self) -> str | None:
@@ -332,6 +355,21 @@ class QdrantCollection(QdrantPointsCollection):
                                 ids=pids[lo:lo + _RETRIEVE_CHUNK], with_payload=True, with_vectors=self._with_vectors())
         return found
 
+    def _stamp_scroll(self, offset, limit: int, *, origins: list | None = None, pids: list | None = None):
+        fields, name = self._schema()
+        origin_key, stamp_key = record_stamp_keys(name)
+        must: list = [models.HasVectorCondition(has_vector=name)] if len(fields) > 1 else []
+        if pids is not None:
+            must.append(models.HasIdCondition(has_id=pids))
+        must_not: list = []
+        if origins is None:
+            must_not.append(models.IsEmptyCondition(is_empty=models.PayloadField(key=origin_key)))
+        else:
+            must.append(models.FieldCondition(key=origin_key, match=models.MatchAny(any=origins)))
+        return self._call("scrolling stamps", self._client().scroll, self.name,
+                          scroll_filter=models.Filter(must=must or None, must_not=must_not or None), limit=limit,
+                          offset=offset, with_payload=[ID_KEY, stamp_key], with_vectors=False)
+
     def _query(self, queries: np.ndarray, name: str, k: int) -> list[list]:
         requests = [models.QueryRequest(query=q.tolist(), using=name or None, limit=k, with_payload=[ID_KEY],
                                         filter=self._has_vector_filter()) for q in queries]
@@ -358,14 +396,19 @@ class QdrantCollection(QdrantPointsCollection):
         vectors = self._check_batch(batch, dim)
         if len(batch) == 0:
             return 0
-        pids, payloads = stored_points(batch.ids, batch.payloads)
+        pids, payloads = stored_points(batch.ids, stamps_into_payloads(batch, name))  # stamps checked, all first
+        stamps = None if batch.stamps is None else stamp_payloads(payloads, name)
+        if stamps is not None:
+            self._index_stamps(name)
         fields, _ = self._schema()
         rows = max(1, min(1000, _REQUEST_BYTES // (dim * 20 + 256)))
         written = 0
         for lo in range(0, len(pids), rows):
             chunk = slice(lo, lo + rows)
             if self.keep_payloads:  # a field view: existing points get our vector; a missing one stays missing
-                written += len(pids[chunk]) - len(self._update_existing(name, pids[chunk], vectors[chunk]))
+                missing = self._update_existing(name, pids[chunk], vectors[chunk],
+                                                None if stamps is None else stamps[chunk])
+                written += len(pids[chunk]) - len(missing)
                 continue
             if len(fields) > 1:
                 points = self._merged_points(name, pids[chunk], vectors[chunk], payloads[chunk])
@@ -377,28 +420,57 @@ class QdrantCollection(QdrantPointsCollection):
         return written
 
     def _merged_points(self, name: str, pids: list, vectors: np.ndarray, payloads: list) -> list:
-        """Points carrying our vector plus the other named vectors the existing points already have (an upsert
-        replaces a whole point, and writing one vector field must not erase the others)."""
+        """Points carrying our vector plus the other named vectors the existing points already have, and those
+        vectors' record stamps (an upsert replaces a whole point, and writing one vector field must not erase the
+        others)."""
+        fields, _ = self._schema()
+        keys = other_stamp_keys(fields, name)
         existing = self._call("reading points", self._client().retrieve, self.name, ids=pids,
-                              with_payload=False, with_vectors=True)
+                              with_payload=keys or False, with_vectors=True)
         others: dict = {}
+        kept: dict = {}
         for rec in existing:
             current = rec.vector if isinstance(rec.vector, dict) else {"": rec.vector}
-            others[rec.id] = {k: v for k, v in current.items() if k != name and v is not None}
-        return [models.PointStruct(id=pid, vector={**others.get(pid, {}), name: vec.tolist()}, payload=payload)
+            pid = json_point_id(rec.id)
+            others[pid] = {k: v for k, v in current.items() if k != name and v is not None}
+            kept[pid] = {k: v for k, v in (rec.payload or {}).items() if k in keys}
+        return [models.PointStruct(id=pid, vector={**others.get(pid, {}), name: vec.tolist()},
+                                   payload={**payload, **kept.get(pid, {})})
                 for pid, vec, payload in zip(pids, vectors, payloads)]
 
-    def _update_existing(self, name: str, pids: list, vectors: np.ndarray) -> set:
-        """Set vector ``name`` of the points among ``pids`` that exist (``update_vectors`` leaves their payloads and
-        other vectors as they are); returns the point ids that do not exist yet."""
+    def _update_existing(self, name: str, pids: list, vectors: np.ndarray, stamps: list | None) -> set:
+        """Set vector ``name`` of the points among ``pids`` that exist, leaving their payloads and other vectors as
+        they are, and, where ``stamps`` is given, the vector's record stamp keys with it (removed where a stamp is
+        None), in one ``batch_update_points`` request; returns the point ids that do not exist yet."""
         found = self._call("reading points", self._client().retrieve, self.name, ids=pids, with_payload=False,
                            with_vectors=False)
         existing = {json_point_id(rec.id) for rec in found}
-        updates = [models.PointVectors(id=pid, vector=_named(name, vec.tolist()))
-                   for pid, vec in zip(pids, vectors) if pid in existing]
-        if updates:
-            self._call("writing vectors", self._client().update_vectors, self.name, points=updates, wait=True)
+        keep = [i for i, pid in enumerate(pids) if pid in existing]
+        if not keep:
+            return set(pids)
+        operations: list = [models.UpdateVectorsOperation(update_vectors=models.UpdateVectors(points=[
+            models.PointVectors(id=pids[i], vector=_named(name, vectors[i].tolist())) for i in keep]))]
+        if stamps is not None:
+            operations += [models.SetPayloadOperation(set_payload=models.SetPayload(payload=stamps[i],
+                                                                                  points=[pids[i]]))
+                           for i in keep if stamps[i] is not None]
+            unstamped = [pids[i] for i in keep if stamps[i] is None]
+            if unstamped:
+                operations.append(models.DeletePayloadOperation(delete_payload=models.DeletePayload(
+                    keys=list(record_stamp_keys(name)), points=unstamped)))
+        self._call("writing vectors", self._client().batch_update_points, self.name,
+                   update_operations=operations, wait=True)
         return {pid for pid in pids if pid not in existing}
+
+    def _index_stamps(self, name: str) -> None:
+        """On a server, a keyword index on the origin key of our record stamps (once per handle; creating it again
+        changes nothing): what keeps :meth:`scan_stamps`'s filter cheap, and allowed where strict mode refuses
+        filters on keys without an index. Local mode has no payload indexes."""
+        if self.mode != "server" or self._stamps_indexed:
+            return
+        self._call("indexing the record stamps", self._client().create_payload_index, self.name,
+                   field_name=record_stamp_keys(name)[0], field_schema=models.PayloadSchemaType.KEYWORD, wait=True)
+        self._stamps_indexed = True
 
     def _delete_points(self, pids: list) -> None:
         self._call("deleting points", self._client().delete, self.name,

@@ -22,6 +22,13 @@ Stamps: a shard has no metadata of its own, so they live in ``vecbridge_stamps.j
 (the engine ignores files it does not know), keyed ``vecbridge:stamp`` (``vecbridge:stamp:NAME`` for named vector
 NAME), written whole through a temporary file and a rename; dropping the shard removes it with the directory.
 
+Record stamps (each point's own, ``VectorBatch.stamps``) are two payload keys per vector field, written in the same
+update operation as the vector: a whole point's upsert carries them in its payload (keeping those of the other
+vectors it keeps); a field view's stamped upsert rewrites each existing point whole (its payload with the new stamp
+keys, its other vectors as they are) in one ``upsert_points`` with ``UpdateMode.UpdateOnly``, which never creates a
+point (an unstamped one sets the vector alone, ``update_vectors``). ``scan_stamps`` scrolls with a ``MatchAny`` filter
+on the origin key, without vectors.
+
 The shard's metric and dimension come from its own ``edge_config.json`` (the engine keeps it current, including
 vectors added later). Ids, cursors, sampling and scores follow the ``qdrant://`` connector: unsigned ints and UUIDs
 are point ids as they are, other ids become UUID5 point ids with the original kept in the payload under ``_vb_id``
@@ -46,9 +53,17 @@ import qdrant_edge as qe
 
 from ..errors import InputError, NotFound, StoreError
 from ..fs import require_writable
-from .base import Capabilities, CollectionIdentity, CollectionInfo, VectorBatch, first_line
+from .base import (
+    Capabilities,
+    CollectionIdentity,
+    CollectionInfo,
+    VectorBatch,
+    first_line,
+    record_stamp_keys,
+    stamps_into_payloads,
+)
 from .file import _atomic_write
-from .qdrant_points import ID_KEY, QdrantPointsCollection, stored_points
+from .qdrant_points import ID_KEY, QdrantPointsCollection, other_stamp_keys, stamp_payloads, stored_points
 from .qdrant_points import TO_METRIC as _TO_METRIC
 from .qdrant_points import json_point_id as _pid
 from .readonly import readable_path
@@ -87,7 +102,9 @@ class QdrantEdgeCollection(QdrantPointsCollection):
     what = "qdrant-edge shard"
     #: named vectors; the shard's write-ahead log is locked by the one process that opens it
     capabilities = Capabilities(key_ranges=True, named_vectors=True, single_process=True,
-                                stamp=f"{STAMPS_FILE} in the shard's directory")
+                                stamp=f"{STAMPS_FILE} in the shard's directory",
+                                record_stamps="two keys of each point's payload (vecbridge_origin, vecbridge_stamp; "
+                                              "__NAME appended for named vector NAME)")
 
     def __init__(self, url: str, *, read_only: bool = False):
         super().__init__(url, read_only=read_only)
@@ -208,6 +225,21 @@ class QdrantEdgeCollection(QdrantPointsCollection):
         return self._call("retrieving points", self._shard().retrieve, pids, with_payload=True,
                           with_vector=self._with_vector())
 
+    def _stamp_scroll(self, offset, limit: int, *, origins: list | None = None, pids: list | None = None):
+        name = self._field()[0]
+        origin_key, stamp_key = record_stamp_keys(name)
+        must: list = [qe.HasVectorCondition(name)] if len(self._fields()) > 1 else []
+        if pids is not None:
+            must.append(qe.HasIdCondition(set(pids)))
+        must_not: list = []
+        if origins is None:
+            must_not.append(qe.IsEmptyCondition(origin_key))
+        else:
+            must.append(qe.FieldCondition(origin_key, match=qe.MatchAny(origins)))
+        request = qe.ScrollRequest(offset=offset, limit=limit, filter=qe.Filter(must=must, must_not=must_not),
+                                   with_payload=[ID_KEY, stamp_key], with_vector=False)
+        return self._call("scrolling stamps", self._shard().scroll, request)
+
     def _query(self, queries: np.ndarray, name: str, k: int) -> list[list]:
         flt, using = self._filter(), name or None
         requests = [qe.QueryRequest(limit=k, query=qe.Query.Nearest(q.tolist(), using=using), with_payload=[ID_KEY],
@@ -237,39 +269,62 @@ class QdrantEdgeCollection(QdrantPointsCollection):
             return 0
         shard = self._shard()
         single = list(self._fields()) == [name]
+        every_payload = stamps_into_payloads(batch, name)  # stamps checked, all before anything is written
         written = 0
         for lo in range(0, len(batch), _WRITE_CHUNK):
-            pids, payloads = stored_points(batch.ids[lo:lo + _WRITE_CHUNK], batch.payloads[lo:lo + _WRITE_CHUNK])
+            pids, payloads = stored_points(batch.ids[lo:lo + _WRITE_CHUNK], every_payload[lo:lo + _WRITE_CHUNK])
             rows = vectors[lo:lo + _WRITE_CHUNK].tolist()
             if self.keep_payloads:  # a field view: existing points get our vector; a missing one stays missing
-                written += len(pids) - len(self._update_existing(shard, name, pids, rows))
+                stamps = None if batch.stamps is None else stamp_payloads(payloads, name)
+                written += len(pids) - len(self._update_existing(shard, name, pids, rows, stamps))
                 continue
-            others = {} if single else self._other_vectors(shard, name, pids)
-            points = [qe.Point(pid, row if single and name == "" else {**others.get(pid, {}), name: row}, payload)
+            others, kept = ({}, {}) if single else self._other_vectors(shard, name, pids)
+            points = [qe.Point(pid, row if single and name == "" else {**others.get(pid, {}), name: row},
+                               {**payload, **kept.get(pid, {})})
                       for pid, row, payload in zip(pids, rows, payloads)]
             self._call("writing points", shard.update, qe.UpdateOperation.upsert_points(points))
             written += len(points)
         return written
 
-    def _other_vectors(self, shard: qe.EdgeShard, name: str, pids: list) -> dict:
-        """The other named vectors existing points have (an upsert replaces a whole point, and writing one vector
-        field must not erase the others)."""
-        existing = self._call("reading points", shard.retrieve, pids, with_payload=False, with_vector=True)
-        others = {}
+    def _other_vectors(self, shard: qe.EdgeShard, name: str, pids: list) -> tuple[dict, dict]:
+        """The other named vectors existing points have, and those vectors' record stamp keys (an upsert replaces a
+        whole point, and writing one vector field must not erase the others): two dicts by point id."""
+        keys = other_stamp_keys(self._fields(), name)
+        existing = self._call("reading points", shard.retrieve, pids, with_payload=keys or False, with_vector=True)
+        others, kept = {}, {}
         for rec in existing:
             current = rec.vector if isinstance(rec.vector, dict) else {"": rec.vector}
             others[_pid(rec.id)] = {k: v for k, v in current.items() if k != name and v is not None}
-        return others
+            kept[_pid(rec.id)] = {k: v for k, v in (rec.payload or {}).items() if k in keys}
+        return others, kept
 
-    def _update_existing(self, shard: qe.EdgeShard, name: str, pids: list, rows: list) -> set:
-        """Set vector ``name`` of the points among ``pids`` that exist (``update_vectors`` leaves their payloads and
-        other vectors as they are); returns the point ids that do not exist yet."""
-        found = self._call("reading points", shard.retrieve, pids, with_payload=False, with_vector=False)
-        existing = {_pid(rec.id) for rec in found}
-        updates = [qe.PointVectors(pid, row if name == "" else {name: row})
-                   for pid, row in zip(pids, rows) if pid in existing]
-        if updates:
-            self._call("writing vectors", shard.update, qe.UpdateOperation.update_vectors(updates))
+    def _update_existing(self, shard: qe.EdgeShard, name: str, pids: list, rows: list, stamps: list | None) -> set:
+        """Set vector ``name`` of the points among ``pids`` that exist, leaving their payloads and other vectors as
+        they are (``update_vectors``); with ``stamps``, the vector's record stamp keys with it, in the same
+        operation (each point rewritten whole, ``UpdateOnly``: a point deleted meanwhile is not made again; its
+        stamp keys removed where its stamp is None). Returns the point ids that do not exist yet."""
+        found = self._call("reading points", shard.retrieve, pids, with_payload=stamps is not None,
+                           with_vector=stamps is not None)
+        existing = {_pid(rec.id): rec for rec in found}
+        if stamps is None:
+            updates = [qe.PointVectors(pid, row if name == "" else {name: row})
+                       for pid, row in zip(pids, rows) if pid in existing]
+            if updates:
+                self._call("writing vectors", shard.update, qe.UpdateOperation.update_vectors(updates))
+        else:
+            keys = record_stamp_keys(name)
+            points = []
+            for pid, row, stamp in zip(pids, rows, stamps):
+                rec = existing.get(pid)
+                if rec is None:
+                    continue
+                current = rec.vector if isinstance(rec.vector, dict) else {"": rec.vector}
+                vector = {**{k: v for k, v in current.items() if v is not None}, name: row}
+                payload = {k: v for k, v in (rec.payload or {}).items() if k not in keys}
+                points.append(qe.Point(pid, row if list(vector) == [""] else vector, {**payload, **(stamp or {})}))
+            if points:
+                self._call("writing vectors", shard.update,
+                           qe.UpdateOperation.upsert_points(points, update_mode=qe.UpdateMode.UpdateOnly))
         return {pid for pid in pids if pid not in existing}
 
     def _delete_points(self, pids: list) -> None:

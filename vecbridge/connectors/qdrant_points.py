@@ -6,6 +6,11 @@ its own client library.
 Qdrant accepts unsigned 64-bit integers and UUIDs as point ids. Any other record id is mapped to a UUID5 in a fixed
 namespace and kept in the payload under :data:`ID_KEY`, which is removed again on read, so both connectors give
 users back exactly the ids they wrote, and a collection written by one reads the same through the other.
+
+Record stamps (how each point's vector was made) are two payload keys per vector field (``vecbridge_origin``,
+``vecbridge_stamp``, with ``__NAME`` for named vector NAME; none for the unnamed one), written in the same request
+as the vector and removed from the payloads reads return; :meth:`QdrantPointsCollection.scan_stamps` scrolls with a
+filter on the origin key and reads neither vectors nor the rest of the payload.
 """
 from __future__ import annotations
 
@@ -17,7 +22,17 @@ from urllib.parse import quote
 import numpy as np
 
 from ..errors import InputError, NotFound
-from .base import Collection, KeyRange, VectorBatch, quantile_positions, ranges_from_bounds, stamp_key
+from .base import (
+    Collection,
+    KeyRange,
+    VectorBatch,
+    parse_record_stamp,
+    quantile_positions,
+    ranges_from_bounds,
+    record_stamp_keys,
+    stamp_key,
+    stamps_from_payloads,
+)
 
 #: payload key holding an original id that Qdrant cannot take as a point id
 ID_KEY = "_vb_id"
@@ -27,7 +42,7 @@ ID_NAMESPACE = uuid.UUID("6f1d3f0e-5c3a-4f38-9a53-7c1b8d0e2a41")
 ID_PAGE = 10_000
 #: queries per batch query request
 QUERY_CHUNK = 64
-#: point ids per delete request
+#: point ids per delete request, and per id filter of :meth:`QdrantPointsCollection.stamps_of`
 DELETE_CHUNK = 1000
 #: Qdrant distance names -> vecbridge metric vocabulary
 TO_METRIC = {"Cosine": "cosine", "Dot": "dot", "Euclid": "l2"}
@@ -106,7 +121,21 @@ def records_to_batch(records: Sequence, name: str, dim: int) -> VectorBatch:
         payloads.append(payload)
         rows.append(vector[name] if isinstance(vector, dict) else vector)
     vectors = np.asarray(rows, dtype=np.float32) if rows else np.empty((0, dim), dtype=np.float32)
-    return VectorBatch(ids, vectors, payloads)
+    payloads, stamps = stamps_from_payloads(payloads, name)
+    return VectorBatch(ids, vectors, payloads, stamps=stamps)
+
+
+def stamp_payloads(payloads: Sequence[dict], name: str) -> list[dict | None]:
+    """The record stamp keys of vector ``name`` in each payload :func:`~.base.stamps_into_payloads` made (what a
+    field view sets on a point besides its vector); None where the record gets no stamp."""
+    keys = record_stamp_keys(name)
+    return [{k: p[k] for k in keys} if keys[0] in p else None for p in payloads]
+
+
+def other_stamp_keys(fields, name: str) -> list[str]:
+    """The payload keys of the record stamps of every vector field but ``name``: kept when a point is written whole
+    with the other vectors it has."""
+    return [k for other in fields if other != name for k in record_stamp_keys(other)]
 
 
 def url_with_vector(url: str, name: str) -> str:
@@ -172,6 +201,51 @@ class QdrantPointsCollection(Collection):
     def _delete_points(self, pids: list) -> None:
         """Delete whole points (payload and every vector) by point id; missing ones are ignored."""
         raise NotImplementedError
+
+    def _stamp_scroll(self, offset, limit: int, *, origins: list | None = None, pids: list | None = None):
+        """One scroll page of the points that have our vector and a record stamp of it (its origin one of
+        ``origins``, where given; among ``pids``, where given), with the id key and that stamp only, no vectors:
+        (points, next offset)."""
+        raise NotImplementedError
+
+    def _stamped(self, records: Sequence) -> tuple[list, list]:
+        """(ids, stamps) of points read by :meth:`_stamp_scroll` (damaged stamps left out)."""
+        _, key = record_stamp_keys(self._field()[0])
+        ids, stamps = [], []
+        for rec in records:
+            payload = rec.payload or {}
+            stamp = parse_record_stamp(payload.get(key))
+            if stamp is not None:
+                ids.append(original_id(rec.id, payload))
+                stamps.append(stamp)
+        return ids, stamps
+
+    def scan_stamps(self, batch_size: int = 1000, origins: Sequence[str] | None = None) -> Iterator[tuple[list, list]]:
+        """Scroll pages filtered by the store on the origin key (``MatchAny``; any stamp at all: a non-empty origin),
+        reading the stamps alone."""
+        if batch_size <= 0:
+            raise InputError("batch_size must be positive")
+        wanted = None if origins is None else list(dict.fromkeys(origins))
+        if wanted is not None and not wanted:
+            return
+        offset = None
+        while True:
+            records, offset = self._stamp_scroll(offset, batch_size, origins=wanted)
+            ids, stamps = self._stamped(records)
+            if ids:
+                yield ids, stamps
+            if offset is None:
+                return
+
+    def stamps_of(self, ids: Sequence) -> dict:
+        """A scroll filtered by point id (and stamp) per :data:`DELETE_CHUNK` ids, reading the stamps alone."""
+        pids = list(dict.fromkeys(point_id(i)[0] for i in ids))
+        found: dict = {}
+        for lo in range(0, len(pids), DELETE_CHUNK):
+            chunk = pids[lo:lo + DELETE_CHUNK]
+            records, _ = self._stamp_scroll(None, len(chunk), pids=chunk)
+            found.update(zip(*self._stamped(records)))
+        return found
 
     def delete(self, ids: Sequence) -> int:
         """Delete points by the point ids :func:`point_id` gives (the ids upserts wrote them under), in requests of

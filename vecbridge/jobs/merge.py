@@ -39,7 +39,7 @@ from ..runtime.engine import engine_of
 from ..runtime.guard import check_checkpoint_path, check_checkpoint_writable, exclusive_writer, refuse_inputs_as_target
 from ..runtime.open import load_alignment, open_collection
 from ..runtime.pipeline import CopyJob, committer, copy_unit, pending, range_phases
-from ..runtime.provenance import check_space, stamp_alignment_target
+from ..runtime.provenance import MapStamps, check_space, stamp_alignment_target
 from .rewrite import check_counts, check_source, default_checkpoint_path, discard_target, mapper, store_batch_size
 
 POLICIES = ("keep-b", "keep-a", "keep-both")
@@ -102,19 +102,32 @@ class MergeSteps:
         vector; keep-both: :meth:`phase_a` writes A's mapped vector to the second field, once the record exists)."""
         a_recs = self._linked_a_for(list(batch.ids))
         if not len(a_recs):
-            return batch
+            return batch.with_stamps(self._native(batch))
         self.stats["linked"] += len(a_recs)
         a_by_id = {i: j for j, i in enumerate(a_recs.ids)}
         mapped = self._to_b(a_recs).vectors
         vectors = batch.vectors.copy()
         payloads = list(batch.payloads)
+        stamps = self._native(batch)
         for j, i in enumerate(batch.ids):
             if i in a_by_id:
                 k = a_by_id[i]
                 payloads[j] = _merge_payload(a_recs.payloads[k], payloads[j])
                 if self.policy == "keep-a":
                     vectors[j] = mapped[k]
-        return VectorBatch(batch.ids, vectors, payloads)
+                    stamps[j] = self._mapped_stamps(a_recs.take([k]), mapped[k:k + 1])[0]
+        return VectorBatch(batch.ids, vectors, payloads, stamps=stamps)
+
+    def _native(self, batch: VectorBatch) -> list[dict]:
+        """B's records are in the merged collection's space already: stamped native."""
+        if "native" not in self._open:
+            self._open["native"] = MapStamps(self.alignment, origin="native")
+        return self._open["native"](batch, batch.vectors)
+
+    def _mapped_stamps(self, batch: VectorBatch, vectors) -> list[dict]:
+        if "stamps" not in self._open:
+            self._open["stamps"] = MapStamps(self.alignment)
+        return self._open["stamps"](batch, vectors)
 
     def counted(self, phase: str) -> Callable[[VectorBatch], tuple[VectorBatch, dict]]:
         """The transform of ``phase`` (``"a"`` or ``"b"``) returning each batch with the counts it added, which
@@ -143,7 +156,8 @@ class MergeSteps:
                 B.get([self.explicit["a2b"][str(i)] for i in linked]).ids
             a_recs = self._linked_a_for(b_ids)
             if len(a_recs):
-                C_a.upsert(VectorBatch(list(a_recs.ids), self._to_b(a_recs).vectors, [{}] * len(a_recs)))
+                mapped = self._to_b(a_recs)
+                C_a.upsert(VectorBatch(list(a_recs.ids), mapped.vectors, [{}] * len(a_recs), stamps=mapped.stamps))
         keep = np.array([i not in linked for i in batch.ids], dtype=bool)
         batch = batch.take(keep)
         if self.explicit is not None and len(batch):

@@ -21,7 +21,7 @@ from ..runtime.engine import engine_of
 from ..runtime.guard import check_checkpoint_path, check_checkpoint_writable, exclusive_writer, refuse_inputs_as_target
 from ..runtime.open import load_alignment, open_collection
 from ..runtime.pipeline import CopyJob, committer, copy_unit, pending, range_phases
-from ..runtime.provenance import check_space, stamp_alignment_target
+from ..runtime.provenance import MapStamps, check_space, stamp_alignment_target
 
 
 def default_checkpoint_path(alignment_path: Path | None, target: Collection, kind: str = "migrate") -> Path:
@@ -51,11 +51,16 @@ def check_source(src: Collection, alignment: Alignment):
     return info
 
 
-def mapper(alignment: Alignment) -> Callable[[VectorBatch], VectorBatch]:
+def mapper(alignment: Alignment, stamps: Callable | None = None) -> Callable[[VectorBatch], VectorBatch]:
+    """The transform of a migration: each batch mapped, every record stamped with how its new vector was made
+    (``stamps(batch, vectors)``; by default :class:`~vecbridge.runtime.provenance.MapStamps`)."""
+    stamps = stamps or MapStamps(alignment)
+
     def transform(batch: VectorBatch) -> VectorBatch:
         if not len(batch):
             return batch
-        return batch.with_vectors(alignment.map_records(batch.vectors, batch.ids))
+        vectors = alignment.map_records(batch.vectors, batch.ids)
+        return batch.with_vectors(vectors, stamps(batch, vectors))
     return transform
 
 
@@ -92,7 +97,7 @@ def migrate(source, alignment, target=None, *, field: str | None = None, batch_s
             resume: bool = False, overwrite: bool = False, dry_run: bool = False, checkpoint_path=None,
             metric: str | None = None, build_index: bool = True, on_progress: Callable[[int], None] | None = None,
             on_start: Callable[[int, int], None] | None = None, on_phase: Callable[[str], None] | None = None,
-            engine=None, force: bool = False) -> MigrationResult | DryRun:
+            engine=None, force: bool = False, record_stamps: Callable | None = None) -> MigrationResult | DryRun:
     """Rewrite ``source`` (old model) into ``target`` (new model's space) through ``alignment``.
 
     * New collection (default): ``target`` must not exist (``overwrite=True`` drops and recreates it). It may never
@@ -108,6 +113,8 @@ def migrate(source, alignment, target=None, *, field: str | None = None, batch_s
     * ``force``: map the source even where it does not look like the alignment's source space, or holds more than
       one space (:func:`~vecbridge.runtime.provenance.check_space`; refused otherwise, before anything is written).
       The result and the target's stamp record that the check was overridden.
+    * ``record_stamps``: ``(batch, new vectors) -> stamps``, each record's stamp written with its new vector (by
+      default: mapped by this alignment, in its target space; :class:`~vecbridge.runtime.provenance.MapStamps`).
     * ``engine``: where the copying runs (:mod:`vecbridge.runtime.engine`; None: here). In this process the source
       is read in one pass (checkpoint phase ``main``); an engine whose bodies run elsewhere (Ray) copies
       ``engine.units`` key ranges of it, a phase each, ``engine.workers`` at a time (the source needs key ranges;
@@ -173,7 +180,8 @@ def migrate(source, alignment, target=None, *, field: str | None = None, batch_s
         t0 = time.perf_counter()
         units = pending(ckpt, engine.portable(src), "map", parts)
         try:
-            engine.run(copy_unit, units, shared=CopyJob(engine.portable(tgt), bs, {"map": partial(mapper, alignment)}),
+            steps = {"map": partial(mapper, alignment, record_stamps)}
+            engine.run(copy_unit, units, shared=CopyJob(engine.portable(tgt), bs, steps),
                        on_report=committer(ckpt, units, on_progress=on_progress))
         except (VecbridgeError, OSError) as exc:
             # bad data in the source, or a target that refused the first write: never leave a half-written new

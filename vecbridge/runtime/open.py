@@ -25,12 +25,13 @@ def load_alignment(alignment) -> tuple[Alignment, Path | None]:
 
 
 def describe(target: str) -> dict:
-    """What ``vecbridge info`` shows: an alignment file's summary, or a collection's dimension, metric and count and
-    the stamp of the space it is in (its identity, not the fingerprint's vectors)."""
+    """What ``vecbridge info`` shows: an alignment file's summary, or a collection's dimension, metric and count, the
+    stamp of the space it is in (its identity, not the fingerprint's vectors) and what its records' own stamps say
+    (how many per origin and per space)."""
     if Path(target).is_file() and not target.endswith(".npy"):
         return Alignment.load(target).summary()
-    from .provenance import stamp_summary
+    from .provenance import record_stamps_summary, stamp_summary
 
     coll = connect(target, read_only=True)
     stamp = coll.read_stamp()
-    return {**coll.info().as_dict(), "stamp": stamp_summary(stamp) or stamp}
+    return {**coll.info().as_dict(), "stamp": stamp_summary(stamp) or stamp, "records": record_stamps_summary(coll)}

@@ -100,6 +100,62 @@ def stamp_alignment_target(coll: Collection, alignment: Alignment, *, origin: st
     return stamp
 
 
+def record_stamp(origin: str, made_by: str, space: SpaceFingerprint | None, *, dim: int | None = None,
+                 **fields) -> dict:
+    """One record's own stamp, written with its vector: how the vector was made (``origin``: mapped, native,
+    pending, merged; ``made_by``: the map's fingerprint or the model's name) and the space it is in (its fingerprint's
+    digest, model, dimension, normalization); ``fields`` (the upgrade's digest and priority scores) where not None."""
+    stamp = {"origin": origin, "made_by": made_by}
+    if space is not None:
+        stamp.update(space=space.digest, model=space.model, dim=space.dim, normalization=space.normalization)
+    elif dim is not None:
+        stamp["dim"] = int(dim)
+    stamp.update({k: v for k, v in fields.items() if v is not None})
+    return stamp
+
+
+class MapStamps:
+    """The record stamps of what a map writes (``origin`` mapped: made by the map, in its target space; ``native``:
+    vectors already in the target space, made by its model): a small picklable callable ``(batch, new vectors) ->
+    stamps`` that travels to every worker of a job."""
+
+    def __init__(self, alignment: Alignment, origin: str = "mapped"):
+        spaces = spaces_of(alignment)
+        made_by = alignment.fingerprint if origin == "mapped" else (
+            alignment.metadata.get("target_model") or "the target space's own model")
+        self.base = record_stamp(origin, made_by, spaces["target"] if spaces else None, dim=alignment.target_dim)
+
+    def __call__(self, batch, vectors) -> list[dict]:
+        return [dict(self.base) for _ in batch.ids]
+
+
+#: stamped records ``vecbridge info`` reads at most (a count over more says so)
+INFO_RECORDS = 100_000
+
+
+def record_stamps_summary(coll: Collection, limit: int = INFO_RECORDS) -> dict | None:
+    """What ``vecbridge info`` shows of the records' own stamps: how many carry one, per origin and per space
+    (model, dimension, digest); None when the store keeps none. Reads at most ``limit`` stamped records."""
+    if not coll.capabilities.record_stamps:
+        return None
+    origins: dict = {}
+    spaces: dict = {}
+    seen = 0
+    for _, stamps in coll.scan_stamps(batch_size=5000):
+        for st in stamps:
+            origins[st["origin"]] = origins.get(st["origin"], 0) + 1
+            key = st.get("space") or f"{st.get('dim', '?')}-d, no fingerprint"
+            entry = spaces.setdefault(key, {"model": st.get("model"), "dim": st.get("dim"), "records": 0})
+            entry["records"] += 1
+        seen += len(stamps)
+        if seen >= limit:
+            break
+    out = {"kept_in": coll.capabilities.record_stamps, "stamped": seen, "origins": origins, "spaces": spaces}
+    if seen >= limit:
+        out["note"] = f"counted over the first {seen:,} stamped records only"
+    return out
+
+
 def read_stamp(coll: Collection) -> dict | None:
     """The vecbridge stamp of ``coll``, None when it has none (or one this version cannot read)."""
     stamp = coll.read_stamp()

@@ -145,10 +145,13 @@ class PgServer:
         except OSError:
             return False
         try:
-            psycopg.connect(self.dsn(password=self.password), connect_timeout=2).close()
-            return True
+            with psycopg.connect(self.dsn(password=self.password), connect_timeout=2) as conn:
+                data = conn.execute("SHOW data_directory").fetchone()[0]
         except psycopg.OperationalError:  # e.g. "the database system is starting up"
             return False
+        # ours, not another server that took the port between free_port() and our bind (on a machine shared with
+        # other test runs, a server accepting any password would otherwise serve this one's tests)
+        return os.path.realpath(data) == os.path.realpath(self.data)
 
     def dsn(self, *, password: str | None = None) -> str:
         """A libpq URL of the server's ``postgres`` database."""

@@ -14,8 +14,10 @@ from ...connectors.url import redact
 from ...quality.scoring import hub_penalty
 from ...runtime.models import ModelOptions
 from ...runtime.open import load_alignment
+from ...runtime.provenance import spaces_of
+from .records import ORIGINS, RecordStamps, Stamper
 from .stages import check
-from .state import UpgradeState
+from .state import UpgradeState, exclusive
 
 #: reference queries per record in a hub score (``r(d)``: mean cosine to its nearest reference queries)
 HUB_K = 10
@@ -41,6 +43,10 @@ class UpgradeBase:
         self.models = ModelOptions()   # where its models run: this machine's choice, never kept in the state
         self._alignment = None
         self._reference = state.reference()
+        self.records = RecordStamps(self.target, log=self.meta.get("query_log"))
+        if state.has_legacy_rows():   # a state file of an earlier version: its stamps move into the store, once
+            with exclusive(state.path):
+                self.carry_over()
 
     @classmethod
     def open(cls, path):
@@ -87,8 +93,64 @@ class UpgradeBase:
         self.meta = self.state.meta
         return check(self.meta, verb, self.state.path, completed=completed)
 
+    def stamper(self, origin: str) -> "Stamper":
+        """The stamps of records this upgrade writes as ``origin``: made by its map (mapped, pending), by its model
+        (native) or kept (no-text), all in the new model's space."""
+        spaces = spaces_of(self.alignment)
+        made_by = {"native": self.meta["model"], "no-text": "kept its mapped vector"}.get(
+            origin, self.alignment.fingerprint)
+        return Stamper(origin, made_by, spaces["target"] if spaces else None, self.alignment.target_dim)
+
+    def counts(self) -> dict[str, int]:
+        """Records per origin as the state last counted them (every command that changes stamps keeps them up to
+        date; :meth:`recount` counts the store's stamps again)."""
+        kept = self.meta.get("counts")
+        if not isinstance(kept, dict):
+            return self.recount()
+        return {o: int(kept.get(o, 0)) for o in ORIGINS}
+
+    def recount(self) -> dict[str, int]:
+        """Count the stamps in the store (one scan) and keep the counts in the state."""
+        counts = self.records.counts()
+        self.meta = self.state.update(counts=counts)
+        return counts
+
+    def count(self, moved: dict[str, int]) -> None:
+        """Add ``moved`` (origin -> records gained, negative for lost) to the kept counts, as a batch lands."""
+        counts = self.counts()
+        for origin, n in moved.items():
+            counts[origin] = max(0, counts[origin] + int(n))
+        self.meta = self.state.update(counts=counts)
+
+    def carry_over(self) -> int:
+        """Write the per-record stamps a state file of an earlier version kept into the store, beside the vectors
+        they describe (each record read and written again once), then empty them from the file: the store holds
+        every stamp from then on. Returns the records carried over."""
+        if not self.state.has_legacy_rows():
+            return 0
+        spaces = spaces_of(self.alignment)
+        space = spaces["target"] if spaces else None
+        log = self.meta.get("query_log") or (self.meta.get("hub_reference") if self.meta.get("hub_reference") else None)
+        moved = 0
+        for rows in self.state.legacy_rows():
+            by_id = {r[0]: r for r in rows}
+
+            def stamp(i, _old, by_id=by_id):
+                _, origin, made_by, residual, hubness, hits, digest = by_id[i]
+                st = Stamper(origin, made_by, space, self.alignment.target_dim)(
+                    1, digests=[digest], residuals=[residual], hubness=[hubness])[0]
+                return {**st, "hits": hits, "log": log} if hits else st
+            moved += self.records.restamp(list(by_id), stamp)
+        if log and not self.meta.get("query_log"):
+            self.meta = self.state.update(query_log=log)
+            self.records.log = log
+        self.state.drop_legacy_rows()
+        self.state.event("carried-over", f"{moved:,} record stamps moved from the state file into the store")
+        self.recount()
+        return moved
+
     def status(self) -> dict:
-        counts = self.state.counts()
+        counts = self.counts()
         total = sum(counts.values())
         return {"state": str(self.state.path), "stage": self.meta["stage"], "serving": self.meta["serving"],
                 "serving_via": self.meta.get("serving_via"), "switching": self.meta.get("switching"),

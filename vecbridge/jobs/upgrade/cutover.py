@@ -79,7 +79,7 @@ class Switching(Syncing):
     def _require_native(self) -> None:
         """Bring the upgrade up to the source and refuse to finalize while a record has no native vector."""
         self.sync()
-        c = self.state.counts()
+        c = self.recount()
         waiting, no_text = c["mapped"] + c["pending"], c["no-text"]
         if waiting or no_text:
             why = ([f"{waiting:,} still have mapped vectors: run `vecbridge upgrade reembed` to the end first"]

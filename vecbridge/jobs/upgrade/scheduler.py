@@ -2,17 +2,19 @@
 engine's pool of workers, stamped when they come back; and the query-log scores the ``hubs`` and ``queries``
 priorities order by.
 
-The driver (this process) keeps the upgrade's state (its SQLite file is local to it) and runs the one loop of
-:class:`_Run`: it syncs, picks id batches in priority order, reads their records and texts from the source, stamps
-records without text, and hands each batch (records and texts) to a worker of ``engine.pool``: here, the batch is
-embedded and written when it is handed over, one at a time (:class:`~vecbridge.runtime.engine.LocalPool`); on Ray
-(:class:`~vecbridge.runtime.ray_engine.RayPool`), each of ``workers`` actors loads the model once (by its name, with
-:func:`~vecbridge.runtime.models.load_model`), opens the upgrade's target once, and keeps ``in_flight`` batches
-queued. A stamp is only written after its upsert, so a killed driver or worker loses at most the batches in flight,
-which the next run re-does (the upsert is by id).
+The driver (this process) keeps the upgrade's document (its SQLite file is local to it) and runs the one loop of
+:class:`_Run`: it syncs, queues ids in priority order (one filtered scan of the stamps in the store), reads their
+records and texts from the source, and hands each batch (records and texts) to a worker of ``engine.pool``: here,
+the batch is embedded and written when it is handed over, one at a time (:class:`~vecbridge.runtime.engine.
+LocalPool`); on Ray (:class:`~vecbridge.runtime.ray_engine.RayPool`), each of ``workers`` actors loads the model
+once (by its name, with :func:`~vecbridge.runtime.models.load_model`), opens the upgrade's target once, and keeps
+``in_flight`` batches queued. The worker that writes a batch stamps it, in the same upsert (the driver writes no
+per-record rows), so a killed driver or worker loses at most the batches in flight, which the next run re-does
+(the upsert is by id).
 """
 from __future__ import annotations
 
+import hashlib
 import itertools
 import time
 from typing import Callable
@@ -22,24 +24,39 @@ import numpy as np
 from ...connectors.base import Collection, VectorBatch
 from ...errors import InputError
 from ...faultpoint import fault_point
+from ...quality.scoring import hub_penalty
 from ...runtime.engine import engine_of
 from ...runtime.models import ModelOptions
 from ...runtime.ray_engine import Sealed
 from ...vectors import l2_normalize
 from .base import HUB_K, open_target
-from .state import exclusive, record_digest
+from .records import QUEUE, Stamper, digests_of
+from .state import exclusive
 from .sync import Syncing
 
 #: batches queued per Ray actor: one being embedded, the others on their way (hides the driver's round trips)
 IN_FLIGHT = 3
 
 
-def embed_and_write(embed, target: Collection, batch: VectorBatch, texts: list[str]) -> np.ndarray:
+class NativeStamps:
+    """The stamps of re-embedded records (``native``, made by the model, with the digest of what each was made
+    from and its hub score against the reference queries): built by the driver, applied by every worker."""
+
+    def __init__(self, stamp: Stamper, text_field: str, reference: np.ndarray | None):
+        self.stamp, self.text_field, self.reference = stamp, text_field, reference
+
+    def __call__(self, batch: VectorBatch, vectors: np.ndarray) -> list[dict]:
+        hub = None if self.reference is None or not len(vectors) else hub_penalty(vectors, self.reference, HUB_K)
+        return self.stamp(len(batch), digests=digests_of(batch, self.text_field), hubness=hub)
+
+
+def embed_and_write(embed, target: Collection, batch: VectorBatch, texts: list[str],
+                    stamps: NativeStamps) -> int:
     """One batch of ``reembed``: the new model run on ``texts`` (one per record of ``batch``), the records upserted
-    with its vectors, which are returned (for the hub scores). Every worker runs this."""
+    with its vectors and their stamps in one write. Every worker runs this; it returns the records written."""
     vectors = np.asarray(embed(texts), dtype=np.float32)
-    target.upsert(batch.with_vectors(vectors))
-    return vectors
+    target.upsert(batch.with_vectors(vectors, stamps(batch, vectors)))
+    return len(batch)
 
 
 class Reembedder:
@@ -49,17 +66,19 @@ class Reembedder:
 
     def __init__(self, up: "Scheduling"):
         self._up = up
+        self._stamps = NativeStamps(up.stamper("native"), up.meta["text_field"], up._reference)
 
     def __call__(self) -> "Reembedder":
         return self
 
-    def embed_and_write(self, batch: VectorBatch, texts: list[str]) -> np.ndarray:
-        return embed_and_write(self._up.model, self._up.target, batch, texts)
+    def embed_and_write(self, batch: VectorBatch, texts: list[str]) -> int:
+        return embed_and_write(self._up.model, self._up.target, batch, texts, self._stamps)
 
     def __reduce__(self):
         meta = self._up.meta
         target = Sealed(meta["target"]) if meta.get("target") and not meta.get("field") else None
-        return _Remote, (meta["model"], Sealed(meta["source"]), meta.get("field"), target, self._up.models)
+        return _Remote, (meta["model"], Sealed(meta["source"]), meta.get("field"), target, self._up.models,
+                         self._stamps)
 
 
 class _Remote:
@@ -67,8 +86,9 @@ class _Remote:
     failure is one line on the driver), then embeds and writes each batch it is given."""
 
     def __init__(self, model: str, source: Sealed, field: str | None, target: Sealed | None,
-                 models: ModelOptions | None = None):
+                 models: ModelOptions | None, stamps: NativeStamps):
         self._spec = (model, source, field, target, models or ModelOptions())
+        self._stamps = stamps
 
     def __call__(self) -> "_Remote":
         model, source, field, target, models = self._spec
@@ -76,8 +96,8 @@ class _Remote:
         self._target = open_target(source.url, field, target.url if target is not None else None)
         return self
 
-    def embed_and_write(self, batch: VectorBatch, texts: list[str]) -> np.ndarray:
-        return embed_and_write(self._embed, self._target, batch, texts)
+    def embed_and_write(self, batch: VectorBatch, texts: list[str]) -> int:
+        return embed_and_write(self._embed, self._target, batch, texts, self._stamps)
 
 
 class Scheduling(Syncing):
@@ -131,7 +151,7 @@ class Scheduling(Syncing):
 
     def _reembed(self, pool, *, limit, until, on_start, **options) -> dict:
         synced = self.sync()
-        counts = self.state.counts()
+        counts = self.recount()
         total = sum(counts.values())
         todo = counts["mapped"] + counts["pending"]
         if until is not None:
@@ -141,7 +161,10 @@ class Scheduling(Syncing):
         if on_start:
             on_start(todo)
         run = _Run(self, pool, todo, **options)
-        run.loop()
+        try:
+            run.loop()
+        finally:
+            self.recount()
         self.state.event("reembed", f"{run.done:,} records")
         return {**self.status(), "reembedded": run.done, "stopped_by": run.stopped, "spent": run.spent,
                 "new_in_source": synced["added"],
@@ -166,10 +189,6 @@ class Scheduling(Syncing):
                              f"{self.target.info().dim}: give queries encoded by the new model")
         self.state.set_reference(Q)
         self._reference = self.state.reference()
-        scored = 0
-        for batch in self.target.scan(batch_size=2000):
-            self.state.score("hubness", batch.ids, self.hubness(batch.vectors))
-            scored += len(batch)
         hits: dict = {}
         Qn = l2_normalize(Q)
         for lo in range(0, len(Qn), 256):
@@ -177,8 +196,22 @@ class Scheduling(Syncing):
             for row in ids:
                 for i in row:
                     hits[i] = hits.get(i, 0) + 1
-        self.state.score("query_hits", list(hits), list(hits.values()), reset=True)
-        self.meta = self.state.update(hub_reference=f"a query log of {len(Q):,} queries")
+        # names this log (the same log, the same name): hits counted by another rank as none
+        log = hashlib.blake2b(np.ascontiguousarray(Q).tobytes(), digest_size=8).hexdigest()
+        scored = 0
+        for batch in self.target.scan(batch_size=2000):   # every stamp rewritten with its vector: one pass
+            def rescored(i, stamp, hub):
+                if stamp is None:   # not the upgrade's record
+                    return None
+                stamp = {k: v for k, v in stamp.items() if k not in ("hits", "log")}
+                return {**stamp, "hubness": float(hub), **({"hits": hits[i], "log": log} if i in hits else {})}
+
+            stamps = [rescored(i, st, h) for i, st, h in zip(batch.ids, batch.stamps or [None] * len(batch),
+                                                              self.hubness(batch.vectors))]
+            self.target.upsert(batch.with_stamps(stamps))
+            scored += sum(s is not None for s in stamps)
+        self.meta = self.state.update(hub_reference=f"a query log of {len(Q):,} queries", query_log=log)
+        self.records.log = log
         self.state.event("queries", f"{len(Q):,} logged queries scored {scored:,} records")
         return {**self.status(), "queries": len(Q), "records_scored": scored, "records_retrieved": len(hits)}
 
@@ -199,6 +232,16 @@ class _Run:
         self.busy: set = set()               # their ids: not picked again while in flight
         self.handed, self.committed, self.next_at, self.exhausted, self.error = 0, 0.0, None, False, None
         self.keys = itertools.count()
+        self.queue: list = []                # (id, origin) queued by the last scan of the stamps, the next last
+        self.origins: dict = {}              # id -> origin of the records handed over, until they land
+
+    def moved(self, ids: list, origin: str) -> dict[str, int]:
+        """What the kept counts gain and lose as ``ids`` become ``origin``."""
+        out = {origin: len(ids)}
+        for i in ids:
+            was = self.origins.pop(i, "mapped")
+            out[was] = out.get(was, 0) - 1
+        return out
 
     def loop(self) -> None:
         while True:
@@ -226,7 +269,14 @@ class _Run:
     def hand_over(self) -> None:
         """Pick the next batch, stamp its records without text, and hand the others to the pool."""
         up, n = self.up, min(self.batch_size, self.todo - self.handed)
-        ids = [i for i in up.state.to_reembed(n + len(self.busy), self.priority) if i not in self.busy][:n]
+        if not self.queue:   # one filtered scan of the stamps in the store queues the next ids
+            self.queue = up.records.queue(self.priority, limit=max(QUEUE, n), skip=self.busy)[::-1]
+            if not self.queue:
+                self.exhausted = True
+                return
+        picked = [self.queue.pop() for _ in range(min(n, len(self.queue)))]
+        ids = [i for i, _ in picked]
+        self.origins.update(picked)
         if not ids:
             self.exhausted = True
             return
@@ -240,9 +290,12 @@ class _Run:
         if len(has) < len(records):   # nothing to embed: they keep their mapped vector, counted apart
             self.no_text += len(records) - len(has)
             missing = {records.ids[j] for j in range(len(records)) if j not in set(has)}
-            up.state.stamp([i for i in ids if i in missing], "no-text", "kept its mapped vector")
+            no_text = up.stamper("no-text")(1)[0]
+            up.records.restamp([i for i in ids if i in missing],
+                               lambda _i, old: {**old, **no_text} if old else no_text)
+            up.count(self.moved([i for i in ids if i in missing], "no-text"))
         key, self.handed, self.committed = next(self.keys), self.handed + len(has), self.committed + cost
-        self.flying[key] = (ids, records, has, [record_digest(records.vectors[j], texts[j]) for j in has], cost)
+        self.flying[key] = (ids, records, has, cost)
         self.busy.update(ids)
         if self.max_per_second:   # spaced from the hand-over itself, not from the read before it
             self.next_at = time.perf_counter() + len(has) / self.max_per_second
@@ -259,15 +312,14 @@ class _Run:
                 self.error = self.error or vectors
                 if key is not None:
                     self.busy.difference_update(self.flying[key][0])
-                    self.committed -= self.flying.pop(key)[4]
+                    self.committed -= self.flying.pop(key)[3]
                 continue
-            ids, records, has, digests, cost = self.flying.pop(key)
+            ids, records, has, cost = self.flying.pop(key)
             fault_point("reembed.batch-written")
             self.busy.difference_update(ids)
             self.committed -= cost
             if has:
-                up.state.stamp([records.ids[j] for j in has], "native", up.meta["model"],
-                               hubness=up.hubness(vectors), digests=digests)
+                up.count(self.moved([records.ids[j] for j in has], "native"))
                 if self.price_per_1k:
                     self.spent += cost
                     up.meta = up.state.update(spent=self.spent)

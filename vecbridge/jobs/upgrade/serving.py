@@ -41,10 +41,10 @@ class Serving(UpgradeBase):
         ids_n, _ = self.target.search(q_new, k_candidates)
         ids_o = self.source.search(q_old, k_candidates)[0] if q_old is not None else [[]] * len(q_new)
         cands = [list(dict.fromkeys(list(n) + list(o))) for n, o in zip(ids_n, ids_o)]
-        held = self.state.scores_of({i for row in cands for i in row})   # one lookup and one get per store
-        flat = [i for i in dict.fromkeys(i for row in cands for i in row) if i in held]
-        new_v = self.target.get(flat)
-        vn = dict(zip(new_v.ids, l2_normalize(new_v.vectors)))
+        new_v = self.target.get(list(dict.fromkeys(i for row in cands for i in row)))   # vectors and stamps at once
+        held = {i: s.get("hubness") for i, s in zip(new_v.ids, new_v.stamps or []) if s is not None}
+        flat = [i for i in new_v.ids if i in held]
+        vn = {i: v for i, v in zip(new_v.ids, l2_normalize(new_v.vectors)) if i in held}
         vo = {}
         if q_old is not None:
             old_v = self.source.get(flat)
@@ -120,7 +120,7 @@ class Serving(UpgradeBase):
         w = float(self.meta.get("hub_weight") or 0.0)
         r = self._recalls(queries_new, queries_old, relevant, lambda _: [(beta, w), (0.0, 0.0), (np.inf, 0.0)],
                           k=k, k_candidates=k_candidates)
-        counts = self.state.counts()
+        counts = self.counts()
         probe = {"k": k, "served": r[beta, w], "new_model_only": r[0.0, 0.0], "staying": r[np.inf, 0.0],
                  "n_queries": len(relevant), "native_fraction": counts["native"] / max(1, sum(counts.values())),
                  "at": time.time()}
@@ -165,12 +165,10 @@ class Serving(UpgradeBase):
         return out_ids, out_scores
 
     def _store_search(self, q_new: np.ndarray, k: int) -> tuple[list[list], np.ndarray]:
-        """The store's own search over the upgrade's vectors; records gone from the source left out."""
-        out_ids, out_scores = [], np.full((len(q_new), k), -np.inf, dtype=np.float32)
-        ids, scores = self.target.search(q_new, 2 * k)
-        held = self.state.scores_of([i for row in ids for i in row])
+        """The store's own search over the upgrade's vectors (one request: records gone from the source left the
+        upgrade's collection at the last sync, their stamps with them)."""
+        ids, scores = self.target.search(q_new, k)
+        out = np.full((len(q_new), k), -np.inf, dtype=np.float32)
         for qi, row in enumerate(ids):
-            keep = [j for j, i in enumerate(row) if i in held][:k]
-            out_ids.append([row[j] for j in keep])
-            out_scores[qi, :len(keep)] = np.asarray(scores[qi])[keep]
-        return out_ids, out_scores
+            out[qi, :len(row)] = np.asarray(scores[qi], dtype=np.float32)[:len(row)]
+        return [list(row) for row in ids], out

@@ -1,6 +1,7 @@
 """``start``: fit the map on a re-embedded sample (or take one), write mapped vectors *beside* the old ones — a new
 vector field where the store has named vectors (PostgreSQL+pgvector, Qdrant), a new collection elsewhere — and stamp
-every record in the upgrade's state file. Resumable: the same command run again after an interruption continues."""
+every record in the store beside its new vector. Resumable: the same command run again after an interruption
+continues."""
 from __future__ import annotations
 
 import os
@@ -23,14 +24,14 @@ from ...runtime.checkpoint import Checkpoint
 from ...runtime.guard import refuse_inputs_as_target
 from ...runtime.models import ModelOptions
 from ...runtime.open import load_alignment, open_collection
-from ...runtime.provenance import attach_spaces, check_space, fingerprint_vectors, stamp_alignment_target
+from ...runtime.provenance import attach_spaces, check_space, fingerprint_vectors, spaces_of, stamp_alignment_target
 from ...secrets import has_secrets, strip_url
 from ..rewrite import migrate, preflight
 from .base import HUB_K, open_target
 from .core import Upgrade
+from .records import Stamper, digests_of
 from .stages import check
 from .state import UpgradeState, exclusive
-from .sync import digests_of
 
 #: stores whose credential is ``user:password`` as one token: a user without its password would shadow the
 #: environment's token (``MILVUS_TOKEN``), so the state keeps neither
@@ -258,9 +259,30 @@ def _adopt(src: Collection, alignment, field: str | None, to, checkpoint: Path) 
     Checkpoint(path, identity).start()
 
 
+class _MappedStamps:
+    """How start's migration stamps each record it writes: ``mapped`` by the map, with the digest of what its vector
+    was made from and, where the fit sample measures them, its priority scores (the ``residual`` of the fit anchors
+    near it, its hub score against the re-embedded sample)."""
+
+    def __init__(self, aligned: Alignment, text_field: str, sample):
+        spaces = spaces_of(aligned)
+        self.stamp = Stamper("mapped", aligned.fingerprint, spaces["target"] if spaces else None, aligned.target_dim)
+        self.text_field = text_field
+        self.residuals, self.news = None, None
+        if sample is not None:
+            olds, news, _ = sample
+            self.residuals, self.news = _residual_scorer(aligned, (olds, news)), news
+
+    def __call__(self, batch: VectorBatch, mapped: np.ndarray) -> list[dict]:
+        scored = {} if self.residuals is None else {
+            "residuals": self.residuals(batch.vectors, mapped), "hubness": hub_penalty(mapped, self.news, HUB_K)}
+        return self.stamp(len(batch), digests=digests_of(batch, self.text_field), **scored)
+
+
 def _write_mapped(src: Collection, state: UpgradeState, aligned, align_file, *, field, to, batch_size,
-                  force: bool = False) -> None:
-    """Mapped vectors into the field or collection this start owns, by a resumable migration (once)."""
+                  stamps: _MappedStamps, force: bool = False) -> None:
+    """Mapped vectors into the field or collection this start owns, each with its stamp, by a resumable migration
+    (once)."""
     if state.meta.get("migrated"):
         return
     checkpoint = state.path.with_name(state.path.name + ".migrate.json")
@@ -269,53 +291,41 @@ def _write_mapped(src: Collection, state: UpgradeState, aligned, align_file, *, 
         _adopt(src, given, field, to, checkpoint)
     resume = checkpoint.exists()
     migrate(src, given, None if field else to, field=field, batch_size=batch_size, checkpoint_path=checkpoint,
-            resume=resume, overwrite=not resume, force=force)
+            resume=resume, overwrite=not resume, force=force, record_stamps=stamps)
     fault_point("upgrade-start.mapped")
     state.update(migrated=True)
 
 
-def _stamp_mapped(src: Collection, state: UpgradeState, aligned, sample, text_field: str) -> None:
-    """Every record stamped ``mapped``, with its priority scores where the fit sample measures them (the target
-    holds the same ids; the old vectors score priority)."""
-    if sample is not None:
-        olds, news, _ = sample
-        residuals = _residual_scorer(aligned, (olds, news))
-    for batch in src.scan(batch_size=2000):
-        mapped = aligned.transform(batch.vectors)
-        scored = {} if sample is None else {
-            "residuals": residuals(batch.vectors, mapped), "hubness": hub_penalty(mapped, news, HUB_K)}
-        state.stamp(batch.ids, "mapped", aligned.fingerprint, digests=digests_of(batch, text_field), **scored)
-    fault_point("upgrade-start.stamped")
-
-
-def _write_sample(target: Collection, state: UpgradeState, sample) -> None:
-    """The fit's re-embedded texts are native vectors already: written and stamped ``native``."""
+def _write_sample(up: Upgrade, sample) -> None:
+    """The fit's re-embedded texts are native vectors already: written, stamped ``native`` in the same upsert."""
     olds, news, digests = sample
     if not len(olds):
         return
-    target.upsert(olds.with_vectors(news))
-    fault_point("upgrade-start.sample-written")
     with_self = hub_penalty(news, news, HUB_K + 1)   # each is its own nearest reference: leave it out
-    state.stamp(olds.ids, "native", state.meta["model"], digests=digests,
-                hubness=(with_self * (HUB_K + 1) - 1.0) / HUB_K)
+    stamps = up.stamper("native")(len(olds), digests=digests, hubness=(with_self * (HUB_K + 1) - 1.0) / HUB_K)
+    up.target.upsert(olds.with_vectors(news, stamps))
+    fault_point("upgrade-start.sample-written")
 
 
 def _write_and_stamp(src: Collection, state: UpgradeState, alignment, *, field, to, batch_size, on_step,
                      force: bool = False) -> dict:
-    """The writing part of :func:`start`, resumable: mapped vectors (by a resumable migration into the field or
-    collection this start owns), then every record's stamp, then the fit sample's native vectors."""
+    """The writing part of :func:`start`, resumable: mapped vectors, each stamped (by a resumable migration into the
+    field or collection this start owns), then the fit sample's native vectors."""
     meta = state.meta
     aligned, align_file = load_alignment(meta["alignment"] or alignment)
     sample = _kept_sample(src, state)
     on_step("writing mapped vectors beside the old ones")
-    _write_mapped(src, state, aligned, align_file, field=field, to=to, batch_size=batch_size, force=force)
+    _write_mapped(src, state, aligned, align_file, field=field, to=to, batch_size=batch_size, force=force,
+                  stamps=_MappedStamps(aligned, meta["text_field"], sample))
     target = open_target(src.url, field, to)
-    _stamp_mapped(src, state, aligned, sample, meta["text_field"])
-    if sample is not None:
-        _write_sample(target, state, sample)
-    stamp_alignment_target(target, aligned, origin="upgrade", source=src.display_url)
     up = Upgrade(state)
     up.source, up.target = src, target   # this run's handles hold the credentials the URLs given to it carry
+    up.records.target = target
+    if sample is not None:
+        _write_sample(up, sample)
+    fault_point("upgrade-start.stamped")
+    stamp_alignment_target(target, aligned, origin="upgrade", source=src.display_url)
+    up.recount()
     try:   # the serving view or alias exists from now on, over the old vectors: point applications at it early
         via = up._serve("old")
     except StoreError as exc:

@@ -1,26 +1,21 @@
-"""The state of one model upgrade: a small SQLite file that says where it stands and how each record's new vector
-was made.
+"""The state of one model upgrade: a small SQLite file that says where it stands (the upgrade's document), not how
+each record was made: each record's stamp is kept in the store beside its new vector
+(:mod:`vecbridge.jobs.upgrade.records`).
 
-Tables: ``meta`` (one JSON document: the collections, the models, the stage), ``records`` (one row per record,
-with ``made_by``: the alignment's fingerprint or the model's name, and ``digest``: a hash of the old vector and the
-text the new vector was made from), ``reference`` (new-model query vectors the hub scores are measured against),
-``events`` (the stage history) and ``fit_sample`` (the ids, digests, old and new vectors of the records ``start``
-re-embedded to fit the map: an interrupted start continues with them). A record's ``origin`` is ``mapped`` (the
-alignment applied to its old vector), ``native`` (the new model run on its text), ``pending`` (added or changed
-in the source since its new vector was made: it holds the map of its current old vector and is re-embedded first)
-or ``no-text`` (no text to embed: it keeps its mapped vector). Every write is one transaction (a whole batch of
-stamps commits at once: one disk sync per batch, not per record), so a run killed at any point leaves a consistent
-file: a batch is stamped only after it was written to the store.
+Tables: ``meta`` (one JSON document: the collections, the models, the stage, the tuned settings, the counts of
+records per origin), ``reference`` (new-model query vectors the hub scores are measured against), ``events`` (the
+stage history) and ``fit_sample`` (the ids, digests, old and new vectors of the records ``start`` re-embedded to fit
+the map: an interrupted start continues with them). ``records`` is where earlier versions kept one row per record:
+such a file's rows are carried over into the store the first time the upgrade is opened for a write, then emptied.
+Every write is one transaction, so a run killed at any point leaves a consistent file.
 """
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import json
 import sqlite3
 import time
 from pathlib import Path
-from typing import Iterable
 
 import numpy as np
 
@@ -28,9 +23,6 @@ from ...errors import InputError
 from ...runtime.guard import run_lock
 from ...secrets import redact_text
 
-ORIGINS = ("mapped", "native", "pending", "no-text")
-#: re-embedding orders (after the pending records): column that scores a record, higher first
-PRIORITIES = {"random": None, "residual": "residual", "hubs": "hubness", "queries": "query_hits"}
 #: per-record columns added since the first state files (added on open)
 _SCORE_COLUMNS = ("residual", "hubness", "query_hits", "digest")
 
@@ -93,24 +85,6 @@ def _document(path, row) -> dict:
     return doc
 
 
-def _key(record_id) -> str:
-    """Ids keep their type (int or str) through the file: stored as JSON."""
-    return json.dumps(record_id)
-
-
-def _shuffle(key: str) -> int:
-    """A fixed pseudo-random rank per record: the ``random`` priority order, the same in every run."""
-    return int.from_bytes(hashlib.blake2b(key.encode(), digest_size=7).digest(), "big")
-
-
-def record_digest(vector, text) -> str:
-    """What a record's new vector was made from: its old vector (bit for bit) and its text. A different digest at
-    the next sync means the application changed the record, so its new vector is stale."""
-    h = hashlib.blake2b(np.ascontiguousarray(vector, dtype=np.float32).tobytes(), digest_size=12)
-    h.update(text.encode() if isinstance(text, str) else b"\x00")
-    return h.hexdigest()
-
-
 class UpgradeState:
     """Open an existing state file (:meth:`open`) or make a new one (:meth:`create`)."""
 
@@ -128,10 +102,6 @@ class UpgradeState:
         db = sqlite3.connect(path, isolation_level=None)
         with _transaction(db):
             db.execute("CREATE TABLE meta (doc TEXT NOT NULL)")
-            db.execute("CREATE TABLE records (id TEXT PRIMARY KEY, origin TEXT NOT NULL, made_by TEXT NOT NULL, "
-                       "updated REAL NOT NULL, shuffle INTEGER NOT NULL, residual REAL, hubness REAL, "
-                       "query_hits REAL, digest TEXT)")
-            db.execute("CREATE INDEX records_order ON records (origin, shuffle)")
             db.execute("CREATE TABLE events (at REAL NOT NULL, stage TEXT NOT NULL, detail TEXT NOT NULL)")
             db.execute("CREATE TABLE reference (rows INTEGER NOT NULL, dim INTEGER NOT NULL, data BLOB NOT NULL)")
             db.execute(_FIT_SAMPLE_TABLE)
@@ -142,12 +112,12 @@ class UpgradeState:
     def _complete(db: sqlite3.Connection) -> None:
         """Add what state files written by an earlier version lack (columns, the reference table)."""
         have = {row[1] for row in db.execute("PRAGMA table_info(records)")}
-        if set(_SCORE_COLUMNS) <= have and {"reference", "fit_sample"} <= {
-                name for (name,) in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}:
+        tables = {name for (name,) in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+        if (not have or set(_SCORE_COLUMNS) <= have) and {"reference", "fit_sample"} <= tables:
             return   # nothing to add: no write (and no write lock) on open
         with _transaction(db):
             for col in _SCORE_COLUMNS:
-                if col not in have:
+                if have and col not in have:
                     db.execute(f"ALTER TABLE records ADD COLUMN {col} {'TEXT' if col == 'digest' else 'REAL'}")
             db.execute("CREATE TABLE IF NOT EXISTS reference (rows INTEGER NOT NULL, dim INTEGER NOT NULL, "
                        "data BLOB NOT NULL)")
@@ -193,66 +163,28 @@ class UpgradeState:
         return [{"at": at, "stage": st, "detail": d}
                 for at, st, d in self._db.execute("SELECT at, stage, detail FROM events ORDER BY rowid")]
 
-    # --- records ----------------------------------------------------------------------------------------------------
-    def stamp(self, ids: Iterable, origin: str, made_by: str, residuals: Iterable[float] | None = None, *,
-              digests: Iterable[str] | None = None, hubness: Iterable[float] | None = None) -> None:
-        """Record how the new vectors of ``ids`` were made (called after they were written to the store);
-        ``residuals``: how unreliable each mapped vector is expected to be (the ``residual`` priority);
-        ``digests``: :func:`record_digest` of what each was made from; ``hubness``: its hub score against the
-        reference queries (the ``hubs`` priority and the hub penalty). Scores not given keep their value."""
-        if origin not in ORIGINS:
-            raise InputError(f"origin must be one of {', '.join(ORIGINS)}")
-        now = time.time()
-        keys = list(map(_key, ids))
+    # --- per-record stamps of state files written before they moved into the store -------------------------------
+    def legacy_rows(self, batch: int = 5000):
+        """The per-record stamps an earlier vecbridge kept in this file (its ``records`` table), in batches of
+        ``(id, origin, made_by, residual, hubness, query_hits, digest)``: what :meth:`~vecbridge.jobs.upgrade.base.
+        UpgradeBase.carry_over` writes into the store."""
+        last = -1
+        while True:
+            rows = self._db.execute("SELECT rowid, id, origin, made_by, residual, hubness, query_hits, digest FROM "
+                                    "records WHERE rowid > ? ORDER BY rowid LIMIT ?", (last, batch)).fetchall()
+            if not rows:
+                return
+            last = rows[-1][0]
+            yield [(json.loads(r[1]), *r[2:]) for r in rows]
 
-        def column(values, cast):
-            return [None] * len(keys) if values is None else [cast(v) for v in values]
+    def has_legacy_rows(self) -> bool:
+        if not self._db.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'records'").fetchone():
+            return False
+        return self._db.execute("SELECT 1 FROM records LIMIT 1").fetchone() is not None
 
-        rows = zip(keys, column(residuals, float), column(hubness, float), column(digests, str))
+    def drop_legacy_rows(self) -> None:
         with _transaction(self._db):
-            self._db.executemany(
-                "INSERT INTO records (id, origin, made_by, updated, shuffle, residual, hubness, digest) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT(id) DO UPDATE SET origin = excluded.origin, "
-                "made_by = excluded.made_by, updated = excluded.updated, "
-                "residual = coalesce(excluded.residual, records.residual), "
-                "hubness = coalesce(excluded.hubness, records.hubness), "
-                "digest = coalesce(excluded.digest, records.digest)",
-                [(k, origin, made_by, now, _shuffle(k), r, h, d) for k, r, h, d in rows])
-
-    def score(self, column: str, ids: Iterable, values: Iterable[float], *, reset: bool = False) -> None:
-        """Set one score column (``hubness`` or ``query_hits``) of records that have a stamp; ``reset`` first sets
-        it to 0 for every record."""
-        if column not in ("hubness", "query_hits"):
-            raise InputError(f"no score column {column!r}")
-        with _transaction(self._db):
-            if reset:
-                self._db.execute(f"UPDATE records SET {column} = 0")
-            self._db.executemany(f"UPDATE records SET {column} = ? WHERE id = ?",
-                                 [(float(v), _key(i)) for i, v in zip(ids, values)])
-
-    def scores_of(self, ids: Iterable) -> dict:
-        """``{id: hub score or None}`` for the ids that have a stamp (the others are not the upgrade's)."""
-        return {i: h for i, (h,) in self._lookup(ids, "hubness").items()}
-
-    @contextlib.contextmanager
-    def seen(self):
-        """Collect the ids a scan of the source sees (``seen(ids)``); ``seen.missing()`` lists the stamped ids it
-        did not see: records deleted from the source."""
-        with _transaction(self._db, "BEGIN"):
-            self._db.execute("CREATE TEMP TABLE IF NOT EXISTS seen_ids (id TEXT PRIMARY KEY)")
-            self._db.execute("DELETE FROM seen_ids")
-
-        def add(ids):
-            with _transaction(self._db, "BEGIN"):
-                self._db.executemany("INSERT OR IGNORE INTO seen_ids VALUES (?)", [(_key(i),) for i in ids])
-
-        add.missing = lambda: [json.loads(k) for (k,) in self._db.execute(
-            "SELECT id FROM records WHERE id NOT IN (SELECT id FROM seen_ids)")]
-        try:
-            yield add
-        finally:
-            with _transaction(self._db, "BEGIN"):
-                self._db.execute("DROP TABLE IF EXISTS seen_ids")
+            self._db.execute("DELETE FROM records")
 
     # --- the reference queries of the hub scores --------------------------------------------------------------------
     def set_reference(self, vectors) -> None:
@@ -288,47 +220,3 @@ class UpgradeState:
     def reference(self) -> np.ndarray | None:
         row = self._db.execute("SELECT rows, dim, data FROM reference").fetchone()
         return None if row is None else np.frombuffer(row[2], dtype=np.float32).reshape(row[0], row[1]).copy()
-
-    def forget(self, ids: Iterable) -> None:
-        """Drop the stamps of records that left the source."""
-        with _transaction(self._db):
-            self._db.executemany("DELETE FROM records WHERE id = ?", [(_key(i),) for i in ids])
-
-    def counts(self) -> dict[str, int]:
-        got = dict(self._db.execute("SELECT origin, count(*) FROM records GROUP BY origin").fetchall())
-        return {o: int(got.get(o, 0)) for o in ORIGINS}
-
-    def _lookup(self, ids: Iterable, columns: str) -> dict:
-        """``{id: row of columns}`` for the ids that have a stamp."""
-        keys = {_key(i): i for i in ids}
-        out = {}
-        items = list(keys)
-        for lo in range(0, len(items), 500):
-            chunk = items[lo:lo + 500]
-            rows = self._db.execute(f"SELECT id, {columns} FROM records WHERE id IN "
-                                    f"({','.join('?' * len(chunk))})", chunk).fetchall()
-            out.update({keys[r[0]]: tuple(r[1:]) for r in rows})
-        return out
-
-    def stamps(self, ids: Iterable) -> dict:
-        """``{id: (origin, made_by)}`` for the ids that have a stamp."""
-        return self._lookup(ids, "origin, made_by")
-
-    def digests(self, ids: Iterable) -> dict:
-        """``{id: digest or None}`` for the ids that have a stamp."""
-        return {i: d for i, (d,) in self._lookup(ids, "digest").items()}
-
-    def to_reembed(self, limit: int, priority: str = "random") -> list:
-        """Up to ``limit`` ids still waiting for their native vector: records the source gained or changed first,
-        then mapped ones in ``priority`` order: ``random`` (a fixed shuffle, the same in every run, so an
-        interrupted run continues where it was), ``residual`` (the mapped vectors expected to be worst first: those
-        whose nearest fit anchors the map fits worst), ``hubs`` (mapped vectors that attract the most queries
-        first) or ``queries`` (the records a query log retrieves most often first); ties and unscored records in
-        shuffle order."""
-        if priority not in PRIORITIES:
-            raise InputError(f"priority must be one of {', '.join(PRIORITIES)}, got {priority!r}")
-        col = PRIORITIES[priority]
-        order = "shuffle" if col is None else f"coalesce({col}, -1e300) DESC, shuffle"
-        rows = self._db.execute("SELECT id FROM records WHERE origin IN ('pending', 'mapped') "
-                                f"ORDER BY origin = 'mapped', {order} LIMIT ?", (int(limit),)).fetchall()
-        return [json.loads(k) for (k,) in rows]

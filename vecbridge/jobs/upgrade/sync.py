@@ -7,23 +7,17 @@ import numpy as np
 from ...connectors.base import VectorBatch
 from ...faultpoint import fault_point
 from .base import UpgradeBase
-from .state import record_digest
-
-
-def digests_of(batch: VectorBatch, text_field: str) -> list[str]:
-    """:func:`~vecbridge.jobs.upgrade.state.record_digest` of each record of ``batch``: what its new vector is made
-    from."""
-    return [record_digest(v, (p or {}).get(text_field)) for v, p in zip(batch.vectors, batch.payloads)]
+from .records import digests_of
 
 
 class Syncing(UpgradeBase):
     """:meth:`sync` and :meth:`changes`."""
 
     def sync(self) -> dict:
-        """Bring the state up to the source. Records added or changed since their new vector was made (a changed
-        old vector or text) get the map of their current old vector, written now so that nothing served is stale,
-        and are stamped ``pending`` (re-embedded first); records gone from the source are deleted from the upgrade's
-        own collection (a new vector field goes with its record) and forgotten.
+        """Bring the upgrade up to the source. Records added or changed since their new vector was made (a changed
+        old vector or text) get the map of their current old vector, written now (stamped ``pending``, in the same
+        upsert) so that nothing served is stale, and are re-embedded first; records gone from the source are
+        deleted from the upgrade's own collection (a new vector field goes with its record).
         Returns ``{"added", "changed", "removed"}``."""
         return self._compare(write=True)
 
@@ -34,38 +28,45 @@ class Syncing(UpgradeBase):
     def _compare(self, *, write: bool) -> dict:
         added = changed = 0
         text_field = self.meta["text_field"]
-        with self.state.seen() as seen:
-            for batch in self.source.scan(batch_size=2000):
-                seen(batch.ids)
-                digests = digests_of(batch, text_field)
-                known = self.state.digests(batch.ids)
-                stale = [j for j, (i, d) in enumerate(zip(batch.ids, digests))
-                         if i not in known or (known[i] is not None and known[i] != d)]
-                if not stale:
-                    continue
-                n_new = sum(batch.ids[j] not in known for j in stale)
-                added, changed = added + n_new, changed + len(stale) - n_new
-                if write:
-                    self._map_stale(batch.take(np.asarray(stale)), [digests[j] for j in stale])
-            gone = seen.missing()
+        for batch in self.source.scan(batch_size=2000):
+            digests = digests_of(batch, text_field)
+            known = self.records.digests(batch.ids)
+            stale = [j for j, (i, d) in enumerate(zip(batch.ids, digests))
+                     if i not in known or (known[i] is not None and known[i] != d)]
+            if not stale:
+                continue
+            n_new = sum(batch.ids[j] not in known for j in stale)
+            added, changed = added + n_new, changed + len(stale) - n_new
+            if write:
+                self._map_stale(batch.take(np.asarray(stale)), [digests[j] for j in stale])
+        gone = self._gone()
         if write:
             self._drop(gone)
             if added or changed or gone:
+                self.recount()
                 self.state.event("sync", f"{added:,} added, {changed:,} changed, {len(gone):,} removed in the source")
         return {"added": added, "changed": changed, "removed": len(gone)}
 
+    def _gone(self) -> list:
+        """Ids the upgrade's own collection holds that the source no longer has (none for a vector field of the
+        source: it goes with its record): a scan of the stamps, each batch looked up in the source."""
+        if self.meta.get("field"):
+            return []
+        gone: list = []
+        for ids in self.records.ids():
+            have = set(self.source.get(ids).ids)
+            gone.extend(i for i in ids if i not in have)
+        return gone
+
     def _map_stale(self, part: VectorBatch, digests: list[str]) -> None:
-        """Records added or changed in the source: their map written, then stamped ``pending``."""
+        """Records added or changed in the source: their map written, stamped ``pending`` in the same upsert."""
         mapped = self.alignment.transform(part.vectors).astype(np.float32)
-        self.target.upsert(part.with_vectors(mapped))
+        stamps = self.stamper("pending")(len(part), digests=digests, hubness=self.hubness(mapped))
+        self.target.upsert(part.with_vectors(mapped, stamps))
         fault_point("reembed.synced")
-        self.state.stamp(part.ids, "pending", self.alignment.fingerprint, digests=digests,
-                         hubness=self.hubness(mapped))
 
     def _drop(self, gone) -> None:
-        """Records gone from the source: deleted from the upgrade's own collection (a new vector field goes with its
-        record), then forgotten, in that order (a run killed in between deletes them again)."""
-        if gone:
-            if not self.meta.get("field"):
-                self.target.delete(list(gone))
-            self.state.forget(gone)
+        """Records gone from the source: deleted from the upgrade's own collection, their stamps with them (a new
+        vector field goes with its record)."""
+        if gone and not self.meta.get("field"):
+            self.target.delete(list(gone))
