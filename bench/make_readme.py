@@ -512,25 +512,47 @@ def ray_scale(d: dict) -> dict:
     return {"rates": rates, "projection": projection}
 
 
-def upgrade_state(d: dict) -> dict:
-    """Stamps written with one transaction per batch (today) vs a commit per row (before), medians; per-row figures
-    from runs stopped by the time cap, or extrapolated to sizes not run that way, say so."""
-    def per_row(r):
-        if r["per_row_extrapolated_from"]:
-            return f"{r['per_row_s']:,.0f} s (extrapolated from {r['per_row_extrapolated_from']:,})"
-        runs = "/".join(f"{s * r['n'] / n:.0f}" for s, n in r["per_row_runs"])
-        return f"{r['per_row_s']:,.0f} s ({runs}" + (", at the rate of runs stopped by the cap)" if r["per_row_capped"]
-                                                      else ")")
+def record_stamps(d: dict) -> dict:
+    """Writing with stamps against without, the still-mapped scan filtered by the store against a full scan, and a
+    lookup of stamps against reading the records: medians, each run in brackets."""
+    rows = []
+    for r in d["rows"]:
+        m, runs = r["median_s"], r["runs"]
 
-    def per_batch(r):
-        if r["per_batch_runs"] is None:
-            return "not run"
-        return f"{r['per_batch_s']:.2f} s ({'/'.join(f'{s:.2f}' for s, _ in r['per_batch_runs'])})"
+        def cell(key, m=m, runs=runs):
+            return f"{m[key]:.2f} s ({'/'.join(f'{x:.2f}' for x in runs[key])})"
+        rows.append([r["store"], f"{r['records']:,}", cell("upsert_plain"), cell("upsert_stamped"),
+                     f"{r['stamp_overhead']:+.0%}", cell("mapped_scan_stamps"), cell("mapped_full_scan"),
+                     f"{m['lookup_stamps_of'] * 1000:.0f} ms", f"{m['lookup_get'] * 1000:.0f} ms",
+                     f"{r['load_average']:.1f}"])
+    return {"timing": table(["store", "records", "upsert, no stamps", "upsert, stamped", "stamping costs",
+                             "still mapped: scan_stamps", "still mapped: full scan", "1,000 stamps: stamps_of",
+                             "1,000 records: get", "load average"], rows)}
 
-    return {"timing": table(["stamps", "one transaction per batch (today)", "a commit per row (before)", "ratio"],
-                            [[f"{r['n']:,}", per_batch(r), per_row(r),
-                              f"{r['per_row_s'] / r['per_batch_s']:,.0f}x" if r["per_batch_s"] else ""]
-                             for r in d["rows"]])}
+
+def cascade(d: dict) -> dict:
+    """Day one: staying, full re-embed, tuned fusion and the cascades (difference to the better of staying and full
+    re-embed); then the write-back's growth along a Zipf query log."""
+    day, growth = [], []
+    for corpus, pairs in d["corpora"].items():
+        for r in pairs:
+            best = max(r["staying"], r["full_reembed"])
+
+            def vs(v, best=best):
+                return f"{v:.4f} ({v - best:+.4f})"
+            day.append([corpus, r["pair"], f"{r['staying']:.4f}", f"{r['full_reembed']:.4f}",
+                        f"{r['served_tuned']:.4f}", vs(r["cascade"]["100"]), vs(r["cascade_fused_beta1"]["100"]),
+                        vs(r["cascade_fused_beta1"]["50"]), f"{vs(r['cascade_fused']['100'])}, beta "
+                        f"{r['cascade_fused_beta']}"])
+            g = r["write_back"]["growth"]
+            growth.append([corpus, r["pair"]] + [
+                f"{x['retrieved_native_share']:.2f} / {x['embedded_per_query']:.1f} / {x['seconds_per_query']:.2f} s"
+                for x in g] + [f"{g[-1]['native_fraction']:.0%}"])
+    marks = [f"after {x['queries']:,} queries" for x in d["corpora"]["wordnet"][0]["write_back"]["growth"]]
+    return {"day_one": table(["corpus", "pair", "staying", "full re-embed", "served (tuned fusion)",
+                              "cascade K=100, new model alone", "cascade K=100, fused (beta 1)",
+                              "cascade K=50, fused (beta 1)", "cascade K=100, fused, beta tuned on half A"], day),
+            "growth": table(["corpus", "pair"] + marks + ["collection native at the end"], growth)}
 
 
 def gpu_embed(d: dict) -> dict:
@@ -579,7 +601,7 @@ RENDERERS = {"serve": serve, "align_real": align_real, "geh": geh, "geh_calibrat
              "rowwise": rowwise,
              "report_calibration": report_calibration, "connectors": connectors,
              "upgrade_curve": upgrade_curve, "map_validation": map_validation, "ray_scale": ray_scale,
-             "upgrade_state": upgrade_state, "gpu_embed": gpu_embed}
+             "record_stamps": record_stamps, "cascade": cascade, "gpu_embed": gpu_embed}
 
 
 # ------------------------------------------------------------------------------------------------------ main

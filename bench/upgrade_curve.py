@@ -37,7 +37,7 @@ and fused with the penalty; beta and w chosen on half A from the grids ``upgrade
 included), Recall@10 on half B. ``oracle`` (the true
 ``1 - cos(T(x), y)``, not knowable without re-embedding) is recorded as a bound, not a candidate.
 
-beta: 1 (the tool's default), and the best of ``BETAS`` chosen on held-out queries: for all 10,000 queries by 2-fold
+beta: 1 (the default of earlier releases; untuned searches now serve the old model alone until cutover), and the best of ``BETAS`` chosen on held-out queries: for all 10,000 queries by 2-fold
 cross-fitting (the beta that is best on half A scores half B and vice versa); on half B the beta best on half A.
 No evaluated query ever picks its own beta. ``BETAS`` includes 0 (fusion off).
 

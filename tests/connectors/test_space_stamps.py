@@ -1,5 +1,5 @@
-"""On every real engine: what migrate and merge write carries its space's stamp, `info` shows it, and a map applied
-to a collection of the wrong space is refused before anything is written."""
+"""On every real engine (Milvus as Lite: WORKFLOW_ENGINES): what migrate and merge write carries its space's stamp,
+`info` shows it, and a map applied to a collection of the wrong space is refused before anything is written."""
 from __future__ import annotations
 
 import json
@@ -12,6 +12,8 @@ from vecbridge.align import Alignment, OrthogonalProcrustes
 from vecbridge.cli import main
 from vecbridge.connectors import VectorBatch, connect
 from vecbridge.runtime.provenance import attach_spaces, fingerprint_vectors
+
+from .conftest import WORKFLOW_ENGINES
 
 N = 200
 
@@ -46,6 +48,7 @@ def _write(url, vectors, sample):
     return coll
 
 
+@pytest.mark.parametrize("engine", WORKFLOW_ENGINES, indirect=True)   # the stamps' connector code: test_stamp
 def test_what_is_written_is_stamped_and_a_wrong_space_refused(engine, new_url, sample, mapped, rotated_map):
     """migrate and merge stamp what they write; `info` shows it; the same-dimension map MiniLM -> MiniLM rotated
     (another 384-d space) applied again to what it wrote is refused by the stamp (exit 1), nothing written."""

@@ -103,6 +103,12 @@ def store(request, tmp_path):
     return collection_urls(_engine(request, request.param), tmp_path)
 
 
+#: the driver's recovery (a node lost, a driver interrupted) is the same for every store: on the file store and on
+#: a server (PostgreSQL); the Milvus server (10-15 s a run) is in test_ray_migrate_equals_single_process, where its
+#: ranges are read and written by the workers
+RECOVERY_STORES = pytest.mark.parametrize("store", ["file", "pgvector"], indirect=True)
+
+
 @pytest.fixture(scope="module")
 def made_sources():
     """Per store, made on first use: ``_setup``'s source collection and its single-process migration."""
@@ -164,6 +170,7 @@ def test_ray_migrate_equals_single_process(cluster, store, source, tmp_path):
     assert not list(tmp_path.glob("a.vb.*.migrate.json")), "the checkpoint goes when the job is done"
 
 
+@RECOVERY_STORES
 def test_a_worker_node_removed_mid_run_ends_exact(cluster, store, source, tmp_path, monkeypatch):
     from vecbridge.jobs import rewrite
 
@@ -213,6 +220,7 @@ class Interrupt(Exception):
     pass
 
 
+@RECOVERY_STORES
 def test_an_interrupted_driver_resumes_exact(cluster, store, source, tmp_path):
     """The driver dies part-way (some ranges done, others half written); a resume with another worker count skips
     the finished ranges, continues the others from their last key, and ends exact."""

@@ -535,3 +535,29 @@ def test_a_state_file_with_its_stamps_in_it_is_carried_over_into_the_store(tmp_p
         assert up.state.has_legacy_rows() is False
         assert any(e["stage"] == "carried-over" for e in up.status()["events"])
         assert up.status()["counts"] == {"mapped": 150, "native": 50, "pending": 0, "no-text": 0}
+
+
+# --- P: before any tuning, searches with old-model queries serve what the application had ---------------------------
+def test_untuned_search_serves_the_old_model_until_cutover_then_the_new_one(tmp_path, sample):
+    """Fusion with untuned weights measured below staying on most model pairs, so until `tune` has run a search with
+    old-model queries answers exactly as staying on the old model does; after cutover, as the new model alone;
+    `status` says it is not tuned. Tuned weights are used as soon as there are some."""
+    old = _old(tmp_path, sample, n=300)
+    state = tmp_path / "up.sqlite"
+    upgrade_job.start(old.url, model=MODEL, text_field="text", state_path=state, to=f"file://{tmp_path}/new",
+                      fit_sample=100)
+    q_new, q_old = sample.queries_new[:40], sample.queries_old[:40]
+    with Upgrade.open(state) as up:
+        assert up.status()["fusion_beta"].startswith("not tuned: the old model alone")
+        ids, _ = up.search_vectors(q_new, 10, old_queries=q_old)
+        staying, _ = up.source.search(q_old, 10)
+        assert ids == [list(r) for r in staying], "before tuning, exactly what staying on the old model serves"
+        up.reembed()
+        up.cutover()
+        assert up.status()["fusion_beta"].startswith("not tuned: the new model alone")
+        ids, _ = up.search_vectors(q_new, 10, old_queries=q_old)
+        new_only, _ = up.target.search(q_new, 10)
+        assert ids == [list(r) for r in new_only], "after cutover, the new model alone"
+        up.meta = up.state.update(fusion_beta=1.0, fusion_stays=False)
+        fused, _ = up.search_vectors(q_new, 10, old_queries=q_old)
+        assert fused != ids and up.status()["fusion_beta"] == 1.0, "tuned weights are used once there are some"

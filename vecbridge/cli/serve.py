@@ -36,10 +36,13 @@ from .options import POSITIVE_INT, WrapSpec, force_space_option, model_options
               help="Requests each process works on at a time (models and store calls run in this many threads).")
 @click.option("--log-level", type=click.Choice(["critical", "error", "warning", "info", "debug"]), default="info",
               show_default=True, help="uvicorn's log level (info: a line per request).")
+@click.option("--rerank", type=click.IntRange(min=0), default=0, show_default=True, metavar="K",
+              help="With --state: re-score each search's top K candidates with the new model and write back what it "
+                   "embeds as native vectors (the cascade: what users retrieve is re-embedded first).")
 @force_space_option
 @model_options
 def serve(state_path, wrapped, model, old_model, upstream, upstream_key_env, token_env, host, port, workers, threads,
-          log_level, force, models):
+          log_level, rerank, force, models):
     """Serve an upgrade (--state) or a wrapped collection (--wrap) over HTTP: OpenAI-compatible /v1/embeddings in
     the space the index is in now, /search, /status, /healthz and Prometheus /metrics."""
     from ..service import require
@@ -51,6 +54,6 @@ def serve(state_path, wrapped, model, old_model, upstream, upstream_key_env, tok
     config = ServeConfig(state=state_path, wrap=wrapped, model=model, old_model=old_model, upstream=upstream,
                          upstream_key_env=upstream_key_env, token_env=token_env, device=models.device,
                          model_batch_size=models.batch_size, precision=models.precision, threads=threads,
-                         force=force)
+                         force=force, rerank=rerank)
     run(config, host=host, port=port, workers=workers, log_level=log_level,
         on_ready=lambda line: click.echo(f"- {redacted(line)}", err=True))

@@ -146,18 +146,23 @@ def upgrade_status(state_path, queries_url, old_queries_url):
               help="Also encode each query with the old model and fuse the scores (keeps more quality while the "
                    "old model is the better retriever).")
 @click.option("--beta", type=click.FloatRange(min=0), default=None,
-              help="Weight of the old-model query in the fusion (default: the one `upgrade tune` chose, else 1).")
+              help="Weight of the old-model query in the fusion (default: the one `upgrade tune` chose; before any "
+                   "tuning the old model alone until cutover, the new model alone after it).")
 @click.option("--hub-weight", type=click.FloatRange(min=0), default=None,
               help="Hub penalty: subtract this times each record's hub score (default: what `upgrade tune` chose).")
+@click.option("--rerank", type=click.IntRange(min=0), default=0, show_default=True, metavar="K",
+              help="Cascade: score the top K candidates again with the new model's vectors of their texts; those "
+                   "embedded for it are written back as native vectors (re-embedding what users retrieve first).")
 @model_options
-def upgrade_search(state_path, texts, k, old_model, beta, hub_weight, models):
+def upgrade_search(state_path, texts, k, old_model, beta, hub_weight, rerank, models):
     """Search the upgrade's vectors with query TEXTS encoded by the new model, at any stage."""
     from ..jobs.upgrade import open_upgrade
     from ..render.search import text_hits
     from ..serving.wrap import attach_field
 
     with open_upgrade(state_path) as up:
-        ids, scores = up.search(list(texts), k, old_model=old_model, beta=beta, hub_weight=hub_weight, models=models)
+        ids, scores = up.search(list(texts), k, old_model=old_model, beta=beta, hub_weight=hub_weight, rerank=rerank,
+                                models=models)
         rows = [[{"id": i, "score": float(s), "source": up.source.display_url} for i, s in zip(r, sc)]
                 for r, sc in zip(ids, scores)]
         attach_field(rows, {up.source.display_url: up.source}, up.meta["text_field"])
@@ -171,11 +176,15 @@ def upgrade_search(state_path, texts, k, old_model, beta, hub_weight, models):
               help="New-model query vectors (id = the id of each query's relevant record).")
 @click.option("--old-queries", "old_queries_url", required=True, help="The same queries in the old model.")
 @click.option("-k", "k", type=POSITIVE_INT, default=10, show_default=True, help="Results per query.")
-def upgrade_tune(state_path, queries_url, old_queries_url, k):
+@click.option("--rerank", type=click.IntRange(min=0), default=0, show_default=True, metavar="K",
+              help="Also choose the cascade's old-model weight (`search --rerank K`): the queries' top K candidates "
+                   "are embedded by the new model and written back as native vectors.")
+@model_options
+def upgrade_tune(state_path, queries_url, old_queries_url, k, rerank, models):
     """Choose the fusion and hub-penalty weights on queries with known answers, never below staying."""
     from ..jobs.upgrade import tune
 
-    emit(tune(state_path, queries_url, old_queries_url, k=k), show.tuned, k)
+    emit(tune(state_path, queries_url, old_queries_url, k=k, rerank=rerank, models=models), show.tuned, k)
 
 
 @upgrade.command("query-log")

@@ -39,6 +39,12 @@ def state(status: dict, headline: str | None = None) -> None:
                                                   if any(ch.values()) else ""))
     if status.get("credentials"):
         con.print(f"  {status['credentials']}")
+    beta = status.get("fusion_beta")
+    if isinstance(beta, str) and beta.startswith("not tuned"):
+        con.print(f"  searches with old-model queries: {escape(beta)}")
+    elif beta is not None:
+        con.print(f"  searches with old-model queries: fusion weight {beta}, hub penalty weight "
+                  f"{status.get('hub_weight', 0.0)} (tuned)")
     if status.get("dropped"):
         con.print(f"  dropped {status['dropped']}")
     p = status.get("probe")
@@ -132,3 +138,8 @@ def tuned(result: dict, k: int) -> None:
                     f"Recall@{k} {result['recall']:.3f} on {result['n_queries']:,} queries (new model alone "
                     f"{result['new_model_only']:.3f}, staying on the old model {result['staying']:.3f}); "
                     f"`upgrade search --old-model` uses it")
+    c = result.get("cascade")
+    if c:
+        console().print(f"cascade (top {c['rerank']}): old-model weight {c['cascade_beta']}, Recall@{k} "
+                        f"{c['recall']:.3f}; {c['written_back']:,} candidates embedded and written back native; "
+                        f"`upgrade search --rerank {c['rerank']}` uses it")

@@ -107,7 +107,8 @@ class Backend:
         else:
             q_new, q_old = request.vectors, request.old_vectors
         if up is not None:
-            ids, scores = up.search_vectors(q_new, request.k, old_queries=q_old)
+            ids, scores = up.search_vectors(q_new, request.k, old_queries=q_old, rerank=self.config.rerank,
+                                            embed=lambda texts: self._encode(self.model, texts, self.new_dim, "new"))
             return ids, scores, {"stage": up.meta["stage"], "serving": up.meta["serving"]}
         wrapped = self._wrapped()
         if q_old is not None:

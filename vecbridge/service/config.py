@@ -21,7 +21,9 @@ class ServeConfig:
     model (default: the upgrade's), a spec for :func:`~vecbridge.runtime.models.load_model` or, with ``upstream``,
     the model name sent to that OpenAI-compatible endpoint (its key in the environment variable ``upstream_key_env``);
     ``old_model``: encodes each text query a second time for dual-query fusion; ``token_env``: the environment
-    variable holding the bearer token clients must send; ``threads``: blocking calls at a time per process."""
+    variable holding the bearer token clients must send; ``threads``: blocking calls at a time per process;
+    ``rerank``: an upgrade's searches re-score their top ``rerank`` candidates with the new model and write back
+    what they embed as native vectors (the cascade; 0: off)."""
 
     state: str | None = None
     wrap: tuple[str, str] | None = None
@@ -35,6 +37,7 @@ class ServeConfig:
     precision: str = "auto"
     threads: int = 8
     force: bool = False
+    rerank: int = 0
 
     def __post_init__(self):
         if self.wrap is not None:
@@ -51,6 +54,8 @@ class ServeConfig:
         if self.upstream and not self.upstream.startswith(("http://", "https://")):
             raise UsageError("--upstream takes the http(s) base URL of an OpenAI-compatible API, e.g. "
                              "https://api.openai.com/v1")
+        if self.rerank and not self.state:
+            raise UsageError("--rerank re-ranks and writes back an upgrade's records: it needs --state")
         if self.old_model and not (self.state or self.wrap):
             raise UsageError("--old-model fuses searches of an upgrade (--state) or a wrapped collection (--wrap)")
         for option, name in (("--token-env", self.token_env), ("--upstream-key-env", self.upstream_key_env)):

@@ -149,6 +149,16 @@ class UpgradeBase:
         self.recount()
         return moved
 
+    def _fusion_shown(self):
+        """How ``status`` names the fusion weight searches with old-model queries use now."""
+        if self.meta.get("fusion_stays"):
+            return "old model alone"
+        if self.meta.get("fusion_beta") is not None:
+            return self.meta["fusion_beta"]
+        alone = "the old model alone" if self.meta.get("serving", "old") == "old" else "the new model alone"
+        return (f"not tuned: {alone} (what the application had before; `vecbridge upgrade tune` with queries "
+                f"with known answers picks the fusion)")
+
     def status(self) -> dict:
         counts = self.counts()
         total = sum(counts.values())
@@ -158,8 +168,9 @@ class UpgradeBase:
                 redact(self.meta["target"]), "model": self.meta["model"], "alignment": self.meta["alignment"],
                 "text_field": self.meta["text_field"], "counts": counts, "total": total,
                 "native_fraction": counts["native"] / total if total else 0.0,
-                "fusion_beta": "old model alone" if self.meta.get("fusion_stays") else self.meta.get("fusion_beta"),
+                "fusion_beta": self._fusion_shown(),
                 "hub_weight": self.meta.get("hub_weight", 0.0),
+                "cascade_beta": self.meta.get("cascade_beta"),
                 "hub_reference": self.meta.get("hub_reference"), "dropped": self.meta.get("dropped"),
                 "dropping": self.meta.get("dropping"),
                 "probe": self.meta.get("probe"),

@@ -25,12 +25,17 @@ def open_upgrade(path) -> Upgrade:
     return Upgrade.open(path)
 
 
-def tune(path, queries, old_queries, *, k: int = 10) -> dict:
+def tune(path, queries, old_queries, *, k: int = 10, rerank: int = 0, models=None) -> dict:
     """:meth:`Upgrade.tune_fusion` on two query collections (the same queries embedded by the new and the old model,
-    each query's id being its relevant record's id, as ``vecbridge report --queries`` takes them)."""
+    each query's id being its relevant record's id, as ``vecbridge report --queries`` takes them); with ``rerank``
+    K, then :meth:`Upgrade.tune_cascade` on the same queries (``cascade`` in the result)."""
     new_q, old_q = query_pairs(queries, old_queries)
     with open_upgrade(path) as up:
-        return up.tune_fusion(new_q.vectors, old_q.vectors, list(new_q.ids), k=k)
+        out = up.tune_fusion(new_q.vectors, old_q.vectors, list(new_q.ids), k=k)
+        if rerank:
+            up.run_models(models)
+            out["cascade"] = up.tune_cascade(new_q.vectors, old_q.vectors, list(new_q.ids), k=k, rerank=rerank)
+        return out
 
 
 def measure(path, queries, old_queries, *, k: int = 10) -> dict:

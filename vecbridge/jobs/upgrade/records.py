@@ -24,6 +24,7 @@ import numpy as np
 
 from ...connectors.base import Collection, VectorBatch
 from ...errors import InputError
+from ...quality.scoring import hub_penalty
 from ...quality.space import SpaceFingerprint
 from ...runtime.provenance import record_stamp
 
@@ -71,6 +72,19 @@ class Stamper:
         digests = [None] * n if digests is None else list(digests)
         return [{**self.base, **{k: v for k, v in (("digest", d), ("residual", r), ("hubness", h)) if v is not None}}
                 for d, r, h in zip(digests, _floats(residuals, n), _floats(hubness, n))]
+
+
+class NativeStamps:
+    """The stamps of records the new model embedded (``native``, made by the model, with the digest of what each was
+    made from and its hub score against the ``k`` nearest reference queries): built by the driver, applied by every
+    worker of ``reembed`` and by the searches that write back what they re-rank."""
+
+    def __init__(self, stamp: Stamper, text_field: str, reference: np.ndarray | None, k: int):
+        self.stamp, self.text_field, self.reference, self.k = stamp, text_field, reference, k
+
+    def __call__(self, batch: VectorBatch, vectors: np.ndarray) -> list[dict]:
+        hub = None if self.reference is None or not len(vectors) else hub_penalty(vectors, self.reference, self.k)
+        return self.stamp(len(batch), digests=digests_of(batch, self.text_field), hubness=hub)
 
 
 class RecordStamps:

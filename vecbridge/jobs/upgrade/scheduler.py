@@ -24,30 +24,17 @@ import numpy as np
 from ...connectors.base import Collection, VectorBatch
 from ...errors import InputError
 from ...faultpoint import fault_point
-from ...quality.scoring import hub_penalty
 from ...runtime.engine import engine_of
 from ...runtime.models import ModelOptions
 from ...runtime.ray_engine import Sealed
 from ...vectors import l2_normalize
 from .base import HUB_K, open_target
-from .records import QUEUE, Stamper, digests_of
+from .records import QUEUE, NativeStamps
 from .state import exclusive
 from .sync import Syncing
 
 #: batches queued per Ray actor: one being embedded, the others on their way (hides the driver's round trips)
 IN_FLIGHT = 3
-
-
-class NativeStamps:
-    """The stamps of re-embedded records (``native``, made by the model, with the digest of what each was made
-    from and its hub score against the reference queries): built by the driver, applied by every worker."""
-
-    def __init__(self, stamp: Stamper, text_field: str, reference: np.ndarray | None):
-        self.stamp, self.text_field, self.reference = stamp, text_field, reference
-
-    def __call__(self, batch: VectorBatch, vectors: np.ndarray) -> list[dict]:
-        hub = None if self.reference is None or not len(vectors) else hub_penalty(vectors, self.reference, HUB_K)
-        return self.stamp(len(batch), digests=digests_of(batch, self.text_field), hubness=hub)
 
 
 def embed_and_write(embed, target: Collection, batch: VectorBatch, texts: list[str],
@@ -66,7 +53,7 @@ class Reembedder:
 
     def __init__(self, up: "Scheduling"):
         self._up = up
-        self._stamps = NativeStamps(up.stamper("native"), up.meta["text_field"], up._reference)
+        self._stamps = NativeStamps(up.stamper("native"), up.meta["text_field"], up._reference, HUB_K)
 
     def __call__(self) -> "Reembedder":
         return self

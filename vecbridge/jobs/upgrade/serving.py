@@ -13,10 +13,14 @@ from ...errors import InputError
 from ...quality.scoring import fuse
 from ...runtime.open import open_collection
 from ...vectors import l2_normalize
-from .base import UpgradeBase
+from .base import HUB_K, UpgradeBase
+from .records import NativeStamps
 
 #: the old query's weights tried by :meth:`Serving.tune_fusion` (``inf``: the old model alone, i.e. staying)
 FUSION_BETAS = (0.0, 0.25, 0.5, 1.0, 2.0, 3.0, 5.0, 10.0, float("inf"))
+#: the old model's weight when the cascade re-scores candidates with both models' own vectors (both cosines are
+#: exact there, unlike the mapped vectors fusion corrects for: equal weights; bench/cascade.py)
+CASCADE_BETA = 1.0
 #: the hub penalty's weights tried by :meth:`Serving.tune_fusion` (0: no penalty)
 HUB_WEIGHTS = (0.0, 0.25, 0.5, 1.0)
 
@@ -108,14 +112,64 @@ class Serving(UpgradeBase):
                 "new_model_only": recall[0.0, 0.0], "n_queries": len(relevant), "recall_by_beta": by_beta,
                 "hub_weights_tried": list(weights)}
 
+    def tune_cascade(self, queries_new, queries_old, relevant: list, *, k: int = 10, rerank: int = 100,
+                     embed=None) -> dict:
+        """Choose the old model's weight in the cascade (``search --rerank``) on queries with known answers: each
+        query's top ``rerank`` candidates of the served ranking get their native vectors (embedded and written back
+        where they have none yet, as a served cascade would), then every weight of the fusion grid (the old model
+        alone included) ranks them. Saved in the state; the cascade uses it from then on."""
+        if rerank < 1:
+            raise InputError("the cascade re-scores at least one candidate per query")
+        q_new = l2_normalize(np.asarray(queries_new, dtype=np.float32))
+        q_old = l2_normalize(np.asarray(queries_old, dtype=np.float32))
+        if not (len(q_new) == len(q_old) == len(relevant)) or not len(relevant):
+            raise InputError("tuning needs the same queries in both models and the id of each one's relevant record")
+        rows, _ = self._ranked(q_new, rerank, old_queries=q_old, beta=None, hub_weight=None,
+                               k_candidates=max(rerank, 100))
+        self._cascade(q_new, q_old, rows, k, embed or self.model)   # every candidate native from here on
+        flat = list(dict.fromkeys(i for row in rows for i in row))
+        new, old = self.target.get(flat), self.source.get(flat)
+        vn, vo = dict(zip(new.ids, l2_normalize(new.vectors))), dict(zip(old.ids, l2_normalize(old.vectors)))
+        recall = {}
+        for beta in FUSION_BETAS:
+            hits = 0
+            for qi, row in enumerate(rows):
+                cand = [i for i in row if i in vn and i in vo]
+                if not cand:
+                    continue
+                s = fuse(np.stack([vn[i] for i in cand]) @ q_new[qi], np.stack([vo[i] for i in cand]) @ q_old[qi],
+                         beta, mean=True)
+                hits += relevant[qi] in [cand[j] for j in np.argsort(-s, kind="stable")[:k]]
+            recall[beta] = hits / len(relevant)
+        best = max(FUSION_BETAS, key=lambda b: (recall[b], -abs(np.log1p(b)) if np.isfinite(b) else -np.inf))
+        self.meta = self.state.update(cascade_beta="inf" if np.isinf(best) else best, cascade_k=rerank)
+        self.state.event("tuned-cascade", f"cascade beta {best} on {len(relevant):,} queries, top {rerank}")
+        return {"cascade_beta": "old model alone" if np.isinf(best) else best, "rerank": rerank,
+                "recall": recall[best], "recall_by_beta": {("inf" if np.isinf(b) else b): r for b, r in recall.items()},
+                "written_back": self.written_back}
+
+    def _cascade_beta(self) -> float:
+        """The cascade's old-model weight :meth:`tune_cascade` chose, else :data:`CASCADE_BETA`."""
+        chosen = self.meta.get("cascade_beta")
+        if chosen is None:
+            return CASCADE_BETA
+        return np.inf if chosen == "inf" else float(chosen)
+
     def _tuned_beta(self) -> float:
-        """The old query's weight :meth:`tune_fusion` chose (``inf``: the old model alone), else 1."""
-        return np.inf if self.meta.get("fusion_stays") else float(self.meta.get("fusion_beta") or 1.0)
+        """The old query's weight :meth:`tune_fusion` chose (``inf``: the old model alone). Before any tuning, what
+        serves at least as well as what the application had: the old model alone while it is served (fused
+        serving with untuned weights measured below staying on most model pairs: docs/design.md), the new model
+        alone once the upgrade is cut over."""
+        if self.meta.get("fusion_stays"):
+            return np.inf
+        if self.meta.get("fusion_beta") is not None:
+            return float(self.meta["fusion_beta"])
+        return np.inf if self.meta.get("serving", "old") == "old" else 0.0
 
     def measure(self, queries_new, queries_old, relevant: list, *, k: int = 10, k_candidates: int = 100) -> dict:
-        """Recall@k on queries with known answers as served now (the tuned weights, or fusion with beta 1 and no
-        penalty before any tuning), against the new model alone and staying on the old model. Kept in the state as
-        the latest probe (``status`` shows it)."""
+        """Recall@k on queries with known answers as served now (the tuned weights; before any tuning the old model
+        alone until cutover, the new model alone after it), against the new model alone and staying on the old
+        model. Kept in the state as the latest probe (``status`` shows it)."""
         beta = self._tuned_beta()
         w = float(self.meta.get("hub_weight") or 0.0)
         r = self._recalls(queries_new, queries_old, relevant, lambda _: [(beta, w), (0.0, 0.0), (np.inf, 0.0)],
@@ -129,24 +183,87 @@ class Serving(UpgradeBase):
         return self.status()
 
     def search(self, texts: list[str], k: int = 10, *, old_model: str | None = None, beta: float | None = None,
-               hub_weight: float | None = None, k_candidates: int = 100,
+               hub_weight: float | None = None, k_candidates: int = 100, rerank: int = 0,
                models=None) -> tuple[list[list], np.ndarray]:
         """New-model queries over the upgrade's vectors (mapped and native alike). With ``old_model``, each query is
         also encoded by the old model and every candidate scored ``(cos(q_new, v_new) + beta cos(q_old, v_old)) /
         (1 + beta)`` over the union of both searches' candidates (dual-query fusion); ``hub_weight`` subtracts
         ``weight * r(d)``, the record's hub score (the hub penalty). Both default to what :meth:`tune_fusion`
-        chose (else fusion with beta 1, no penalty). ``models``: where both models run
+        chose (before any tuning: the old model alone until cutover, the new model alone after it; no penalty).
+        ``rerank``: the cascade, see :meth:`search_vectors`. ``models``: where both models run
         (:class:`~vecbridge.runtime.models.ModelOptions`)."""
         self.run_models(models)
         q_new = self.model(texts)
         q_old = self.models.load(old_model)(texts) if old_model is not None else None
         return self.search_vectors(q_new, k, old_queries=q_old, beta=beta, hub_weight=hub_weight,
-                                   k_candidates=k_candidates)
+                                   k_candidates=k_candidates, rerank=rerank)
 
     def search_vectors(self, queries, k: int = 10, *, old_queries=None, beta: float | None = None,
-                       hub_weight: float | None = None, k_candidates: int = 100) -> tuple[list[list], np.ndarray]:
+                       hub_weight: float | None = None, k_candidates: int = 100, rerank: int = 0,
+                       embed=None) -> tuple[list[list], np.ndarray]:
         """:meth:`search` with the queries encoded already (a service that loaded its models once): the new model's
-        vectors, and the old model's vectors of the same queries, row for row, for dual-query fusion."""
+        vectors, and the old model's vectors of the same queries, row for row, for dual-query fusion.
+
+        ``rerank`` K > 0: the cascade. The search's top K candidates are scored again with the new model's own
+        vectors of their stored texts (``embed``, the upgrade's model by default): by the new model alone, or, with
+        old-model queries, fused with the old model's cosine (the weight :meth:`tune_cascade` chose, else
+        :data:`CASCADE_BETA`). Each candidate embedded for
+        it is written back as its native vector, stamped ``native`` in the same upsert, so the records users
+        retrieve become native first and ``reembed`` skips them."""
+        if rerank < 0:
+            raise InputError("rerank is a number of candidates, at least 0")
+        ids, scores = self._ranked(queries, max(k, rerank), old_queries=old_queries, beta=beta,
+                                   hub_weight=hub_weight, k_candidates=k_candidates)
+        if not rerank:
+            return [row[:k] for row in ids], scores[:, :k]
+        q_new = l2_normalize(np.asarray(queries, dtype=np.float32))
+        q_old = None if old_queries is None else l2_normalize(np.asarray(old_queries, dtype=np.float32))
+        return self._cascade(q_new, q_old, [row[:rerank] for row in ids], k, embed or self.model)
+
+    def _cascade(self, q_new: np.ndarray, q_old: np.ndarray | None, rows: list[list], k: int,
+                 embed) -> tuple[list[list], np.ndarray]:
+        """Candidates re-scored with each one's native vector (stored where the record is native already, else
+        embedded now from its text and written back; a record without text keeps the vector it has), fused with
+        its old vector's cosine when there are old-model queries."""
+        flat = list(dict.fromkeys(i for row in rows for i in row))
+        held = self.target.get(flat)
+        vectors = dict(zip(held.ids, held.vectors))
+        old = {}
+        if q_old is not None:
+            got = self.source.get(flat)
+            old = dict(zip(got.ids, l2_normalize(got.vectors)))
+        todo = [i for i, st in zip(held.ids, held.stamps or [None] * len(held))
+                if st is None or st.get("origin") != "native"]
+        if todo:
+            records = self.source.get(todo)
+            text_field = self.meta["text_field"]
+            has = [j for j, p in enumerate(records.payloads) if isinstance(p.get(text_field), str) and p[text_field]]
+            if has:
+                part = records.take(np.asarray(has))
+                native = np.asarray(embed([p[text_field] for p in part.payloads]), dtype=np.float32)
+                stamps = NativeStamps(self.stamper("native"), text_field, self._reference, HUB_K)(part, native)
+                self.target.upsert(part.with_vectors(native, stamps))
+                self.written_back += len(part)
+                vectors.update(zip(part.ids, native))
+        out_ids, out_scores = [], np.full((len(q_new), k), -np.inf, dtype=np.float32)
+        for qi, row in enumerate(rows):
+            cand = [i for i in row if i in vectors and (q_old is None or i in old)]
+            if not cand:
+                out_ids.append([])
+                continue
+            cos = l2_normalize(np.stack([vectors[i] for i in cand])) @ q_new[qi]
+            if q_old is not None:
+                cos = fuse(cos, np.stack([old[i] for i in cand]) @ q_old[qi], self._cascade_beta(), mean=True)
+            order = np.argsort(-cos, kind="stable")[:k]
+            out_ids.append([cand[j] for j in order])
+            out_scores[qi, :len(order)] = cos[order]
+        return out_ids, out_scores
+
+    #: records the cascade embedded and wrote back as native through this handle
+    written_back = 0
+
+    def _ranked(self, queries, k: int, *, old_queries, beta, hub_weight, k_candidates) -> tuple[list[list], np.ndarray]:
+        """The served ranking's top ``k``: the store's own search, or fusion and the hub penalty over candidates."""
         q_new = l2_normalize(np.asarray(queries, dtype=np.float32))
         weight = float(self.meta.get("hub_weight") or 0.0) if hub_weight is None else float(hub_weight)
         q_old = None
