@@ -34,7 +34,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from vecbridge.connectors import VectorBatch, connect  # noqa: E402
-from vecbridge.jobs.upgrade.records import Stamper, record_digest  # noqa: E402
+from vecbridge.runtime.record_stamps import Stamper, record_digest  # noqa: E402
 
 BATCH = 2000
 BENCH = Path(__file__).resolve().parent

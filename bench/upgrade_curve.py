@@ -20,7 +20,7 @@ pair old -> new,
   over the union of the two searches' top-100 candidates: the ``beta1_top100`` figures re-rank exactly that union);
 * staying = old-model queries over the old docs; full re-embed = new-model queries over the new docs.
 
-Priorities: ``random`` (the tool's default order: ``vecbridge.jobs.upgrade.records.shuffle_rank`` of each id);
+Priorities: ``random`` (the tool's default order: ``vecbridge.runtime.record_stamps.shuffle_rank`` of each id);
 ``residual`` (anchor residual: the similarity-weighted ``1 - cos(T(x_a), y_a)`` of the item's 10 nearest fit-sample anchors in the old
 space, ``vecbridge.quality.options.reliability_scores``, the score ``upgrade reembed --priority residual`` orders by; it
 needs nothing of the item beyond its old vector); ``hubs`` (the
@@ -72,10 +72,10 @@ sys.path.insert(0, str(ROOT))
 from vecbridge import metrics  # noqa: E402
 from vecbridge.align import ClusteredProcrustes, OrthogonalProcrustes  # noqa: E402
 from vecbridge.jobs.upgrade import FUSION_BETAS, HUB_WEIGHTS  # noqa: E402
-from vecbridge.jobs.upgrade.records import shuffle_rank  # noqa: E402
 from vecbridge.numeric.neighbors import knn  # noqa: E402
 from vecbridge.numeric.ranking import best_first, ranks_of  # noqa: E402
 from vecbridge.quality.options import anchor_residuals, reliability_scores  # noqa: E402
+from vecbridge.runtime.record_stamps import shuffle_rank  # noqa: E402
 from vecbridge.vectors import l2_normalize  # noqa: E402
 
 CORPORA = ("wordnet", "foldoc")

@@ -21,9 +21,9 @@ from vecbridge.cli import main
 from vecbridge.connectors import VectorBatch, connect
 from vecbridge.errors import InputError
 from vecbridge.jobs.upgrade import Upgrade, start
-from vecbridge.jobs.upgrade.records import record_digest
 from vecbridge.runtime.engine import LocalEngine
 from vecbridge.runtime.ray_engine import RayEngine
+from vecbridge.runtime.record_stamps import record_digest
 
 os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")   # keep every Ray address on the loopback
 

@@ -6,10 +6,10 @@ import sys
 
 import click
 
-from ..jobs.upgrade.records import PRIORITIES
 from ..render import upgrade as show
 from ..render.console import progress
 from ..render.console import steps as step_lines
+from ..runtime.record_stamps import PRIORITIES
 from .group import emit, fail, group, json_mode, model_line
 from .options import POSITIVE_INT, engine_options, force_space_option, method_option, model_options, state_option
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 
 from ..jobs.upgrade import STAGES
-from ..jobs.upgrade.records import ORIGINS
+from ..runtime.record_stamps import ORIGINS
 
 #: latency buckets, seconds: a store's search takes milliseconds, a model's batch up to seconds
 BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)

@@ -2,7 +2,7 @@
 
 ``start`` fits the map on a re-embedded sample (or takes one), writes mapped vectors *beside* the old ones — a new
 vector field where the store has named vectors (PostgreSQL+pgvector, Qdrant), a new collection elsewhere — and
-stamps every record in the store, in the same write as its new vector (:mod:`vecbridge.jobs.upgrade.records`; the
+stamps every record in the store, in the same write as its new vector (:mod:`vecbridge.runtime.record_stamps`; the
 state file, :mod:`vecbridge.jobs.upgrade.state`, keeps the upgrade's own document). ``reembed`` then replaces
 mapped vectors by the new model's own, batch by batch, resumable after ``kill -9``, picking up records the source
 gained meanwhile; ``search`` serves new-model queries over the upgrade's vectors at every stage (optionally fused
@@ -10,8 +10,7 @@ with old-model queries over the old vectors). ``cutover`` and ``rollback`` move 
 PostgreSQL view in one transaction — and the state's serving pointer; ``finalize`` ends the upgrade. The old
 vectors are never written.
 
-The parts: :mod:`.stages` (the stage table every verb checks), :mod:`.state` (the state file), :mod:`.records`
-(each record's stamp in the store), :mod:`.starting`,
+The parts: :mod:`.stages` (the stage table every verb checks), :mod:`.state` (the state file), :mod:`.starting`,
 :mod:`.planning`, :mod:`.sync` (bringing the upgrade up to its source), :mod:`.scheduler` (re-embedding),
 :mod:`.cutover` (cutover, rollback, finalize), :mod:`.serving` (search, tune, measure) and :mod:`.core`
 (:class:`Upgrade`, with every verb).

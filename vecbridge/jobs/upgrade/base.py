@@ -15,20 +15,13 @@ from ...quality.scoring import hub_penalty
 from ...runtime.models import ModelOptions
 from ...runtime.open import load_alignment
 from ...runtime.provenance import spaces_of
-from .records import ORIGINS, RecordStamps, Stamper
+from ...runtime.record_stamps import ORIGINS, NativeStamps, RecordStamps, Stamper
+from ...runtime.reembed_worker import open_target
 from .stages import check
 from .state import UpgradeState, exclusive
 
 #: reference queries per record in a hub score (``r(d)``: mean cosine to its nearest reference queries)
 HUB_K = 10
-
-
-def open_target(source: str, field: str | None, target: str | None) -> Collection:
-    """Where an upgrade writes its new vectors: the vector ``field`` of the source, else the collection ``target``
-    (the driver and each Ray worker of ``reembed`` open it alike)."""
-    if field:
-        return connect(source).with_vector_field(field)
-    return connect(target)
 
 
 class UpgradeBase:
@@ -101,6 +94,10 @@ class UpgradeBase:
             origin, self.alignment.fingerprint)
         return Stamper(origin, made_by, spaces["target"] if spaces else None, self.alignment.target_dim)
 
+    def native_stamps(self) -> NativeStamps:
+        """The stamps of records the new model embeds (``reembed``, the cascade)."""
+        return NativeStamps(self.stamper("native"), self.meta["text_field"], self._reference, HUB_K)
+
     def counts(self) -> dict[str, int]:
         """Records per origin as the state last counted them (every command that changes stamps keeps them up to
         date; :meth:`recount` counts the store's stamps again)."""
@@ -129,18 +126,9 @@ class UpgradeBase:
         if not self.state.has_legacy_rows():
             return 0
         spaces = spaces_of(self.alignment)
-        space = spaces["target"] if spaces else None
-        log = self.meta.get("query_log") or (self.meta.get("hub_reference") if self.meta.get("hub_reference") else None)
-        moved = 0
-        for rows in self.state.legacy_rows():
-            by_id = {r[0]: r for r in rows}
-
-            def stamp(i, _old, by_id=by_id):
-                _, origin, made_by, residual, hubness, hits, digest = by_id[i]
-                st = Stamper(origin, made_by, space, self.alignment.target_dim)(
-                    1, digests=[digest], residuals=[residual], hubness=[hubness])[0]
-                return {**st, "hits": hits, "log": log} if hits else st
-            moved += self.records.restamp(list(by_id), stamp)
+        log = self.meta.get("query_log") or self.meta.get("hub_reference") or None
+        moved = self.records.carry_over(self.state.legacy_rows(), spaces["target"] if spaces else None,
+                                        self.alignment.target_dim, log)
         if log and not self.meta.get("query_log"):
             self.meta = self.state.update(query_log=log)
             self.records.log = log

@@ -21,70 +21,19 @@ from typing import Callable
 
 import numpy as np
 
-from ...connectors.base import Collection, VectorBatch
 from ...errors import InputError
 from ...faultpoint import fault_point
 from ...runtime.engine import engine_of
 from ...runtime.models import ModelOptions
-from ...runtime.ray_engine import Sealed
+from ...runtime.record_stamps import QUEUE
+from ...runtime.reembed_worker import Reembedder, embed_and_write  # noqa: F401 (read from here too)
 from ...vectors import l2_normalize
-from .base import HUB_K, open_target
-from .records import QUEUE, NativeStamps
+from .base import HUB_K
 from .state import exclusive
 from .sync import Syncing
 
 #: batches queued per Ray actor: one being embedded, the others on their way (hides the driver's round trips)
 IN_FLIGHT = 3
-
-
-def embed_and_write(embed, target: Collection, batch: VectorBatch, texts: list[str],
-                    stamps: NativeStamps) -> int:
-    """One batch of ``reembed``: the new model run on ``texts`` (one per record of ``batch``), the records upserted
-    with its vectors and their stamps in one write. Every worker runs this; it returns the records written."""
-    vectors = np.asarray(embed(texts), dtype=np.float32)
-    target.upsert(batch.with_vectors(vectors, stamps(batch, vectors)))
-    return len(batch)
-
-
-class Reembedder:
-    """The factory of ``reembed``'s pool and, in this process, its one worker: the upgrade's own model (loaded on
-    first use) and target (an embedded store allows one handle). Sent to a Ray actor it travels as the model's name
-    and the state's URLs (:class:`_Remote`): no handle, and no credential in what Ray prints."""
-
-    def __init__(self, up: "Scheduling"):
-        self._up = up
-        self._stamps = NativeStamps(up.stamper("native"), up.meta["text_field"], up._reference, HUB_K)
-
-    def __call__(self) -> "Reembedder":
-        return self
-
-    def embed_and_write(self, batch: VectorBatch, texts: list[str]) -> int:
-        return embed_and_write(self._up.model, self._up.target, batch, texts, self._stamps)
-
-    def __reduce__(self):
-        meta = self._up.meta
-        target = Sealed(meta["target"]) if meta.get("target") and not meta.get("field") else None
-        return _Remote, (meta["model"], Sealed(meta["source"]), meta.get("field"), target, self._up.models,
-                         self._stamps)
-
-
-class _Remote:
-    """A :class:`Reembedder` in a worker process: called once there, it loads the model and opens the target (a
-    failure is one line on the driver), then embeds and writes each batch it is given."""
-
-    def __init__(self, model: str, source: Sealed, field: str | None, target: Sealed | None,
-                 models: ModelOptions | None, stamps: NativeStamps):
-        self._spec = (model, source, field, target, models or ModelOptions())
-        self._stamps = stamps
-
-    def __call__(self) -> "_Remote":
-        model, source, field, target, models = self._spec
-        self._embed = models.load(model)
-        self._target = open_target(source.url, field, target.url if target is not None else None)
-        return self
-
-    def embed_and_write(self, batch: VectorBatch, texts: list[str]) -> int:
-        return embed_and_write(self._embed, self._target, batch, texts, self._stamps)
 
 
 class Scheduling(Syncing):
@@ -185,18 +134,7 @@ class Scheduling(Syncing):
                     hits[i] = hits.get(i, 0) + 1
         # names this log (the same log, the same name): hits counted by another rank as none
         log = hashlib.blake2b(np.ascontiguousarray(Q).tobytes(), digest_size=8).hexdigest()
-        scored = 0
-        for batch in self.target.scan(batch_size=2000):   # every stamp rewritten with its vector: one pass
-            def rescored(i, stamp, hub):
-                if stamp is None:   # not the upgrade's record
-                    return None
-                stamp = {k: v for k, v in stamp.items() if k not in ("hits", "log")}
-                return {**stamp, "hubness": float(hub), **({"hits": hits[i], "log": log} if i in hits else {})}
-
-            stamps = [rescored(i, st, h) for i, st, h in zip(batch.ids, batch.stamps or [None] * len(batch),
-                                                              self.hubness(batch.vectors))]
-            self.target.upsert(batch.with_stamps(stamps))
-            scored += sum(s is not None for s in stamps)
+        scored = self.records.rescore(self.hubness, hits, log)
         self.meta = self.state.update(hub_reference=f"a query log of {len(Q):,} queries", query_log=log)
         self.records.log = log
         self.state.event("queries", f"{len(Q):,} logged queries scored {scored:,} records")

@@ -12,9 +12,9 @@ from ...connectors.base import VectorBatch
 from ...errors import InputError
 from ...quality.scoring import fuse
 from ...runtime.open import open_collection
+from ...serving.cascade import CandidateVectors, paired_candidates
 from ...vectors import l2_normalize
-from .base import HUB_K, UpgradeBase
-from .records import NativeStamps
+from .base import UpgradeBase
 
 #: the old query's weights tried by :meth:`Serving.tune_fusion` (``inf``: the old model alone, i.e. staying)
 FUSION_BETAS = (0.0, 0.25, 0.5, 1.0, 2.0, 3.0, 5.0, 10.0, float("inf"))
@@ -35,31 +35,21 @@ def query_pairs(queries, old_queries) -> tuple[VectorBatch, VectorBatch]:
     return new_q, old_q.take(np.asarray([by_id[i] for i in new_q.ids]))
 
 
+def _probes(queries_new, queries_old, relevant: list) -> tuple[np.ndarray, np.ndarray]:
+    """Queries with known answers, normalised: the same queries in both models, one relevant id each."""
+    q_new = l2_normalize(np.asarray(queries_new, dtype=np.float32))
+    q_old = l2_normalize(np.asarray(queries_old, dtype=np.float32))
+    if not (len(q_new) == len(q_old) == len(relevant)) or not len(relevant):
+        raise InputError("measuring needs the same queries in both models and the id of each one's relevant record")
+    return q_new, q_old
+
+
 class Serving(UpgradeBase):
     """:meth:`search`, :meth:`tune_fusion` and :meth:`measure`."""
 
     def _candidates(self, q_new: np.ndarray, q_old: np.ndarray | None, k_candidates: int):
-        """Per query: ``(ids, cos_new, cos_old, hub)`` over its candidates, the union of the new search's and (with
-        old-model queries) the old search's top ``k_candidates``, in the order returned. Records the upgrade no
-        longer holds (gone from the source) are left out; ``hub`` is 0 where a record has no hub score."""
-        ids_n, _ = self.target.search(q_new, k_candidates)
-        ids_o = self.source.search(q_old, k_candidates)[0] if q_old is not None else [[]] * len(q_new)
-        cands = [list(dict.fromkeys(list(n) + list(o))) for n, o in zip(ids_n, ids_o)]
-        new_v = self.target.get(list(dict.fromkeys(i for row in cands for i in row)))   # vectors and stamps at once
-        held = {i: s.get("hubness") for i, s in zip(new_v.ids, new_v.stamps or []) if s is not None}
-        flat = [i for i in new_v.ids if i in held]
-        vn = {i: v for i, v in zip(new_v.ids, l2_normalize(new_v.vectors)) if i in held}
-        vo = {}
-        if q_old is not None:
-            old_v = self.source.get(flat)
-            vo = dict(zip(old_v.ids, l2_normalize(old_v.vectors)))
-        out = []
-        for qi, cand in enumerate(cands):
-            both = [i for i in cand if i in held and i in vn and (q_old is None or i in vo)]
-            out.append((both, np.array([vn[i] @ q_new[qi] for i in both], dtype=np.float32),
-                        np.array([vo[i] @ q_old[qi] for i in both], dtype=np.float32) if q_old is not None else None,
-                        np.array([held[i] or 0.0 for i in both], dtype=np.float32)))
-        return out
+        """:func:`~vecbridge.serving.cascade.paired_candidates` of the upgrade's vectors and the old ones."""
+        return paired_candidates(self.target, self.source, q_new, q_old, k_candidates)
 
     @staticmethod
     def _score(cos_new: np.ndarray, cos_old: np.ndarray | None, hub: np.ndarray, beta: float, weight: float):
@@ -70,11 +60,7 @@ class Serving(UpgradeBase):
     def _recalls(self, queries_new, queries_old, relevant: list, settings, *, k: int, k_candidates: int) -> dict:
         """Recall@k of each ``(beta, hub weight)`` setting on queries with known answers (``relevant[i]`` is the id of
         query i's relevant record), all from one candidate pool per query."""
-        q_new = l2_normalize(np.asarray(queries_new, dtype=np.float32))
-        q_old = l2_normalize(np.asarray(queries_old, dtype=np.float32))
-        if not (len(q_new) == len(q_old) == len(relevant)) or not len(relevant):
-            raise InputError("measuring needs the same queries in both models and the id of each one's relevant "
-                             "record")
+        q_new, q_old = _probes(queries_new, queries_old, relevant)
         cands = self._candidates(q_new, q_old, k_candidates)
         has_hub = any(h.any() for _, _, _, h in cands)
         out = {}
@@ -120,27 +106,12 @@ class Serving(UpgradeBase):
         alone included) ranks them. Saved in the state; the cascade uses it from then on."""
         if rerank < 1:
             raise InputError("the cascade re-scores at least one candidate per query")
-        q_new = l2_normalize(np.asarray(queries_new, dtype=np.float32))
-        q_old = l2_normalize(np.asarray(queries_old, dtype=np.float32))
-        if not (len(q_new) == len(q_old) == len(relevant)) or not len(relevant):
-            raise InputError("tuning needs the same queries in both models and the id of each one's relevant record")
+        q_new, q_old = _probes(queries_new, queries_old, relevant)
         rows, _ = self._ranked(q_new, rerank, old_queries=q_old, beta=None, hub_weight=None,
                                k_candidates=max(rerank, 100))
-        self._cascade(q_new, q_old, rows, k, embed or self.model)   # every candidate native from here on
-        flat = list(dict.fromkeys(i for row in rows for i in row))
-        new, old = self.target.get(flat), self.source.get(flat)
-        vn, vo = dict(zip(new.ids, l2_normalize(new.vectors))), dict(zip(old.ids, l2_normalize(old.vectors)))
-        recall = {}
-        for beta in FUSION_BETAS:
-            hits = 0
-            for qi, row in enumerate(rows):
-                cand = [i for i in row if i in vn and i in vo]
-                if not cand:
-                    continue
-                s = fuse(np.stack([vn[i] for i in cand]) @ q_new[qi], np.stack([vo[i] for i in cand]) @ q_old[qi],
-                         beta, mean=True)
-                hits += relevant[qi] in [cand[j] for j in np.argsort(-s, kind="stable")[:k]]
-            recall[beta] = hits / len(relevant)
+        got = self._candidate_vectors(rows, embed or self.model, with_old=True)   # all native from here on
+        recall = {beta: sum(relevant[qi] in got.rank(q_new[qi], q_old[qi], row, beta, k)[0]
+                            for qi, row in enumerate(rows)) / len(relevant) for beta in FUSION_BETAS}
         best = max(FUSION_BETAS, key=lambda b: (recall[b], -abs(np.log1p(b)) if np.isfinite(b) else -np.inf))
         self.meta = self.state.update(cascade_beta="inf" if np.isinf(best) else best, cascade_k=rerank)
         self.state.event("tuned-cascade", f"cascade beta {best} on {len(relevant):,} queries, top {rerank}")
@@ -222,42 +193,23 @@ class Serving(UpgradeBase):
 
     def _cascade(self, q_new: np.ndarray, q_old: np.ndarray | None, rows: list[list], k: int,
                  embed) -> tuple[list[list], np.ndarray]:
-        """Candidates re-scored with each one's native vector (stored where the record is native already, else
-        embedded now from its text and written back; a record without text keeps the vector it has), fused with
-        its old vector's cosine when there are old-model queries."""
-        flat = list(dict.fromkeys(i for row in rows for i in row))
-        held = self.target.get(flat)
-        vectors = dict(zip(held.ids, held.vectors))
-        old = {}
-        if q_old is not None:
-            got = self.source.get(flat)
-            old = dict(zip(got.ids, l2_normalize(got.vectors)))
-        todo = [i for i, st in zip(held.ids, held.stamps or [None] * len(held))
-                if st is None or st.get("origin") != "native"]
-        if todo:
-            records = self.source.get(todo)
-            text_field = self.meta["text_field"]
-            has = [j for j, p in enumerate(records.payloads) if isinstance(p.get(text_field), str) and p[text_field]]
-            if has:
-                part = records.take(np.asarray(has))
-                native = np.asarray(embed([p[text_field] for p in part.payloads]), dtype=np.float32)
-                stamps = NativeStamps(self.stamper("native"), text_field, self._reference, HUB_K)(part, native)
-                self.target.upsert(part.with_vectors(native, stamps))
-                self.written_back += len(part)
-                vectors.update(zip(part.ids, native))
+        """Candidates re-scored with both models' own vectors (:mod:`vecbridge.serving.cascade`)."""
+        got = self._candidate_vectors(rows, embed, with_old=q_old is not None)
         out_ids, out_scores = [], np.full((len(q_new), k), -np.inf, dtype=np.float32)
+        beta = self._cascade_beta()
         for qi, row in enumerate(rows):
-            cand = [i for i in row if i in vectors and (q_old is None or i in old)]
-            if not cand:
-                out_ids.append([])
-                continue
-            cos = l2_normalize(np.stack([vectors[i] for i in cand])) @ q_new[qi]
-            if q_old is not None:
-                cos = fuse(cos, np.stack([old[i] for i in cand]) @ q_old[qi], self._cascade_beta(), mean=True)
-            order = np.argsort(-cos, kind="stable")[:k]
-            out_ids.append([cand[j] for j in order])
-            out_scores[qi, :len(order)] = cos[order]
+            ids, scores = got.rank(q_new[qi], None if q_old is None else q_old[qi], row, beta, k)
+            out_ids.append(ids)
+            out_scores[qi, :len(ids)] = scores
         return out_ids, out_scores
+
+    def _candidate_vectors(self, rows: list[list], embed, *, with_old: bool) -> CandidateVectors:
+        text_field = self.meta["text_field"]
+        got = CandidateVectors(self.target, self.source, list(dict.fromkeys(i for row in rows for i in row)),
+                               text_field=text_field, embed=embed, with_old=with_old,
+                               stamps=self.native_stamps())
+        self.written_back += got.written
+        return got
 
     #: records the cascade embedded and wrote back as native through this handle
     written_back = 0

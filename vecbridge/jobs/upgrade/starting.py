@@ -24,12 +24,12 @@ from ...runtime.checkpoint import Checkpoint
 from ...runtime.guard import refuse_inputs_as_target
 from ...runtime.models import ModelOptions
 from ...runtime.open import load_alignment, open_collection
-from ...runtime.provenance import attach_spaces, check_space, fingerprint_vectors, spaces_of, stamp_alignment_target
+from ...runtime.provenance import attach_spaces, check_space, fingerprint_vectors, stamp_alignment_target
+from ...runtime.record_stamps import MappedStamps, digests_of
 from ...secrets import has_secrets, strip_url
 from ..rewrite import migrate, preflight
 from .base import HUB_K, open_target
 from .core import Upgrade
-from .records import Stamper, digests_of
 from .stages import check
 from .state import UpgradeState, exclusive
 
@@ -259,28 +259,8 @@ def _adopt(src: Collection, alignment, field: str | None, to, checkpoint: Path) 
     Checkpoint(path, identity).start()
 
 
-class _MappedStamps:
-    """How start's migration stamps each record it writes: ``mapped`` by the map, with the digest of what its vector
-    was made from and, where the fit sample measures them, its priority scores (the ``residual`` of the fit anchors
-    near it, its hub score against the re-embedded sample)."""
-
-    def __init__(self, aligned: Alignment, text_field: str, sample):
-        spaces = spaces_of(aligned)
-        self.stamp = Stamper("mapped", aligned.fingerprint, spaces["target"] if spaces else None, aligned.target_dim)
-        self.text_field = text_field
-        self.residuals, self.news = None, None
-        if sample is not None:
-            olds, news, _ = sample
-            self.residuals, self.news = _residual_scorer(aligned, (olds, news)), news
-
-    def __call__(self, batch: VectorBatch, mapped: np.ndarray) -> list[dict]:
-        scored = {} if self.residuals is None else {
-            "residuals": self.residuals(batch.vectors, mapped), "hubness": hub_penalty(mapped, self.news, HUB_K)}
-        return self.stamp(len(batch), digests=digests_of(batch, self.text_field), **scored)
-
-
 def _write_mapped(src: Collection, state: UpgradeState, aligned, align_file, *, field, to, batch_size,
-                  stamps: _MappedStamps, force: bool = False) -> None:
+                  stamps: MappedStamps, force: bool = False) -> None:
     """Mapped vectors into the field or collection this start owns, each with its stamp, by a resumable migration
     (once)."""
     if state.meta.get("migrated"):
@@ -316,7 +296,7 @@ def _write_and_stamp(src: Collection, state: UpgradeState, alignment, *, field, 
     sample = _kept_sample(src, state)
     on_step("writing mapped vectors beside the old ones")
     _write_mapped(src, state, aligned, align_file, field=field, to=to, batch_size=batch_size, force=force,
-                  stamps=_MappedStamps(aligned, meta["text_field"], sample))
+                  stamps=MappedStamps(aligned, meta["text_field"], sample, HUB_K))
     target = open_target(src.url, field, to)
     up = Upgrade(state)
     up.source, up.target = src, target   # this run's handles hold the credentials the URLs given to it carry
@@ -339,14 +319,3 @@ def _write_and_stamp(src: Collection, state: UpgradeState, alignment, *, field, 
         status["credentials"] = ("the state file keeps no password or token: later commands read them from the "
                                  "environment (PGPASSWORD, QDRANT_API_KEY, MILVUS_TOKEN, ...)")
     return status
-
-
-def _residual_scorer(alignment: Alignment, sample) -> Callable[[np.ndarray, np.ndarray], np.ndarray]:
-    """Expected unreliability of each mapped vector: the fit anchors' residuals ``1 - cos(T(x_a), y_a)`` near it in
-    the old space, weighted by similarity (the ``anchor_residual`` strategy the report measures). The anchors'
-    residuals are computed once; the scorer takes a batch's old and mapped vectors."""
-    from ...quality.options import anchor_residuals, reliability_scores
-
-    olds, news = sample
-    res = anchor_residuals(alignment.transform(olds.vectors), news)
-    return lambda X, mapped: reliability_scores(X, mapped, olds.vectors, news, res)["anchor_residual"]

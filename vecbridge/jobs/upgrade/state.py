@@ -1,6 +1,6 @@
 """The state of one model upgrade: a small SQLite file that says where it stands (the upgrade's document), not how
 each record was made: each record's stamp is kept in the store beside its new vector
-(:mod:`vecbridge.jobs.upgrade.records`).
+(:mod:`vecbridge.runtime.record_stamps`).
 
 Tables: ``meta`` (one JSON document: the collections, the models, the stage, the tuned settings, the counts of
 records per origin), ``reference`` (new-model query vectors the hub scores are measured against), ``events`` (the

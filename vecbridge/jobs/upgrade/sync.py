@@ -6,8 +6,8 @@ import numpy as np
 
 from ...connectors.base import VectorBatch
 from ...faultpoint import fault_point
+from ...runtime.record_stamps import digests_of
 from .base import UpgradeBase
-from .records import digests_of
 
 
 class Syncing(UpgradeBase):

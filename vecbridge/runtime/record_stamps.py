@@ -22,11 +22,12 @@ from typing import Callable, Iterable
 
 import numpy as np
 
-from ...connectors.base import Collection, VectorBatch
-from ...errors import InputError
-from ...quality.scoring import hub_penalty
-from ...quality.space import SpaceFingerprint
-from ...runtime.provenance import record_stamp
+from ..align.artifact import Alignment
+from ..connectors.base import Collection, VectorBatch
+from ..errors import InputError
+from ..quality.scoring import hub_penalty
+from ..quality.space import SpaceFingerprint
+from .provenance import record_stamp, spaces_of
 
 ORIGINS = ("mapped", "native", "pending", "no-text")
 #: re-embedding orders (after the pending records): the stamp's score that ranks a record, higher first
@@ -87,6 +88,34 @@ class NativeStamps:
         return self.stamp(len(batch), digests=digests_of(batch, self.text_field), hubness=hub)
 
 
+class MappedStamps:
+    """How an upgrade's start stamps each record its migration maps: ``mapped`` by the map, with the digest of what
+    its vector was made from and, where the re-embedded fit sample measures them, its priority scores (the
+    ``residual`` of the fit anchors near it in the old space, weighted by similarity: the ``anchor_residual``
+    strategy the report measures; its hub score against the sample's ``k`` nearest new vectors)."""
+
+    def __init__(self, aligned: Alignment, text_field: str, sample, k: int):
+        spaces = spaces_of(aligned)
+        self.stamp = Stamper("mapped", aligned.fingerprint, spaces["target"] if spaces else None, aligned.target_dim)
+        self.text_field, self.k = text_field, k
+        self.sample = None
+        if sample is not None:
+            from ..quality.options import anchor_residuals
+
+            olds, news, _ = sample
+            self.sample = (olds.vectors, news, anchor_residuals(aligned.transform(olds.vectors), news))
+
+    def __call__(self, batch: VectorBatch, mapped: np.ndarray) -> list[dict]:
+        scored = {}
+        if self.sample is not None:
+            from ..quality.options import reliability_scores
+
+            old, news, res = self.sample
+            scored = {"residuals": reliability_scores(batch.vectors, mapped, old, news, res)["anchor_residual"],
+                      "hubness": hub_penalty(mapped, news, self.k)}
+        return self.stamp(len(batch), digests=digests_of(batch, self.text_field), **scored)
+
+
 class RecordStamps:
     """The stamps of the upgrade's collection (``target``: its own collection, or the new vector field of the
     source): read, counted and ranked from the store; rewritten where a score changes."""
@@ -142,6 +171,39 @@ class RecordStamps:
         ranked = ((rank(i, s), i, s["origin"]) for ids, stamps in self.target.scan_stamps(
             batch_size=5000, origins=("pending", "mapped")) for i, s in zip(ids, stamps) if i not in skip)
         return [(i, origin) for _, i, origin in heapq.nsmallest(int(limit), ranked, key=lambda t: t[0])]
+
+    def carry_over(self, row_batches: Iterable[list], space: SpaceFingerprint | None, dim: int,
+                   log: str | None) -> int:
+        """Write stamps kept elsewhere (batches of ``(id, origin, made_by, residual, hubness, hits, digest)``, as
+        state files of earlier versions held them) beside their records' vectors; returns the records written."""
+        moved = 0
+        for rows in row_batches:
+            by_id = {r[0]: r for r in rows}
+
+            def stamp(i, _old, by_id=by_id):
+                _, origin, made_by, residual, hubness, hits, digest = by_id[i]
+                st = Stamper(origin, made_by, space, dim)(1, digests=[digest], residuals=[residual],
+                                                          hubness=[hubness])[0]
+                return {**st, "hits": hits, "log": log} if hits else st
+            moved += self.restamp(list(by_id), stamp)
+        return moved
+
+    def rescore(self, hub_of: Callable[[np.ndarray], np.ndarray], hits: dict, log: str) -> int:
+        """Every stamp rewritten with its vector (one pass): its hub score ``hub_of(vectors)`` and how often the
+        query log ``log`` retrieved it (``hits``; none where it did not). Returns the records rescored."""
+        scored = 0
+        for batch in self.target.scan(batch_size=2000):
+            def rescored(i, stamp, hub):
+                if stamp is None:   # not the upgrade's record
+                    return None
+                stamp = {k: v for k, v in stamp.items() if k not in ("hits", "log")}
+                return {**stamp, "hubness": float(hub), **({"hits": hits[i], "log": log} if i in hits else {})}
+
+            stamps = [rescored(i, st, h) for i, st, h in zip(batch.ids, batch.stamps or [None] * len(batch),
+                                                              hub_of(batch.vectors))]
+            self.target.upsert(batch.with_stamps(stamps))
+            scored += sum(s is not None for s in stamps)
+        return scored
 
     # --- rewriting stamps ------------------------------------------------------------------------------------------
     def restamp(self, ids: list, change: Callable[[object, dict | None], dict | None]) -> int:

@@ -1,0 +1,81 @@
+"""Searching an upgrade under way: the candidates of fused serving (:func:`paired_candidates`), and the cascade, where
+a served ranking's top candidates are scored again with both models' own vectors and every candidate embedded for it
+is written back as native, so what users retrieve is re-embedded first.
+
+The new model's vector of a candidate is the stored one where the record is native already, else the model run on
+its stored text now; that vector is upserted with its ``native`` stamp (one write), so the next query finds it
+stored and ``reembed`` skips it. With old-model queries the score fuses the two exact cosines,
+``(cos(q_new, y) + beta cos(q_old, x)) / (1 + beta)``; without, it is the new model's cosine alone.
+"""
+from __future__ import annotations
+
+from typing import Callable, Sequence
+
+import numpy as np
+
+from ..connectors.base import Collection
+from ..quality.scoring import fuse
+from ..vectors import l2_normalize
+
+
+def paired_candidates(target: Collection, source: Collection, q_new: np.ndarray, q_old: np.ndarray | None,
+                      k_candidates: int) -> list[tuple]:
+    """Per query (vectors normalised): ``(ids, cos_new, cos_old, hub)`` over its candidates, the union of the new
+    vectors' search (``target``) and, with old-model queries, the old vectors' (``source``) top ``k_candidates``, in
+    the order returned. Records without a stamp (not the upgrade's) are left out; ``hub`` is the stamp's hub score,
+    0 where it has none."""
+    ids_n, _ = target.search(q_new, k_candidates)
+    ids_o = source.search(q_old, k_candidates)[0] if q_old is not None else [[]] * len(q_new)
+    cands = [list(dict.fromkeys(list(n) + list(o))) for n, o in zip(ids_n, ids_o)]
+    new_v = target.get(list(dict.fromkeys(i for row in cands for i in row)))   # vectors and stamps at once
+    held = {i: s.get("hubness") for i, s in zip(new_v.ids, new_v.stamps or []) if s is not None}
+    vn = {i: v for i, v in zip(new_v.ids, l2_normalize(new_v.vectors)) if i in held}
+    vo = {}
+    if q_old is not None:
+        old_v = source.get([i for i in new_v.ids if i in held])
+        vo = dict(zip(old_v.ids, l2_normalize(old_v.vectors)))
+    out = []
+    for qi, cand in enumerate(cands):
+        both = [i for i in cand if i in vn and (q_old is None or i in vo)]
+        out.append((both, np.array([vn[i] @ q_new[qi] for i in both], dtype=np.float32),
+                    np.array([vo[i] @ q_old[qi] for i in both], dtype=np.float32) if q_old is not None else None,
+                    np.array([held[i] or 0.0 for i in both], dtype=np.float32)))
+    return out
+
+
+class CandidateVectors:
+    """Both models' vectors of a set of candidates: ``new`` (native, stored or embedded and written back here) and
+    ``old`` (normalised; only when asked). ``written``: the records this embedded and wrote back."""
+
+    def __init__(self, target: Collection, source: Collection, ids: Sequence, *, text_field: str, embed: Callable,
+                 stamps: Callable, with_old: bool):
+        held = target.get(list(ids))
+        self.new = dict(zip(held.ids, held.vectors))
+        self.old = {}
+        if with_old:
+            got = source.get(list(ids))
+            self.old = dict(zip(got.ids, l2_normalize(got.vectors)))
+        todo = [i for i, st in zip(held.ids, held.stamps or [None] * len(held))
+                if st is None or st.get("origin") != "native"]
+        self.written = 0
+        if not todo:
+            return
+        records = source.get(todo)
+        has = [j for j, p in enumerate(records.payloads) if isinstance(p.get(text_field), str) and p[text_field]]
+        if has:   # a record without text keeps the vector it has
+            part = records.take(np.asarray(has))
+            native = np.asarray(embed([p[text_field] for p in part.payloads]), dtype=np.float32)
+            target.upsert(part.with_vectors(native, stamps(part, native)))
+            self.written = len(part)
+            self.new.update(zip(part.ids, native))
+
+    def rank(self, q_new: np.ndarray, q_old: np.ndarray | None, row: Sequence, beta: float, k: int):
+        """``(ids, scores)``: the best ``k`` of ``row`` by the cascade's score (the query vectors normalised)."""
+        cand = [i for i in row if i in self.new and (q_old is None or i in self.old)]
+        if not cand:
+            return [], np.zeros(0, dtype=np.float32)
+        cos = l2_normalize(np.stack([self.new[i] for i in cand])) @ q_new
+        if q_old is not None:
+            cos = fuse(cos, np.stack([self.old[i] for i in cand]) @ q_old, beta, mean=True)
+        order = np.argsort(-cos, kind="stable")[:k]
+        return [cand[j] for j in order], cos[order]
