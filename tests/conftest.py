@@ -1,6 +1,8 @@
 """Shared fixtures: file:// collections built from the bundled real sample, and the session's Ray cluster."""
 from __future__ import annotations
 
+import copy
+import hashlib
 import uuid
 from pathlib import Path
 
@@ -124,6 +126,14 @@ def milvus_engine(tmp_path_factory):
     yield from started_engine("milvus_server", tmp_path_factory)
 
 
+@pytest.fixture(scope="session")
+def chroma_engine(tmp_path_factory):
+    """One Chroma server, likewise."""
+    from tests.connectors.conftest import started_engine
+
+    yield from started_engine("chroma_server", tmp_path_factory)
+
+
 def collection_urls(engine, tmp_path):
     """``url(name)`` of new collections: directories under ``tmp_path`` for the file store (``engine`` None), else
     names on the shared server made unique to the test (files share that server)."""
@@ -131,3 +141,75 @@ def collection_urls(engine, tmp_path):
         return lambda name: f"file://{tmp_path / name}"
     tag = uuid.uuid4().hex[:10]
     return lambda name: engine.url(f"{name}_{tag}")
+
+
+#: results of deterministic computations by a digest of their inputs, kept for the session: see ``reuse_nulls``
+_REUSED: dict[str, dict] = {"fits": {}, "nulls": {}, "validations": {}}
+
+
+def _digest(*arrays) -> str:
+    h = hashlib.sha1()
+    for a in arrays:
+        a = np.ascontiguousarray(a)
+        h.update(f"{a.dtype}{a.shape}".encode())
+        h.update(a.tobytes())
+    return h.hexdigest()
+
+
+@pytest.fixture(scope="module")
+def reuse_nulls():
+    """For the tests of a module that uses it: each null distribution of the label-free validation (a function of
+    the two samples and the seed alone, ``validation.null_distribution``) is computed once per session for a set of
+    inputs, and a repeat takes the first result, as ``validate_map(null=...)`` allows. Each map is still judged
+    afresh against it. (A null costs 5-20 s of SVDs: nine fits of tests/align/test_minivec2vec.py share one.)"""
+    from vecbridge.align import minivec2vec, validation
+
+    real = validation.null_distribution
+
+    def null_distribution(X_src, Y_tgt, **kwargs):
+        key = (_digest(X_src, Y_tgt), repr(sorted(kwargs.items())))
+        if key not in _REUSED["nulls"]:
+            _REUSED["nulls"][key] = real(X_src, Y_tgt, **kwargs)
+        return copy.deepcopy(_REUSED["nulls"][key])
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(validation, "null_distribution", null_distribution)
+        mp.setattr(minivec2vec, "null_distribution", null_distribution)
+        yield
+
+
+@pytest.fixture(scope="module")
+def reuse_deterministic_fits(reuse_nulls):
+    """``reuse_nulls``, and each seeded mini-vec2vec fit computed once per session for a set of inputs and
+    parameters, and each validation of a map once per map (what it does to the source sample, and to the target
+    sample back) and samples: tests that refuse, force, link and report the same fit of the same samples (in one
+    module or several) take the first run's results. Everything after them still runs each time: the refusal, the
+    files written, what is printed. Not for tests of the fit or of the validation themselves."""
+    from vecbridge.align import validation
+    from vecbridge.align.minivec2vec import MiniVec2Vec
+
+    real_validate = validation.validate_map
+
+    def validate_map(transform, X_src_sample, Y_tgt_sample, **kwargs):
+        back = getattr(transform, "inverse_transform", None)
+        key = (_digest(X_src_sample, Y_tgt_sample, transform.transform(X_src_sample),
+                       *([back(Y_tgt_sample)] if back is not None else [])), repr(sorted(kwargs.items())))
+        if key not in _REUSED["validations"]:
+            _REUSED["validations"][key] = real_validate(transform, X_src_sample, Y_tgt_sample, **kwargs)
+        return copy.deepcopy(_REUSED["validations"][key])
+
+    real = MiniVec2Vec.fit
+
+    def fit(self, X_src, X_tgt, *args, **kwargs):
+        key = (_digest(X_src, X_tgt), repr(sorted(self.get_params(deep=True).items())), repr((args, kwargs)))
+        if key in _REUSED["fits"]:
+            self.__dict__.update(copy.deepcopy(_REUSED["fits"][key]))
+            return self
+        real(self, X_src, X_tgt, *args, **kwargs)
+        _REUSED["fits"][key] = copy.deepcopy(self.__dict__)
+        return self
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(MiniVec2Vec, "fit", fit)
+        mp.setattr(validation, "validate_map", validate_map)
+        yield

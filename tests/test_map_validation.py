@@ -3,8 +3,6 @@ on it: ``fit --pairs unsupervised``, ``link --pairs unsupervised|geh:FILE`` and 
 silently; ``--force`` keeps it, marked, and ``migrate`` warns before using it."""
 from __future__ import annotations
 
-import copy
-import hashlib
 import json
 
 import numpy as np
@@ -22,6 +20,9 @@ from .conftest import write_collection
 FAST = dict(n_runs=5, qap_restarts=10, n_neighbors=10, refine1_iter=2, refine1_tol=0, refine1_neighbors=1,
             refine2_clusters=50, n_restarts=1, init="centroids", polish_iter=0)
 FAST_ARGS = [a for k, v in FAST.items() for a in ("--param", f"{k}={v}")]
+#: the tests refuse, force, link and report the same seeded fit of the same samples and validate several maps on the
+#: same samples: each fit and each null distribution is computed once (tests/conftest.py)
+pytestmark = pytest.mark.usefixtures("reuse_deterministic_fits")
 
 
 def run(*args):
@@ -31,48 +32,6 @@ def run(*args):
 def text(result) -> str:
     """The command's output with rich's line wrapping undone."""
     return " ".join(result.output.split())
-
-
-def _digest(*arrays) -> str:
-    h = hashlib.sha1()
-    for a in arrays:
-        a = np.ascontiguousarray(a)
-        h.update(f"{a.dtype}{a.shape}".encode())
-        h.update(a.tobytes())
-    return h.hexdigest()
-
-
-@pytest.fixture(scope="module", autouse=True)
-def reuse_deterministic_fits():
-    """Each mini-vec2vec fit and each null distribution is computed once per set of inputs in this module: the
-    tests refuse, force, link and report the same seeded fit of the same samples (and validate several maps on the
-    same samples), so a repeat takes the first run's result, as ``validate_map(null=...)`` allows for the null.
-    Everything after the fit still runs each time: the map's own validation, the refusal, the files written."""
-    from vecbridge.align import validation
-    from vecbridge.align.minivec2vec import MiniVec2Vec
-
-    fits, nulls = {}, {}
-    real_fit, real_null = MiniVec2Vec.fit, validation.null_distribution
-
-    def fit(self, X_src, X_tgt, *args, **kwargs):
-        key = (_digest(X_src, X_tgt), repr(sorted(self.get_params(deep=True).items())), repr((args, kwargs)))
-        if key in fits:
-            self.__dict__.update(copy.deepcopy(fits[key]))
-            return self
-        real_fit(self, X_src, X_tgt, *args, **kwargs)
-        fits[key] = copy.deepcopy(self.__dict__)
-        return self
-
-    def null_distribution(X_src, Y_tgt, **kwargs):
-        key = (_digest(X_src, Y_tgt), repr(sorted(kwargs.items())))
-        if key not in nulls:
-            nulls[key] = real_null(X_src, Y_tgt, **kwargs)
-        return copy.deepcopy(nulls[key])
-
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(MiniVec2Vec, "fit", fit)
-        mp.setattr(validation, "null_distribution", null_distribution)
-        yield
 
 
 class Affine:

@@ -24,6 +24,9 @@ from vecbridge.numeric.kmeans import kmeans
 PAPER = dict(n_restarts=1, init="centroids", polish_iter=0)
 FAST = dict(n_runs=5, qap_restarts=10, n_neighbors=10, refine1_iter=4, refine1_tol=0, refine1_neighbors=1,
             refine2_clusters=50, **PAPER)
+#: the fits with several starts validate them against one null distribution of the same rows and seed: computed
+#: once for the module (tests/conftest.py), each fit itself runs every time
+pytestmark = pytest.mark.usefixtures("reuse_nulls")
 
 
 # --- the parts ---------------------------------------------------------------------------------------------------

@@ -11,6 +11,10 @@ from tests.conftest import write_collection
 from vecbridge.cli import main
 from vecbridge.linking.links import Links
 
+#: unsupervised and seed-grown links are validated: a fit or a null distribution another test computed on the same
+#: samples is taken from it (tests/conftest.py); the command, its checks and its output run every time
+pytestmark = pytest.mark.usefixtures("reuse_deterministic_fits")
+
 
 def run(*args):
     return CliRunner().invoke(main, [str(a) for a in args])

@@ -10,11 +10,28 @@ import pytest
 
 ENGINES = sorted(p.stem for p in (Path(__file__).parent / "engines").glob("*.py") if p.stem != "__init__")
 #: engines for tests of a workflow (an upgrade, what migrate and merge stamp) rather than of a connector, through
-#: ``@pytest.mark.parametrize("engine", WORKFLOW_ENGINES, indirect=True)``: every engine but the Milvus server, whose
-#: connector is Milvus Lite's (the same pymilvus calls) plus the network, and where one run of such a workflow costs
-#: 20-30 s. The connector contract (test_contract, test_record_stamps, test_stamp, test_key_ranges, test_delete,
-#: test_capabilities) and the tests of what only the server has (aliases, credentials, a crash) keep the server.
+#: ``@pytest.mark.engines(*WORKFLOW_ENGINES)``: every engine but the Milvus server, whose connector is Milvus Lite's
+#: (the same pymilvus calls) plus the network, and where one run of such a workflow costs 20-30 s. The connector
+#: contract (test_contract, test_record_stamps, test_stamp, test_key_ranges, test_delete, test_capabilities) and the
+#: tests of what only the server has (aliases, credentials, a crash) keep the server.
 WORKFLOW_ENGINES = [name for name in ENGINES if name != "milvus_server"]
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "engines(*names): run the test on these engines of ENGINES only")
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(items):
+    """Drop the items of a test marked ``engines(*names)`` whose engine is not named. The items left keep the
+    ``engine`` fixture's own parameter numbers, by which pytest runs each engine's tests together: an indirect
+    ``parametrize("engine", [...])`` numbers its own list, and each engine it numbers otherwise is started again."""
+    def wanted(item) -> bool:
+        marker = item.get_closest_marker("engines")
+        params = getattr(item, "callspec", None)
+        return marker is None or params is None or params.params.get("engine") in marker.args
+
+    items[:] = [item for item in items if wanted(item)]
 
 
 def started_engine(name: str, tmp_path_factory):
@@ -33,7 +50,7 @@ def started_engine(name: str, tmp_path_factory):
 
 
 #: engines whose server the whole session shares with tests/conftest.py (one start each, not two)
-SESSION_SERVERS = {"pgvector": "pg_engine", "milvus_server": "milvus_engine"}
+SESSION_SERVERS = {"pgvector": "pg_engine", "milvus_server": "milvus_engine", "chroma_server": "chroma_engine"}
 
 
 @pytest.fixture(scope="session", params=ENGINES)

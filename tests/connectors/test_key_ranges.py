@@ -132,7 +132,7 @@ def test_qdrant_local_directory_ranges(tmp_path):
     _check_resume_inside(coll, ranges, parts, batch_size=20)
 
 
-@pytest.mark.parametrize("engine", ["qdrant_local", "qdrant_edge"], indirect=True)
+@pytest.mark.engines("qdrant_local", "qdrant_edge")
 def test_qdrant_ranges_are_keysets(engine, new_url):
     """A Qdrant slice is bounded by point ids, not positions: a point written inside it after planning is read by
     that slice alone, and the others are unchanged."""
@@ -144,7 +144,7 @@ def test_qdrant_ranges_are_keysets(engine, new_url):
     assert after == [parts[0], sorted(parts[1] + [255]), parts[2], parts[3]]
 
 
-@pytest.mark.parametrize("engine", ["chroma_server", "chroma_persistent"], indirect=True)
+@pytest.mark.engines("chroma_server", "chroma_persistent")
 def test_chroma_ranges_are_offsets(engine, new_url):
     """Chroma has no range filter on ids: slices are offsets of its storage order (first-write order), planned from
     the count alone, and the cursor inside a slice is the offset reached (the format of its resumable scans)."""

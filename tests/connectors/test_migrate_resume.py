@@ -41,6 +41,10 @@ def fitted(sample):
 
 @pytest.mark.parametrize("seed", [0, 1, 2])
 def test_kill_9_then_resume_gives_the_exact_state(engine, new_url, tmp_path, sample, fitted, seed):
+    if engine.name == "milvus_server" and seed:
+        # the kill points matter to the migrate job, which every other engine runs at all three (Milvus Lite through
+        # the same pymilvus calls); the server adds a client killed mid-request, once is enough (5-7 s a run)
+        pytest.skip("the Milvus server runs the first kill point only")
     target = new_url("migr")
     if ":memory:" in target:
         pytest.skip("an in-memory store is not reachable from a second process")

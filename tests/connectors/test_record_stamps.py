@@ -108,7 +108,7 @@ def test_malformed_stamps_are_refused_before_anything_is_written(engine, new_url
 
 
 # --- Qdrant (local mode and Edge): stamps are payload keys, a field view writes vector and stamp in one request ---
-QDRANT_ENGINES = pytest.mark.parametrize("engine", ["qdrant_local", "qdrant_edge"], indirect=True)
+QDRANT_ENGINES = pytest.mark.engines("qdrant_local", "qdrant_edge")
 
 
 def _writes(coll, monkeypatch) -> list:
@@ -163,7 +163,7 @@ def test_qdrant_stamps_of_each_vector_follow_their_vector(engine, new_url):
 
 
 # --- Qdrant and Milvus: the stamp scan is the store's own filtered read, not a scan of the records ---------------
-@pytest.mark.parametrize("engine", ["qdrant_local", "qdrant_edge", "milvus_lite", "milvus_server"], indirect=True)
+@pytest.mark.engines("qdrant_local", "qdrant_edge", "milvus_lite", "milvus_server")
 def test_scan_stamps_and_stamps_of_read_no_records(engine, new_url, monkeypatch):
     url = new_url()
     _fill(url)
@@ -179,7 +179,7 @@ def test_scan_stamps_and_stamps_of_read_no_records(engine, new_url, monkeypatch)
 
 
 # --- Milvus: stamps live where the payload does (JSON field, else dynamic fields) ---------------------------------
-MILVUS_ENGINES = pytest.mark.parametrize("engine", ["milvus_lite", "milvus_server"], indirect=True)
+MILVUS_ENGINES = pytest.mark.engines("milvus_lite", "milvus_server")
 
 
 def _milvus_made_by_hand(url: str, *, dynamic: bool):
@@ -227,13 +227,13 @@ def test_milvus_without_a_payload_field_refuses_stamps_before_writing(engine, ne
 
 
 # --- PostgreSQL+pgvector and Chroma: filtered stamp reads, tables made before, hand-made tables ----------------------
-@pytest.mark.parametrize("engine", ["pgvector", "chroma_persistent", "chroma_server"], indirect=True)
+@pytest.mark.engines("pgvector", "chroma_persistent", "chroma_server")
 def test_pg_chroma_scan_stamps_and_stamps_of_read_no_records(engine, new_url, monkeypatch):
     """PostgreSQL filters on the origin column, Chroma on the origin key (``$in``), as Qdrant and Milvus do."""
     test_scan_stamps_and_stamps_of_read_no_records(engine, new_url, monkeypatch)
 
 
-@pytest.mark.parametrize("engine", ["pgvector", "chroma_persistent"], indirect=True)
+@pytest.mark.engines("pgvector", "chroma_persistent")
 def test_pg_chroma_integer_ids_keep_their_type(engine, new_url):
     url = new_url() + ("&id_type=bigint" if engine.name == "pgvector" else "")
     coll = connect(url).create(dim=DIM)
@@ -245,7 +245,7 @@ def test_pg_chroma_integer_ids_keep_their_type(engine, new_url):
     assert [i for ids_, _ in coll.scan_stamps(batch_size=2, origins=["native"]) for i in ids_] == [11, 14]
 
 
-@pytest.mark.parametrize("engine", ["chroma_persistent"], indirect=True)
+@pytest.mark.engines("chroma_persistent")
 def test_chroma_payload_stamp_keys_are_never_written_as_a_stamp(engine, new_url):
     """A payload that carries stamp keys of its own (made by hand, or read elsewhere) writes no stamp, and a record
     replaced without one loses the one it had."""
@@ -273,7 +273,7 @@ def _pg_columns(engine, table: str) -> set:
                                            "attnum > 0 AND NOT attisdropped", [table]).fetchall()}
 
 
-PG_ENGINE = pytest.mark.parametrize("engine", ["pgvector"], indirect=True)
+PG_ENGINE = pytest.mark.engines("pgvector")
 
 
 @PG_ENGINE

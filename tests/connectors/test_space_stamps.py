@@ -48,7 +48,7 @@ def _write(url, vectors, sample):
     return coll
 
 
-@pytest.mark.parametrize("engine", WORKFLOW_ENGINES, indirect=True)   # the stamps' connector code: test_stamp
+@pytest.mark.engines(*WORKFLOW_ENGINES)   # the stamps' connector code: test_stamp
 def test_what_is_written_is_stamped_and_a_wrong_space_refused(engine, new_url, sample, mapped, rotated_map):
     """migrate and merge stamp what they write; `info` shows it; the same-dimension map MiniLM -> MiniLM rotated
     (another 384-d space) applied again to what it wrote is refused by the stamp (exit 1), nothing written."""

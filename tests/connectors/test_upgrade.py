@@ -75,7 +75,7 @@ def _native(state_path) -> int:
         return 0
 
 
-@pytest.mark.parametrize("engine", WORKFLOW_ENGINES, indirect=True)   # Milvus through Lite; the server's alias below
+@pytest.mark.engines(*WORKFLOW_ENGINES)   # Milvus through Lite; the server's alias below
 def test_upgrade_end_to_end(engine, new_url, sample, tmp_path):
     url = new_url("up")
     src = connect(url).create(dim=384)

@@ -101,13 +101,6 @@ def stores(request, sample, tmp_path_factory):
     return store
 
 
-@pytest.fixture(scope="module")
-def chroma_engine(tmp_path_factory):
-    from tests.connectors.conftest import started_engine
-
-    yield from started_engine("chroma_server", tmp_path_factory)
-
-
 def _leaks(data: bytes) -> list[str]:
     return [n.decode() for n in NEEDLES if n in data]
 

@@ -16,7 +16,6 @@ import numpy as np
 import pytest
 
 from tests.conftest import collection_urls
-from tests.connectors.conftest import started_engine
 from vecbridge.align import Alignment, OrthogonalProcrustes
 from vecbridge.connectors import VectorBatch, connect
 from vecbridge.errors import InputError
@@ -330,11 +329,11 @@ def test_cli_refuses_a_single_process_store_in_one_line(tmp_path):
 
 
 @pytest.fixture(scope="module", params=["chroma_server"])
-def server_engine(request, tmp_path_factory):
+def server_engine(request):
     """Other servers with key ranges that this machine can start (Milvus is one of ``store``'s engines; a Qdrant
     server cannot be installed here: Qdrant's ranges are the same client code as its local mode's, tested in
-    tests/connectors/test_key_ranges.py)."""
-    yield from started_engine(request.param, tmp_path_factory)
+    tests/connectors/test_key_ranges.py). The session's server of each (tests/conftest.py)."""
+    return request.getfixturevalue({"chroma_server": "chroma_engine"}[request.param])
 
 
 def test_ray_migrate_on_a_server(cluster, server_engine, tmp_path):

@@ -16,6 +16,10 @@ from vecbridge.errors import InputError
 from vecbridge.jobs.report import THRESHOLDS, compatibility_report, verdict
 from vecbridge.render.html import render_html
 
+#: unsupervised and seed-grown correspondences are validated: a fit or a null distribution another test computed on
+#: the same samples is taken from it (tests/conftest.py); the report itself runs every time
+pytestmark = pytest.mark.usefixtures("reuse_deterministic_fits")
+
 
 @pytest.fixture(scope="module")
 def full_report(sample_stores):
