@@ -14,6 +14,10 @@ from vecbridge.linking.links import Links
 #: unsupervised and seed-grown links are validated: a fit or a null distribution another test computed on the same
 #: samples is taken from it (tests/conftest.py); the command, its checks and its output run every time
 pytestmark = pytest.mark.usefixtures("reuse_deterministic_fits")
+#: mini-vec2vec for the test's budget (test_minivec2vec's FAST): one start, as the paper runs it
+FAST_ARGS = [a for kv in ("n_runs=5", "qap_restarts=10", "n_neighbors=10", "refine1_iter=2", "refine1_tol=0",
+                          "refine1_neighbors=1", "refine2_clusters=50", "n_restarts=1", "init=centroids",
+                          "polish_iter=0") for a in ("--param", kv)]
 
 
 def run(*args):
@@ -126,10 +130,7 @@ def test_link_unsupervised_recovers_a_hidden_rotation_without_any_pairs(stores, 
     hidden = write_collection(f"file://{stores['root']}/hidden", [f"h{i}" for i in perm],
                               (sample.docs_old[perm] @ Q).astype(np.float32))
     path = stores["root"] / "unsup.csv"
-    fast = ["--param", "n_runs=5", "--param", "qap_restarts=10", "--param", "refine1_iter=10",
-            "--param", "refine2_clusters=100", "--param", "n_restarts=1", "--param", "init=centroids",
-            "--param", "polish_iter=0"]          # the test's budget: one start, as the paper runs it
-    r = run("link", stores["old"], hidden.url, "--mode", "unsupervised", *fast, "-o", path, "--json")
+    r = run("link", stores["old"], hidden.url, "--mode", "unsupervised", *FAST_ARGS, "-o", path, "--json")
     assert r.exit_code == 0, r.output
     src, tgt, _ = _read_links_csv(path)
     index = {sid: i for i, sid in enumerate(sample.ids)}
@@ -146,10 +147,7 @@ def test_fit_unsupervised_saves_mini_vec2vec_s_map(stores, sample):
     hidden = write_collection(f"file://{stores['root']}/hidden4", [f"g{i}" for i in range(1500)],
                               (sample.docs_old @ Q).astype(np.float32))
     out = stores["root"] / "unsup.vb"
-    fast = [a for kv in ("n_runs=5", "qap_restarts=10", "n_neighbors=10", "refine1_iter=2", "refine1_tol=0",
-                         "refine1_neighbors=1", "refine2_clusters=50", "n_restarts=1", "init=centroids",
-                         "polish_iter=0") for a in ("--param", kv)]  # test_minivec2vec's FAST
-    r = run("fit", "--source", stores["old"], "--target", hidden.url, "--pairs", "unsupervised", *fast,
+    r = run("fit", "--source", stores["old"], "--target", hidden.url, "--pairs", "unsupervised", *FAST_ARGS,
             "-o", out, "--json")
     assert r.exit_code == 0, r.output
     art = Alignment.load(out)

@@ -121,8 +121,10 @@ def test_report_falls_back_to_unsupervised_and_never_says_go(tmp_path, sample):
     old model's own Recall@10, the map being recoverable) and stays at CAUTION."""
     rng = np.random.default_rng(3)
     Q = np.linalg.qr(rng.standard_normal((768, 768)))[0][:384]
+    perm = rng.permutation(1500)   # written out of order; the same collections as test_link_cli's unsupervised link
     old = write_collection(f"file://{tmp_path}/old", sample.ids, sample.docs_old)
-    new = write_collection(f"file://{tmp_path}/new", [f"h{i}" for i in range(1500)], sample.docs_old @ Q)
+    new = write_collection(f"file://{tmp_path}/new", [f"h{i}" for i in perm],
+                           (sample.docs_old[perm] @ Q).astype(np.float32))
     queries = write_collection(f"file://{tmp_path}/q", sample.ids[1000:], sample.queries_old @ Q)
     queries_old = write_collection(f"file://{tmp_path}/qo", sample.ids[1000:], sample.queries_old)
     with pytest.warns(UserWarning, match="without labels"):   # said before minutes of work, never silently
