@@ -21,9 +21,17 @@ def state(status: dict, headline: str | None = None) -> None:
     con.print(f"  {status['total']:,} records: {c['native']:,} native, {c['mapped']:,} mapped, "
               f"{c['pending']:,} new or changed in the source, {c['no-text']:,} without text "
               f"({status['native_fraction']:.1%} native); new vectors in {status['vectors']}")
-    if c["no-text"]:
+    if status.get("texts_gone"):
+        con.print(f"  {status['texts_gone']} ({c['no-text']:,} records without text: nothing to re-embed; cutover "
+                  f"serves them, finalize keeps them)")
+    elif c["no-text"]:
         con.print(f"  {c['no-text']:,} records without text in {status.get('text_field', 'the text field')!r} keep "
                   f"their mapped vectors (no native vector until they get text)")
+    v = status.get("map_validation")
+    if v:
+        verdict = "passed" if v.get("passed") else "[bold red]FAILED[/] (kept with --force: its vectors may be wrong)"
+        con.print(f"  map validated without labels: score {v.get('score', float('nan')):.2f} (threshold "
+                  f"{v.get('threshold', float('nan')):.2f}) {verdict}", markup=True)
     if status.get("serving_via"):
         con.print(f"  served through: {escape(status['serving_via'])}")
     if status.get("switching"):
@@ -108,6 +116,11 @@ def reembedded(result: dict, priced: bool) -> None:
              if result["without_text"] else "")
           + (f"; stopped by the {result['stopped_by']}" if result["stopped_by"] != "done" else "")
           + (f"; spent {result['spent']:.2f} in all" if priced else ""))
+    for r in result.get("refits") or []:
+        kept = (f", {r['remapped']:,} mapped records mapped again" if r["accepted"]
+                else " (kept the map in use: not better by enough)")
+        console().print(f"map refitted on {r['pairs']:,} re-embedded pairs: held-out cosine "
+                        f"{r['cosine_before']:.4f} -> {r['cosine_after']:.4f}{kept}")
     print_throughput(result.get("model_run"))
 
 

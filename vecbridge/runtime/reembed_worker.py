@@ -20,12 +20,13 @@ def open_target(source: str, field: str | None, target: str | None) -> Collectio
 
 
 def embed_and_write(embed, target: Collection, batch: VectorBatch, texts: list[str],
-                    stamps: NativeStamps) -> int:
+                    stamps: NativeStamps) -> np.ndarray:
     """One batch of ``reembed``: the new model run on ``texts`` (one per record of ``batch``), the records upserted
-    with its vectors and their stamps in one write. Every worker runs this; it returns the records written."""
+    with its vectors and their stamps in one write. Every worker runs this; it returns the vectors written (with the
+    batch's old vectors, the exact pairs the continuous refit adds up)."""
     vectors = np.asarray(embed(texts), dtype=np.float32)
     target.upsert(batch.with_vectors(vectors, stamps(batch, vectors)))
-    return len(batch)
+    return vectors
 
 
 class Reembedder:
@@ -40,7 +41,7 @@ class Reembedder:
     def __call__(self) -> "Reembedder":
         return self
 
-    def embed_and_write(self, batch: VectorBatch, texts: list[str]) -> int:
+    def embed_and_write(self, batch: VectorBatch, texts: list[str]) -> np.ndarray:
         return embed_and_write(self._up.model, self._up.target, batch, texts, self._stamps)
 
     def __reduce__(self):
@@ -65,5 +66,5 @@ class _Remote:
         self._target = open_target(source.url, field, target.url if target is not None else None)
         return self
 
-    def embed_and_write(self, batch: VectorBatch, texts: list[str]) -> int:
+    def embed_and_write(self, batch: VectorBatch, texts: list[str]) -> np.ndarray:
         return embed_and_write(self._embed, self._target, batch, texts, self._stamps)

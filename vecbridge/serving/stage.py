@@ -1,7 +1,7 @@
 """Where a model upgrade stands (its stage, which model's vectors it serves, its map and model), read from its state
 file without opening the upgrade: cheap enough to ask before every embedding, read-only, and never stale.
 
-The state file (:mod:`vecbridge.jobs.upgrade.state`, a SQLite file in rollback-journal mode) is read again only
+The state file (:mod:`vecbridge.runtime.upgrade_state`, a SQLite file in rollback-journal mode) is read again only
 when it changed: SQLite counts every committed write in the file's header (the "file change counter", bytes 24-27),
 so a stage moved by another process (``vecbridge upgrade cutover``) is seen on the next call, while an unchanged
 file costs one ``stat`` and a 100-byte read.

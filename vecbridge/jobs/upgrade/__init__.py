@@ -3,7 +3,7 @@
 ``start`` fits the map on a re-embedded sample (or takes one), writes mapped vectors *beside* the old ones — a new
 vector field where the store has named vectors (PostgreSQL+pgvector, Qdrant), a new collection elsewhere — and
 stamps every record in the store, in the same write as its new vector (:mod:`vecbridge.runtime.record_stamps`; the
-state file, :mod:`vecbridge.jobs.upgrade.state`, keeps the upgrade's own document). ``reembed`` then replaces
+state file, :mod:`vecbridge.runtime.upgrade_state`, keeps the upgrade's own document). ``reembed`` then replaces
 mapped vectors by the new model's own, batch by batch, resumable after ``kill -9``, picking up records the source
 gained meanwhile; ``search`` serves new-model queries over the upgrade's vectors at every stage (optionally fused
 with old-model queries over the old vectors). ``cutover`` and ``rollback`` move what the store serves — a

@@ -21,12 +21,14 @@ from typing import Callable
 
 import numpy as np
 
+from ...align.artifact import Alignment
 from ...errors import InputError
 from ...faultpoint import fault_point
 from ...runtime.engine import engine_of
 from ...runtime.models import ModelOptions
 from ...runtime.record_stamps import QUEUE
 from ...runtime.reembed_worker import Reembedder, embed_and_write  # noqa: F401 (read from here too)
+from ...runtime.refit import RefitPairs, remap
 from ...vectors import l2_normalize
 from .base import HUB_K
 from .state import exclusive
@@ -44,7 +46,7 @@ class Scheduling(Syncing):
                 price_per_1k: float | None = None, spend_cap: float | None = None,
                 on_progress: Callable[[int], None] | None = None,
                 on_start: Callable[[int], None] | None = None, engine=None,
-                models: ModelOptions | None = None) -> dict:
+                models: ModelOptions | None = None, refit: bool = True) -> dict:
         """Replace mapped vectors by the new model's own, ``batch_size`` records at a time, until ``limit``
         records, a native ``until`` fraction, ``budget_seconds`` or the ``spend_cap`` (the upgrade's total spend at
         ``price_per_1k`` texts, kept across runs) is reached, or nothing is left; each batch is written, then
@@ -76,7 +78,7 @@ class Scheduling(Syncing):
                     result = self._reembed(pool, limit=limit, until=until, budget_seconds=budget_seconds,
                                            priority=priority, batch_size=batch_size, max_per_second=max_per_second,
                                            price_per_1k=price_per_1k, spend_cap=spend_cap, on_progress=on_progress,
-                                           on_start=on_start)
+                                           on_start=on_start, refit=refit)
                 finally:
                     pool.close()
         if engine.name != "local":
@@ -85,7 +87,10 @@ class Scheduling(Syncing):
             result = {**result, "model_run": self.models.summary()}
         return result
 
-    def _reembed(self, pool, *, limit, until, on_start, **options) -> dict:
+    def _reembed(self, pool, *, limit, until, on_start, refit, **options) -> dict:
+        pairs = self.refit_pairs() if refit else None
+        if pairs is not None and self.meta.get("remapping"):   # a refit's remap interrupted: finished first
+            self._replace_map(Alignment.load(self.meta["remapping"]), {})
         synced = self.sync()
         counts = self.recount()
         total = sum(counts.values())
@@ -96,16 +101,52 @@ class Scheduling(Syncing):
             todo = min(todo, limit)
         if on_start:
             on_start(todo)
-        run = _Run(self, pool, todo, **options)
+        run = _Run(self, pool, todo, pairs=pairs, **options)
         try:
             run.loop()
         finally:
+            if pairs is not None:
+                pairs.save()
             self.recount()
         self.state.event("reembed", f"{run.done:,} records")
-        return {**self.status(), "reembedded": run.done, "stopped_by": run.stopped, "spent": run.spent,
-                "new_in_source": synced["added"],
+        return {**self.status(), "reembedded": run.done, "refits": run.refits, "stopped_by": run.stopped,
+                "spent": run.spent, "new_in_source": synced["added"],
                 "changed_in_source": synced["changed"], "removed_from_source": synced["removed"],
                 "without_text": run.no_text, "seconds": time.perf_counter() - run.t0}
+
+    def refit_pairs(self) -> RefitPairs:
+        """The exact pairs this upgrade has re-embedded (kept beside its state file), from the start's fit sample on."""
+        pairs = RefitPairs(self.state.path.with_name(self.state.path.name + ".refit.npz"), self.alignment.source_dim,
+                           self.alignment.target_dim)
+        kept = self.state.fit_sample()
+        return pairs.seed(kept[2], kept[3]) if kept is not None else pairs
+
+    def refit(self, pairs: RefitPairs) -> dict:
+        """Refit the map on ``pairs`` and, when it maps the held-out pairs better, make it the map in use (every
+        record still mapped is mapped again by it). Returns the verdict."""
+        method = (self.meta.get("settings") or {}).get("method") or "orthogonal"
+        new, verdict = pairs.refit(self.alignment, "orthogonal" if method == "clustered" else method)
+        if new is not None:
+            path = self.state.path.with_name(f"{self.state.path.name.replace('.upgrade.sqlite', '')}.align."
+                                             f"{verdict['pairs']}.vb")
+            new.save(path)
+            self.meta = self.state.update(remapping=str(path))
+            self._replace_map(new, verdict)
+        pairs.save()
+        return verdict
+
+    def _replace_map(self, new: Alignment, verdict: dict) -> None:
+        """Map the records still mapped again with ``new`` (an interrupted remap continues), then make it the map in
+        use: its file in the state, its fingerprint in the state's list of maps."""
+        verdict["remapped"] = remap(self.source, self.target, new)
+        fault_point("refit.remapped")
+        maps = [*(self.meta.get("maps") or [{"fingerprint": self.alignment.fingerprint, "pairs": None}]),
+                {"fingerprint": new.fingerprint, "pairs": verdict.get("pairs"), "gain": verdict.get("gain")}]
+        self.meta = self.state.update(alignment=self.meta["remapping"], remapping=None, maps=maps)
+        self._alignment = new
+        self.state.event("refit", f"map {new.fingerprint[:12]} from {verdict.get('pairs', 0):,} re-embedded pairs "
+                                  f"(held-out cosine +{verdict.get('gain', 0):.4f}); {verdict['remapped']:,} "
+                                  f"records mapped again")
 
     def learn_queries(self, queries, *, k: int = HUB_K) -> dict:
         """Score every record against a log of new-model query vectors: its hub score ``r(d)`` (the mean cosine to
@@ -145,9 +186,9 @@ class _Run:
     """One ``reembed`` loop: batches handed to the pool while it has room and no stop condition holds, each stamped
     when it comes back; a failed batch is left for the next run, and its error raised once the others landed."""
 
-    def __init__(self, up: Scheduling, pool, todo: int, *, budget_seconds, priority, batch_size, max_per_second,
-                 price_per_1k, spend_cap, on_progress):
-        self.up, self.pool, self.todo = up, pool, todo
+    def __init__(self, up: Scheduling, pool, todo: int, *, pairs, budget_seconds, priority, batch_size,
+                 max_per_second, price_per_1k, spend_cap, on_progress):
+        self.up, self.pool, self.todo, self.pairs, self.refits = up, pool, todo, pairs, []
         self.budget_seconds, self.priority, self.batch_size = budget_seconds, priority, batch_size
         self.max_per_second, self.price_per_1k, self.spend_cap = max_per_second, price_per_1k, spend_cap
         self.on_progress = on_progress
@@ -170,6 +211,11 @@ class _Run:
 
     def loop(self) -> None:
         while True:
+            if self.pairs is not None and self.error is None and self.pairs.due():
+                if self.flying:   # the batches in flight land first: a remap never races a worker's write
+                    self.land(self.pool.wait(None))
+                    continue
+                self.refits.append(self.up.refit(self.pairs))
             more = self.error is None and self.stopped == "done" and not self.exhausted and self.handed < self.todo
             if more and self.pool.free():
                 wait = self.next_at - time.perf_counter() if self.next_at is not None else 0.0
@@ -245,6 +291,8 @@ class _Run:
             self.committed -= cost
             if has:
                 up.count(self.moved([records.ids[j] for j in has], "native"))
+                if self.pairs is not None:
+                    self.pairs.add([records.ids[j] for j in has], records.vectors[has], vectors)
                 if self.price_per_1k:
                     self.spent += cost
                     up.meta = up.state.update(spent=self.spent)
