@@ -30,7 +30,8 @@ from .record_stamps import shuffle_rank
 #: one re-embedded record in HOLDOUT_EVERY (by a fixed hash of its id) is held out of the sums to judge the maps
 #: (until HELD_MAX are: every later pair goes into the sums)
 HOLDOUT_EVERY = 5
-#: held-out pairs kept (the first ones re-embedded): enough to judge a gain of 0.001 in mean cosine
+#: held-out pairs kept at most (beyond, every pair goes into the sums); a map that replaces the one in use joins
+#: them to its fit, and the pairs re-embedded after it judge the next one
 HELD_MAX = 2000
 #: fewest held-out pairs a refit is judged on (a cosine gain of MIN_GAIN is then ~4 standard errors)
 MIN_HELD = 100
@@ -114,8 +115,9 @@ class RefitPairs:
         return len(self.held_old) >= MIN_HELD and self.n >= GROWTH * max(self.tried_at, 1)
 
     def refit(self, current: Alignment, method: str = "orthogonal") -> tuple[Alignment | None, dict]:
-        """Fit ``method`` on the sums, judge it against ``current`` on the held-out pairs, and return ``(the map fitted
-        on every pair, held-out ones included, or None when it is not better by MIN_GAIN, the verdict)``."""
+        """Fit ``method`` on the sums, judge it against ``current`` on the held-out pairs (re-embedded since
+        ``current`` was fitted: neither map has seen them), and return ``(the map fitted on every pair, the held-out
+        ones included, or None when it is not better by MIN_GAIN, the verdict)``."""
         chosen = method_of(method)
         if not chosen.streams:
             raise InputError(f"continuous refit needs a map fitted on sums of pairs (orthogonal, linear, ridge); "
@@ -130,16 +132,17 @@ class RefitPairs:
         verdict["accepted"] = verdict["gain"] >= MIN_GAIN
         if not verdict["accepted"]:
             return None, verdict
-        every = PairMoments(self.moments.src_dim, self.moments.tgt_dim).merge(self.moments)
-        every.update(self.held_old.astype(np.float64), self.held_new.astype(np.float64))
+        # the held-out pairs have judged this map: they join its fit, and pairs re-embedded from now on judge the next
+        self.moments.update(self.held_old.astype(np.float64), self.held_new.astype(np.float64))
+        self.held_old, self.held_new = self.held_old[:0], self.held_new[:0]
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", FewPairsWarning)
-            est = chosen.build().fit_moments(every)
+            est = chosen.build().fit_moments(self.moments)
         spaces = spaces_of(current)
         refitted = Alignment.from_estimator(
             est, source_model=current.metadata.get("source_model"), target_model=current.metadata.get("target_model"),
             metric=current.metadata.get("metric", "cosine"),   # fitted on the raw pairs: no normalization
-            anchors={"method": "continuous refit on re-embedded records", "n": int(every.n),
+            anchors={"method": "continuous refit on re-embedded records", "n": int(self.moments.n),
                      "refits": current.fingerprint})
         if spaces:
             attach_spaces(refitted, spaces["source"], spaces["target"])
