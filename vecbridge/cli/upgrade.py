@@ -11,7 +11,16 @@ from ..render.console import progress
 from ..render.console import steps as step_lines
 from ..runtime.record_stamps import PRIORITIES
 from .group import emit, fail, group, json_mode, model_line
-from .options import POSITIVE_INT, engine_options, force_space_option, method_option, model_options, state_option
+from .options import (
+    POSITIVE_INT,
+    engine_options,
+    force_space_option,
+    method_option,
+    model_options,
+    pairs_option,
+    params_option,
+    state_option,
+)
 
 
 @group()
@@ -53,21 +62,30 @@ def upgrade_plan(source_url, model, text_field, sample, queries_url, old_queries
 @upgrade.command("start")
 @click.argument("source_url")
 @click.option("--to-model", "model", required=True, help="The new model: a name, a local path or module:function.")
-@click.option("--text-field", default="text", show_default=True, help="Payload field with each record's text.")
+@click.option("--text-field", default=None,
+              help="Payload field with each record's text [default: text; with --pairs unsupervised / geh:SEEDS or "
+                   "--alignment, leave it out if the texts are gone: the mapped vectors are then final].")
 @click.option("--field", default=None, help="New vector field of SOURCE for the new vectors (pgvector, Qdrant).")
 @click.option("--to", "target_url", default=None, help="New collection for the new vectors (other stores).")
 @click.option("--alignment", "alignment_path", default=None, type=click.Path(dir_okay=False),
               help="Use this alignment instead of fitting one on a re-embedded sample.")
+@pairs_option("reembed", "unsupervised", "geh", default="reembed")
+@click.option("--new-vectors", "new_vectors_url", default=None,
+              help="--pairs unsupervised / geh:SEEDS: a collection of new-model vectors of in-domain items (for GEH, "
+                   "holding the seeds' partners) to fit the map against; the map is validated without labels and "
+                   "refused when it fails, before anything is written (--force keeps it, marked as failed).")
 @click.option("--fit-sample", type=POSITIVE_INT, default=2000, show_default=True,
-              help="Stored texts re-embedded to fit the map (they are kept as native vectors).")
+              help="Stored texts re-embedded to fit the map (they are kept as native vectors); with --pairs "
+                   "unsupervised / geh:SEEDS, vectors sampled from each collection.")
 @method_option("Alignment method fitted on the re-embedded sample (clustered keeps more quality).")
+@params_option("Estimator parameter for --pairs unsupervised / geh:SEEDS (repeatable), e.g. --param n_runs=10.")
 @click.option("--overwrite", is_flag=True,
               help="Drop and recreate the --to collection if it exists (never the source, nor a field of it).")
 @state_option(required=False)
 @force_space_option
 @model_options
-def upgrade_start(source_url, model, text_field, field, target_url, alignment_path, fit_sample, method, overwrite,
-                  state_path, force, models):
+def upgrade_start(source_url, model, text_field, field, target_url, alignment_path, pairs, new_vectors_url,
+                  fit_sample, method, params, overwrite, state_path, force, models):
     """Fit the map, write mapped vectors beside the old ones and stamp every record (the old vectors stay)."""
     from ..jobs.upgrade import start
 
@@ -76,7 +94,8 @@ def upgrade_start(source_url, model, text_field, field, target_url, alignment_pa
                                "--to URL (a new collection), one of them")
     status = start(source_url, model=model, text_field=text_field, field=field, to=target_url,
                    alignment=alignment_path, method=method, fit_sample=fit_sample, state_path=state_path,
-                   overwrite=overwrite, force=force, on_step=step_lines(json_mode()), models=models)
+                   overwrite=overwrite, force=force, on_step=step_lines(json_mode()), models=models, pairs=pairs,
+                   new_vectors=new_vectors_url, params=params)
     emit(status, show.started)
 
 
@@ -100,10 +119,13 @@ def upgrade_start(source_url, model, text_field, field, target_url, alignment_pa
               help="What the model costs per 1,000 texts (an API model): the upgrade's spend is kept across runs.")
 @click.option("--spend-cap", type=click.FloatRange(min=0), default=None,
               help="Stop before the upgrade's total spend would exceed this (with --price-per-1k).")
+@click.option("--refit/--no-refit", default=True, show_default=True,
+              help="Refit the map on the records re-embedded so far as they grow, and map the records still mapped "
+                   "again when the new map is better on held-out re-embedded records.")
 @engine_options("batches embedded and written by Ray actors, each loading the model once")
 @model_options
 def upgrade_reembed(state_path, limit, until, budget_seconds, priority, batch_size, max_per_second, price_per_1k,
-                    spend_cap, engine, models):
+                    spend_cap, refit, engine, models):
     """Replace mapped vectors by the new model's own (resumable: run it again after any interruption)."""
     from ..jobs.upgrade import open_upgrade
 
@@ -111,7 +133,7 @@ def upgrade_reembed(state_path, limit, until, budget_seconds, priority, batch_si
     with open_upgrade(state_path) as up, bar:
         result = up.reembed(limit=limit, until=until, budget_seconds=budget_seconds, priority=priority,
                             batch_size=batch_size, max_per_second=max_per_second, price_per_1k=price_per_1k,
-                            spend_cap=spend_cap, engine=engine, models=models,
+                            spend_cap=spend_cap, engine=engine, models=models, refit=refit,
                             on_start=lambda n: bar.update(task, total=n), on_progress=lambda n: bar.advance(task, n))
     emit(result, show.reembedded, price_per_1k is not None)
 

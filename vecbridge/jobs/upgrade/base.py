@@ -22,6 +22,19 @@ from .state import UpgradeState, exclusive
 
 #: reference queries per record in a hub score (``r(d)``: mean cosine to its nearest reference queries)
 HUB_K = 10
+#: what an upgrade whose source holds no texts says of its mapped vectors (start, status, reembed)
+TEXTS_GONE = "no texts: the mapped vectors are final"
+
+
+def about_map(meta: dict) -> dict:
+    """What ``status`` says of the map beyond the counts: its label-free validation (a map fitted without true
+    pairs) and, where the source's texts are gone, that the mapped vectors are final."""
+    out = {}
+    if meta.get("validation"):
+        out["map_validation"] = meta["validation"]
+    if meta.get("no_texts"):
+        out["texts_gone"] = TEXTS_GONE
+    return out
 
 
 class UpgradeBase:
@@ -161,5 +174,5 @@ class UpgradeBase:
                 "cascade_beta": self.meta.get("cascade_beta"),
                 "hub_reference": self.meta.get("hub_reference"), "dropped": self.meta.get("dropped"),
                 "dropping": self.meta.get("dropping"),
-                "probe": self.meta.get("probe"),
+                "probe": self.meta.get("probe"), **about_map(self.meta),
                 "events": self.state.events()}

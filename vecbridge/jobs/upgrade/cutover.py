@@ -77,10 +77,11 @@ class Switching(Syncing):
         return self.status()
 
     def _require_native(self) -> None:
-        """Bring the upgrade up to the source and refuse to finalize while a record has no native vector."""
+        """Bring the upgrade up to the source and refuse to finalize while a record has no native vector (where the
+        source's texts are gone, ``no_texts``, its records without text keep their mapped vectors for good)."""
         self.sync()
         c = self.recount()
-        waiting, no_text = c["mapped"] + c["pending"], c["no-text"]
+        waiting, no_text = c["mapped"] + c["pending"], 0 if self.meta.get("no_texts") else c["no-text"]
         if waiting or no_text:
             why = ([f"{waiting:,} still have mapped vectors: run `vecbridge upgrade reembed` to the end first"]
                    if waiting else []) + ([
