@@ -73,15 +73,23 @@ def plan(p: dict, con=None) -> None:
     print_throughput(p.get("model_run"), con)
     pr = p.get("predicted")
     if pr:
-        table = Table(title=f"predicted Recall@{pr['k']} of {pr['queries']:,} queries among {pr['pool']:,} records "
+        size = pr.get("collection_size")
+        table = Table(title=f"predicted Recall@{pr['k']} of {pr['queries']:,} queries, at the collection's "
+                            f"{size:,} records (within the pool of {pr['pool']:,} re-embedded records in brackets; "
+                            f"map: {pr['method']} on {pr['fit_sample']:,} re-embedded texts)" if size else
+                            f"predicted Recall@{pr['k']} of {pr['queries']:,} queries among {pr['pool']:,} records "
                             f"(map: {pr['method']} on {pr['fit_sample']:,} re-embedded texts)")
         for col in ("stage", "native", "new model", "fused with the old model", "old-query weight"):
             table.add_column(col, justify="left" if col == "stage" else "right")
-        table.add_row("stay on the old model", "-", "-", f"{pr['staying']:.3f}", "-")
+
+        def both(at, pool):
+            return f"{at:.3f} ({pool:.3f})" if at is not None else f"{pool:.3f}"
+        table.add_row("stay on the old model", "-", "-", both(pr.get("staying_at_size"), pr["staying"]), "-")
         for st in pr["stages"]:
             f = st["native_fraction"]
             name = "start (mapped)" if f == 0 else "full re-embed" if f == 1 else f"{f:.0%} re-embedded"
-            table.add_row(name, f"{f:.0%}", f"{st['recall']:.3f}", f"{st['recall_fused']:.3f}", str(st["beta"]))
+            table.add_row(name, f"{f:.0%}", both(st.get("recall_at_size"), st["recall"]),
+                          both(st.get("recall_fused_at_size"), st["recall_fused"]), str(st["beta"]))
         con.print(table)
         at = pr["new_model_alone_from"]
         full = pr["stages"][-1]

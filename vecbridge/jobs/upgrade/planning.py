@@ -57,39 +57,53 @@ def _others(src: Collection, n: int, held: set, text_field: str, seed: int) -> t
     return batch.take(keep), [texts[j] for j in keep]
 
 
-def _stages(M, Y, docs, Qn, Qo, rel, staying, fractions, k: int, seed: int) -> list[dict]:
-    """What each stage serves: the pool with a ``fraction`` of it native (random order), new-model queries alone
-    and fused with old-model ones (the best weight on these queries), against staying on the old model."""
+def _levels(Qn, D, rel, nrel: int, size: int, k: int, others_only: bool = True, **fused) -> tuple[float, float]:
+    """Recall@k within the pool and predicted at the collection's ``size`` (:mod:`vecbridge.quality.at_size`); the
+    distractors are the pool's sampled others, not the other queries' relevant records (``others_only``)."""
+    from ...quality.at_size import recall_at_size
     from ...quality.options import recall, relevant_ranks
 
+    r = relevant_ranks(Qn, D, rel, **fused)
+    if others_only:     # D's first nrel rows are the queries' relevant records
+        cut = dict(fused, old_docs=fused["old_docs"][:nrel]) if "old_docs" in fused else fused
+        above, n = r - relevant_ranks(Qn, D[:nrel], rel, **cut), len(D) - nrel
+    else:
+        above, n = r - 1, len(D) - 1
+    return recall(r, k), recall_at_size(above, n, size, k, above_seen=r - 1, seen=len(D))
+
+
+def _stages(M, Y, docs, Qn, Qo, rel, staying, fractions, k: int, seed: int, level) -> list[dict]:
+    """What each stage serves: the pool with a ``fraction`` of it native (random order), new-model queries alone
+    and fused with old-model ones (the best weight on these queries), against staying on the old model; each in
+    the pool and at the collection's size (``level``: :func:`_levels`; ``staying``: both of staying's)."""
     order = np.random.default_rng(seed).permutation(len(docs))
     stages = []
     for f in fractions:
         served = M.copy()
         native = order[:int(round(f * len(docs)))]
         served[native] = Y[native]
-        alone = recall(relevant_ranks(Qn, served, rel), k)
-        fused = {b: recall(relevant_ranks(Qn, served, rel, Q_old=Qo, old_docs=docs.vectors, beta=b), k)
-                 for b in FUSION_BETAS if 0 < b < np.inf}
-        best = max(fused, key=lambda b: (fused[b], -b))
-        stages.append({"native_fraction": f, "recall": alone, "recall_fused": max(fused[best], staying),
-                       "beta": best if fused[best] >= staying else "old model alone"})
+        alone = level(Qn, served)
+        fused = {b: level(Qn, served, Q_old=Qo, old_docs=docs.vectors, beta=b) for b in FUSION_BETAS if 0 < b < np.inf}
+        best = max(fused, key=lambda b: (fused[b][0], -b))
+        use = fused[best] if fused[best][0] >= staying[0] else staying
+        stages.append({"native_fraction": f, "recall": alone[0], "recall_fused": max(fused[best][0], staying[0]),
+                       "beta": best if fused[best][0] >= staying[0] else "old model alone",
+                       "recall_at_size": alone[1], "recall_fused_at_size": use[1]})
     return stages
 
 
 def predict_stages(src: Collection, embed, *, text_field: str, queries, old_queries, pool: int = 2000,
                    fit_sample: int = 2000, method: str = "orthogonal", seed: int = 0, k: int = 10,
-                   fractions=PLAN_FRACTIONS, on_step: Callable[[str], None] = lambda s: None,
+                   fractions=PLAN_FRACTIONS, others_only: bool = True, on_step: Callable[[str], None] = lambda s: None,
                    on_start: Callable[[int], None] = lambda n: None,
                    on_progress: Callable[[int], None] = lambda n: None) -> dict:
     """Recall@k the upgrade serves at each stage, simulated on a pool of the collection: the queries' relevant
     records plus ``pool`` others, all re-embedded, and a map fitted on ``fit_sample`` further re-embedded records
     (as ``start`` does). Each stage serves the pool with a ``fraction`` of it native (random order), new-model
     queries alone and fused with old-model ones (the fusion weight chosen on these queries, as ``upgrade tune``
-    does), against staying on the old model. Recall within a pool is higher than within the whole collection;
-    the comparison between stages is what carries over."""
-    from ...quality.options import recall, relevant_ranks
-
+    does), against staying on the old model. Recall within a pool is higher than within the whole collection:
+    each figure is also predicted at the collection's size (``*_at_size``, :mod:`vecbridge.quality.at_size`, the
+    pool's sampled others as distractors, or every other pool record without ``others_only``)."""
     chosen = method_of(method)
     new_q, old_q = query_pairs(queries, old_queries)
     relevant, rel_texts = _with_text(src.get(list(dict.fromkeys(new_q.ids))), text_field)
@@ -112,11 +126,17 @@ def predict_stages(src: Collection, embed, *, text_field: str, queries, old_quer
     use = np.asarray([qi for qi, i in enumerate(new_q.ids) if i in row], dtype=np.int64)
     Qn, Qo = new_q.vectors[use], old_q.vectors[use]
     rel = np.asarray([row[new_q.ids[qi]] for qi in use], dtype=np.int64)
-    staying = recall(relevant_ranks(Qo, docs.vectors, rel), k)
-    stages = _stages(M, Y, docs, Qn, Qo, rel, staying, fractions, k, seed)
-    alone_ok = [st["native_fraction"] for st in stages if st["recall"] >= staying]
+    size = src.info().count
+
+    def level(Q, D, **fused):
+        return _levels(Q, D, rel, len(relevant), size, k, others_only, **fused)
+
+    staying = level(Qo, docs.vectors)
+    stages = _stages(M, Y, docs, Qn, Qo, rel, staying, fractions, k, seed, level)
+    alone_ok = [st["native_fraction"] for st in stages if st["recall"] >= staying[0]]
     return {"k": k, "queries": len(use), "pool": len(docs), "fit_sample": len(fit), "method": chosen.name,
-            "staying": staying, "stages": stages, "texts_encoded": len(docs) + len(fit), "encode_seconds": seconds,
+            "staying": staying[0], "staying_at_size": staying[1], "collection_size": size, "stages": stages,
+            "texts_encoded": len(docs) + len(fit), "encode_seconds": seconds,
             "new_model_alone_from": alone_ok[0] if alone_ok else None}
 
 

@@ -1,0 +1,58 @@
+"""`upgrade plan` predicts Recall@10 at the collection's size, not only within its re-embedded pool."""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+from click.testing import CliRunner
+
+from tests.conftest import write_collection
+from vecbridge.cli import main
+from vecbridge.quality.at_size import JEFFREYS, beta_prior, hit_probability, recall_at_size
+
+
+def test_a_top_ranked_record_can_still_miss_in_a_huge_collection():
+    """No distractor of 2,000 above it says p < ~1/2,000, not p = 0: among a billion records it misses."""
+    assert hit_probability([0], 2000, 10**9)[0] < 0.01
+    assert hit_probability([0], 2000, 10**9, prior=JEFFREYS)[0] < 1
+
+
+def test_at_the_pool_size_the_prediction_is_the_pool_recall():
+    rng = np.random.default_rng(0)
+    above = rng.geometric(0.1, 300) - 1                              # counts among 2,000 distractors
+    pool_recall = float(np.mean(above <= 9))
+    assert recall_at_size(above, 2000, 2001) == pool_recall           # every record of the collection was seen
+    assert abs(recall_at_size(above, 2000, 2001, prior=JEFFREYS) - pool_recall) < 1e-12
+
+
+def test_the_prediction_falls_as_the_collection_grows():
+    above = np.random.default_rng(1).geometric(0.2, 300) - 1
+    sizes = [2001, 5000, 10**4, 10**5, 10**6, 10**8]
+    levels = [recall_at_size(above, 2000, n) for n in sizes]
+    assert all(a >= b for a, b in zip(levels, levels[1:])) and levels[0] > levels[-1]
+
+
+def test_the_prior_is_fitted_on_the_counts_and_jeffreys_when_unidentified():
+    """Most queries have p near 0: the fitted Beta puts less weight on large p than Jeffreys (a < 1/2)."""
+    rng = np.random.default_rng(2)
+    above = rng.binomial(2000, rng.beta(0.1, 3.0, 500))
+    a, b = beta_prior(above, 2000)
+    assert 0.05 < a < 0.2 and 1.5 < b < 6
+    assert beta_prior([0, 0, 0], 2000) == JEFFREYS
+
+
+def test_plan_json_carries_the_figures_at_the_collections_size(tmp_path, sample):
+    old = write_collection(f"file://{tmp_path}/old", sample.ids, sample.docs_old,
+                           [{"text": it["doc"]} for it in sample.items])
+    q_ids = [sample.ids[r] for r in sample.query_rows[:200]]
+    qn = write_collection(f"file://{tmp_path}/qn", q_ids, sample.queries_new[:200])
+    qo = write_collection(f"file://{tmp_path}/qo", q_ids, sample.queries_old[:200])
+    r = CliRunner().invoke(main, ["upgrade", "plan", old.url, "--to-model", "tests.embedders:mpnet_lookup",
+                                  "--queries", qn.url, "--old-queries", qo.url, "--pool", "400",
+                                  "--fit-sample", "500", "--json"])
+    assert r.exit_code == 0, r.output
+    p = json.loads(r.stdout)["predicted"]
+    assert p["collection_size"] == 1500 and 0 < p["staying_at_size"] <= p["staying"]
+    for st in p["stages"]:
+        assert 0 < st["recall_at_size"] <= st["recall"] and 0 < st["recall_fused_at_size"] <= st["recall_fused"]
+    assert p["stages"][-1]["recall_at_size"] > p["stages"][0]["recall_at_size"]

@@ -1,0 +1,51 @@
+"""Recall@k at a collection's size, predicted from ranks within a sampled pool of it.
+
+A query's relevant record is outranked by ``above`` of the pool's ``distractors`` (a uniform sample of the
+collection's other records), i.e. by a fraction p of the collection, p ~ Beta(above + a, distractors - above + b).
+The prior (a, b) is fitted on all the queries' counts (empirical Bayes: the beta-binomial maximum likelihood; the
+Jeffreys prior 1/2, 1/2 would put too much weight on large p, most queries having p near 0, and predict 0.04-0.06
+too low on real corpora). The pool's records are part of the collection: those known to be above (``above_seen`` of
+``seen``) count as they are and the ``size - seen`` unseen records add Binomial(size - seen, p); a hit is a total
+below k, a beta-binomial CDF. With ``size == seen`` this is the recall within the pool."""
+from __future__ import annotations
+
+import numpy as np
+
+#: the prior when the counts cannot identify one (Jeffreys)
+JEFFREYS = (0.5, 0.5)
+
+
+def beta_prior(above, distractors: int) -> tuple[float, float]:
+    """(a, b) of the Beta distribution of p across queries that best explains their counts (maximum likelihood of
+    Beta-Binomial(distractors, a, b)); Jeffreys where fewer than two distinct counts leave it unidentified."""
+    from scipy.optimize import minimize
+    from scipy.stats import betabinom
+
+    c = np.asarray(above, dtype=np.float64)
+    if len(np.unique(c)) < 2 or distractors < 1:
+        return JEFFREYS
+
+    def nll(t):
+        return -betabinom.logpmf(c, distractors, *np.exp(t)).sum()
+
+    fit = minimize(nll, np.log(JEFFREYS), method="L-BFGS-B", bounds=[(-7.0, 9.0)] * 2)
+    return tuple(float(v) for v in np.exp(fit.x)) if fit.success else JEFFREYS
+
+
+def hit_probability(above, distractors: int, size: int, k: int = 10, *, above_seen=None, seen: int | None = None,
+                    prior: tuple[float, float] | None = None) -> np.ndarray:
+    """Per query, the probability that its relevant record ranks in the top ``k`` of ``size`` records, given that
+    ``above`` of ``distractors`` sampled records score at least as high, and ``above_seen`` of the ``seen`` pool
+    records (its own included; default: the distractors and it) are known to."""
+    from scipy.stats import betabinom
+
+    a = np.asarray(above, dtype=np.float64)
+    known = a if above_seen is None else np.asarray(above_seen, dtype=np.float64)
+    unseen = max(int(size) - (distractors + 1 if seen is None else int(seen)), 0)
+    pa, pb = beta_prior(a, distractors) if prior is None else prior
+    return betabinom.cdf(k - 1 - known, unseen, a + pa, max(int(distractors), 0) - a + pb)
+
+
+def recall_at_size(above, distractors: int, size: int, k: int = 10, **seen) -> float:
+    """Predicted Recall@k over a collection of ``size`` records: the mean of :func:`hit_probability`."""
+    return float(np.mean(hit_probability(above, distractors, size, k, **seen))) if len(above) else 0.0
