@@ -216,15 +216,15 @@ class Deferred:
     def starting(self):
         return False
 
-    def submit(self, key, batch, texts):
-        self.handed.append((time.perf_counter(), len(texts)))
-        self.held.append((key, batch, texts))
+    def submit(self, key, ids):
+        self.handed.append((time.perf_counter(), len(ids)))
+        self.held.append((key, ids))
 
     def wait(self, timeout=None):
         if timeout is not None and self.free():
             time.sleep(timeout)
             return []
-        done, self.held = [(key, self.run(batch, texts)) for key, batch, texts in self.held], []
+        done, self.held = [(key, self.run(ids)) for key, ids in self.held], []
         return done
 
     def close(self):

@@ -156,14 +156,15 @@ def test_a_reembedder_travels_as_names_and_works_alike(upgrade, sample):
         here = Reembedder(up)
         assert here() is here
         batch = up.source.get(sample.ids[FIT:FIT + 5])
-        texts = [p["text"] for p in batch.payloads]
-        assert len(here.embed_and_write(batch, texts)) == 5
+        landed = here.embed_and_write(batch.ids)
+        assert landed.written == batch.ids and landed.new.shape == (5, 768) and landed.no_text == landed.gone == []
+        np.testing.assert_array_equal(landed.old, batch.vectors)
         local = up.target.get(batch.ids)
         shipped = pickle.loads(pickle.dumps(here))
         assert not isinstance(shipped, Reembedder) and "sqlite" not in repr(vars(shipped))
         remote = shipped()
         up.target.upsert(batch.with_vectors(np.zeros_like(local.vectors)))   # overwritten: the remote writes again
-        assert len(remote.embed_and_write(batch, texts)) == 5
+        assert remote.embed_and_write(batch.ids).written == batch.ids
         again = up.target.get(batch.ids)
         np.testing.assert_array_equal(again.vectors, local.vectors)
         assert again.stamps == local.stamps and {s["origin"] for s in again.stamps} == {"native"}

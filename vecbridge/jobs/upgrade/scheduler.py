@@ -3,14 +3,15 @@ engine's pool of workers, stamped when they come back; and the query-log scores 
 priorities order by.
 
 The driver (this process) keeps the upgrade's document (its SQLite file is local to it) and runs the one loop of
-:class:`_Run`: it syncs, queues ids in priority order (one filtered scan of the stamps in the store), reads their
-records and texts from the source, and hands each batch (records and texts) to a worker of ``engine.pool``: here,
-the batch is embedded and written when it is handed over, one at a time (:class:`~vecbridge.runtime.engine.
-LocalPool`); on Ray (:class:`~vecbridge.runtime.ray_engine.RayPool`), each of ``workers`` actors loads the model
-once (by its name, with :func:`~vecbridge.runtime.models.load_model`), opens the upgrade's target once, and keeps
-``in_flight`` batches queued. The worker that writes a batch stamps it, in the same upsert (the driver writes no
-per-record rows), so a killed driver or worker loses at most the batches in flight, which the next run re-does
-(the upsert is by id).
+:class:`_Run`: it syncs, queues ids in priority order (one filtered scan of the stamps in the store) and hands each
+batch of ids to a worker of ``engine.pool``, which reads their records and texts from the source, embeds and
+writes them (:func:`~vecbridge.runtime.reembed_worker.embed_and_write`): here, when the batch is handed over, one
+at a time (:class:`~vecbridge.runtime.engine.LocalPool`); on Ray (:class:`~vecbridge.runtime.ray_engine.RayPool`),
+each of ``workers`` actors loads the model once (by its name, with :func:`~vecbridge.runtime.models.load_model`),
+opens the source and the upgrade's target once, and keeps ``in_flight`` batches queued. The worker that writes a
+batch stamps it, in the same upsert (the driver reads no record and writes no per-record row; it gets back the
+ids written, and their old and new vectors for the continuous refit), so a killed driver or worker loses at most
+the batches in flight, which the next run re-does (the upsert is by id).
 """
 from __future__ import annotations
 
@@ -54,9 +55,10 @@ class Scheduling(Syncing):
 
         ``engine`` (local by default) gives the workers that embed and write the batches: here, one at a time; on
         Ray, actors with several batches in flight (the result then says ``engine`` and ``workers``). One loop
-        picks the batches, holds the stop conditions and stamps, so every engine stops and stamps alike: records,
-        texts and spend are counted when a batch is handed over (a spend cap counts the batches in flight), and
-        ``max_per_second`` spaces the hand-overs (one batch queued per actor then).
+        picks the batches and holds the stop conditions, so every engine stops alike: records and spend are counted
+        when a batch is handed over (each record as a text: a spend cap counts the batches in flight at most; the
+        spend kept is what was embedded), and ``max_per_second`` spaces the hand-overs (one batch queued per actor
+        then).
 
         ``models`` says where the model runs (each Ray actor chooses its own ``auto`` device); here, the result's
         ``model_run`` is its throughput. A model call gets at most ``batch_size`` texts, whatever the model's batch
@@ -194,7 +196,7 @@ class _Run:
         self.on_progress = on_progress
         self.t0, self.done, self.no_text, self.stopped = time.perf_counter(), 0, 0, "done"
         self.spent = float(up.meta.get("spent") or 0.0)
-        self.flying: dict[int, tuple] = {}   # key -> (ids, records, has, digests, cost) of each batch handed over
+        self.flying: dict[int, tuple] = {}   # key -> (ids, cost at most) of each batch handed over
         self.busy: set = set()               # their ids: not picked again while in flight
         self.handed, self.committed, self.next_at, self.exhausted, self.error = 0, 0.0, None, False, None
         self.keys = itertools.count()
@@ -238,7 +240,7 @@ class _Run:
             time.sleep(max(0.0, self.next_at - time.perf_counter()))
 
     def hand_over(self) -> None:
-        """Pick the next batch, stamp its records without text, and hand the others to the pool."""
+        """Pick the next batch of ids and hand them to the pool (the worker reads their records and texts)."""
         up, n = self.up, min(self.batch_size, self.todo - self.handed)
         if not self.queue:   # one filtered scan of the stamps in the store queues the next ids
             self.queue = up.records.queue(self.priority, limit=max(QUEUE, n), skip=self.busy)[::-1]
@@ -251,52 +253,45 @@ class _Run:
         if not ids:
             self.exhausted = True
             return
-        records = up.source.get(ids)
-        texts = [p.get(up.meta["text_field"]) for p in records.payloads]
-        has = [j for j, t in enumerate(texts) if isinstance(t, str) and t]
-        cost = len(has) * (self.price_per_1k or 0.0) / 1000
+        cost = len(ids) * (self.price_per_1k or 0.0) / 1000   # at most: a record without text costs nothing
         if self.spend_cap is not None and self.spent + self.committed + cost > self.spend_cap + 1e-9:
             self.stopped = "spend cap"
             return
-        if len(has) < len(records):   # nothing to embed: they keep their mapped vector, counted apart
-            self.no_text += len(records) - len(has)
-            missing = {records.ids[j] for j in range(len(records)) if j not in set(has)}
-            no_text = up.stamper("no-text")(1)[0]
-            up.records.restamp([i for i in ids if i in missing],
-                               lambda _i, old: {**old, **no_text} if old else no_text)
-            up.count(self.moved([i for i in ids if i in missing], "no-text"))
-        key, self.handed, self.committed = next(self.keys), self.handed + len(has), self.committed + cost
-        self.flying[key] = (ids, records, has, cost)
+        key, self.handed, self.committed = next(self.keys), self.handed + len(ids), self.committed + cost
+        self.flying[key] = (ids, cost)
         self.busy.update(ids)
-        if self.max_per_second:   # spaced from the hand-over itself, not from the read before it
-            self.next_at = time.perf_counter() + len(has) / self.max_per_second
-        if has:
-            self.pool.submit(key, records.take(np.asarray(has)), [texts[j] for j in has])
-        else:
-            self.land([(key, None)])
+        if self.max_per_second:   # spaced from the hand-over itself
+            self.next_at = time.perf_counter() + len(ids) / self.max_per_second
+        self.pool.submit(key, ids)
 
     def land(self, results) -> None:
-        """Stamp each batch back from the pool (written by then); a failed one is left for the next run."""
+        """Count and stamp-account each batch back from the pool (written by then); a failed one is left for the
+        next run."""
         up = self.up
-        for key, vectors in results:
-            if key is None or isinstance(vectors, BaseException):
-                self.error = self.error or vectors
+        for key, landed in results:
+            if key is None or isinstance(landed, BaseException):
+                self.error = self.error or landed
                 if key is not None:
                     self.busy.difference_update(self.flying[key][0])
-                    self.committed -= self.flying.pop(key)[3]
+                    self.committed -= self.flying.pop(key)[1]
                 continue
-            ids, records, has, cost = self.flying.pop(key)
+            ids, cost = self.flying.pop(key)
             fault_point("reembed.batch-written")
             self.busy.difference_update(ids)
             self.committed -= cost
-            if has:
-                up.count(self.moved([records.ids[j] for j in has], "native"))
+            if landed.no_text:   # nothing to embed: they keep their mapped vector, counted apart
+                self.no_text += len(landed.no_text)
+                up.count(self.moved(landed.no_text, "no-text"))
+            if landed.written:
+                up.count(self.moved(landed.written, "native"))
                 if self.pairs is not None:
-                    self.pairs.add([records.ids[j] for j in has], records.vectors[has], vectors)
+                    self.pairs.add(landed.written, landed.old, landed.new)
                 if self.price_per_1k:
-                    self.spent += cost
+                    self.spent += len(landed.written) * self.price_per_1k / 1000
                     up.meta = up.state.update(spent=self.spent)
-            up._drop(set(ids) - set(records.ids))   # deleted from the source since the sync
-            self.done += len(has)
-            if self.on_progress and has:
-                self.on_progress(len(has))
+            up._drop(set(landed.gone))   # deleted from the source since the sync
+            for i in landed.gone:
+                self.origins.pop(i, None)
+            self.done += len(landed.written)
+            if self.on_progress and landed.written:
+                self.on_progress(len(landed.written))
