@@ -80,7 +80,7 @@ def test_reembed_refits_the_map_and_maps_every_mapped_record_again(started, samp
         assert now.fingerprint != first.fingerprint
         assert up.meta["alignment"].endswith(".vb") and up.meta.get("remapping") is None
         assert [m["fingerprint"] for m in up.meta["maps"]][0] == first.fingerprint
-        assert up.meta["maps"][-1]["fingerprint"] == now.fingerprint
+        assert up.meta["maps"][-1]["fingerprint"] == now.fingerprint and up.status()["maps"] == up.meta["maps"]
         stamps = up.records.of(sample.ids)
         mapped = sorted(i for i, s in stamps.items() if s["origin"] == "mapped")
         assert len(mapped) == 1500 - FIT - 300

@@ -174,5 +174,5 @@ class UpgradeBase:
                 "cascade_beta": self.meta.get("cascade_beta"),
                 "hub_reference": self.meta.get("hub_reference"), "dropped": self.meta.get("dropped"),
                 "dropping": self.meta.get("dropping"),
-                "probe": self.meta.get("probe"), **about_map(self.meta),
+                "probe": self.meta.get("probe"), "maps": self.meta.get("maps"), **about_map(self.meta),
                 "events": self.state.events()}
