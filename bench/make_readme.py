@@ -234,6 +234,53 @@ def linking_retention(d: dict) -> dict:
                              f"{r['retention10']:.3f}"] for r in d["rows"]])}
 
 
+def text_gone(d: dict) -> dict:
+    """Served Recall@10 per map where the old texts are gone; why the unsupervised fit works or is refused."""
+    ref = {(r["corpus"], r["pair"]): r for r in d["rows"] if r["mode"] == "reference"}
+    fits = {(r["corpus"], r["pair"], r["seed"], r["mode"]): r for r in d["rows"] if r["mode"] != "reference"}
+    runs = sorted({(c, p, s) for c, p, s, _ in fits}, key=lambda k: (k[0] != "wordnet", k[0], k[1], k[2]))
+
+    def served(r):
+        if r is None:
+            return "-"
+        if not r["accepted"]:
+            return f"refused ({r['validation']['score']:.2f})" if r.get("validation") else "refused (GEH)"
+        return f"{r['recall10']:.3f} ({r['gap_to_supervised']:+.3f}; {r['fit_s']:.0f} s)"
+
+    recall = table(["corpus", "old -> new", "seed", "stay", "re-embed", "supervised (2,000 pairs)",
+                    "unsupervised (gap; fit s)", "GEH, 15 seeds (gap; s)"],
+                   [[c, arrow(p), s, f"{ref[c, p]['stay_recall10']:.3f}", f"{ref[c, p]['reembed_recall10']:.3f}",
+                     f"{ref[c, p]['supervised_recall10']:.3f}", served(fits.get((c, p, s, "unsupervised"))),
+                     served(fits.get((c, p, s, "geh")))] for c, p, s in runs])
+
+    def v3(v):
+        return f"{v['score']:.2f} / {v['gain']:.3f} / {v['agreement']:.3f}"
+
+    def starts(r):
+        return ", ".join(f"{x['init'][0]}{x['restart']}: {x['top1']:.2f} ({x['score']:.2f})" for x in r["starts"]
+                         if x.get("top1") is not None and "score" in x)
+
+    diag = []
+    for c, p, s in runs:
+        r = fits.get((c, p, s, "unsupervised"))
+        if r:
+            diag.append([c, arrow(p), s, f"{r['top1']:.3f} / {ref[c, p]['supervised_top1']:.3f}",
+                         f"{r['cosine']:.3f} / {ref[c, p]['supervised_cosine']:.3f}", v3(r["validation"]),
+                         v3(r["supervised_validation"]), f"{r['won']['init']} #{r['won']['restart']}", starts(r)])
+    why = table(["corpus", "old -> new", "seed", "top-1 (unsup / true map)", "mean cos (unsup / true)",
+                 "unsup map: score / gain / agr", "true map, same rows: score / gain / agr", "start kept",
+                 "starts after Refine-1: top-1 (score)"], diag)
+    probe = table(["corpus", "old -> new (query vectors)", "true map top-1", "true map: score / gain / agr"],
+                  [[q["corpus"], arrow(q["pair"]), f"{q['supervised_top1']:.3f}", v3(q["supervised_validation"])]
+                   for q in d.get("queries_probe", [])])
+    every = table(["corpus", "old -> new", "starts: top-1 (score)", "rows two starts send to the same doc"],
+                  [[c["corpus"], arrow(c["pair"]),
+                    ", ".join(f"{x['init'][0]}{x['restart']}: {x['top1']:.2f} ({x['score']:.2f})" for x in c["starts"]),
+                    ", ".join(f"{k}: {v:.2f}" for k, v in c["pairwise_agreement"].items())]
+                   for c in d.get("consensus", [])])
+    return {"recall": recall, "why": why, "probe": probe, "consensus": every}
+
+
 TARGETS = (0.90, 0.95)  # retention@10: with nothing re-embedded, with at most 5% re-embedded (as the template says)
 COST_ITEMS = 1_000_000  # the recommender's cost model: 1M items, 1M queries
 
@@ -595,13 +642,63 @@ def serve(d: dict) -> dict:
     return {"load": load, "events": events}
 
 
+def continuous_refit(d: dict) -> dict:
+    """The map in use at 25% and 50% re-embedded (continuous refit) against the start's map, per corpus and pair."""
+    rows = []
+    for r in d["results"]:
+        for s in r["stages"]:
+            if s["fraction"] < 0.25:
+                continue
+            rows.append([r["corpus"], f"{r['old']} -> {r['new']}", f"{s['fraction']:.0%}", f"{s['map_pairs']:,}",
+                         f"{s['mapped_only_start']:.4f}", f"{s['mapped_only_refit']:.4f}",
+                         f"{s['mapped_only_gain']:+.4f}",
+                         f"{s['served_refit_on_mapped'] - s['served_start_on_mapped']:+.4f}",
+                         f"{s['served_refit'] - s['served_start']:+.4f}"])
+    return {"gains": table(["corpus", "pair", "re-embedded", "pairs of the map in use", "mapped only: start's map",
+                            "mapped only: refitted", "gain", "served, queries of still-mapped records: gain",
+                            "served, all queries: gain"], rows)}
+
+
+def zipf_priorities(d: dict) -> dict:
+    """Traffic-weighted served Recall@10 per priority (mean and sd over the popularity orders), per corpus and pair."""
+    rows = []
+    for corpus, results in d["results"].items():
+        for r in results:
+            for prio in ("random", "residual", "hubs", "queries"):
+                rows.append([corpus, arrow(r["pair"]), prio]
+                            + [f"{m:.3f} ({s:.3f})" for m, s in zip(r[prio]["mean"], r[prio]["sd"])]
+                            + [f"{r['staying']['mean']:.3f}", f"{r['full_reembed']['mean']:.3f}"])
+    fr = [f"{f:.0%} (sd)" for f in d["fractions"]]
+    return {"served": table(["corpus", "pair", "priority", *fr, "staying", "full re-embed"], rows)}
+
+
+def plan_calibration(d: dict) -> dict:
+    """Per corpus and pair: each stage's prediction within the pool and at the collection's size, against what the
+    whole collection then serves."""
+    stages = unique(row["stage"] for r in d["results"] for row in r["rows"])
+    rows = []
+    for r in d["results"]:
+        by = {row["stage"]: row for row in r["rows"]}
+        rows.append([r["corpus"], arrow(r["pair"])]
+                    + [f"{by[s]['at_size']:.3f} / {by[s]['measured']:.3f} ({by[s]['pool']:.3f})" if s in by else "-"
+                       for s in stages])
+    worst = [[c, f"{e['error']:.3f}", f"{e['mean_abs_error']:.3f}", f"{e['error_all']:.3f}", f"{e['error_pool']:.3f}"]
+             for c, e in d["max_abs_error"].items()]
+    return {"stages": table(["corpus", "pair", *stages], rows),
+            "worst": table(["corpus", "largest error at size", "mean error at size",
+                            "largest, every pool record a distractor", "largest, the pool's own recall"], worst)}
+
+
 RENDERERS = {"serve": serve, "align_real": align_real, "geh": geh, "geh_calibration": geh_calibration, "geh_timing": geh_timing,
              "unsupervised_robust": unsupervised_robust, "minivec2vec": minivec2vec,
-             "linking_retention": linking_retention, "quality_options": quality_options, "migrate": migrate,
+             "linking_retention": linking_retention, "text_gone": text_gone, "quality_options": quality_options,
+             "migrate": migrate,
              "rowwise": rowwise,
              "report_calibration": report_calibration, "connectors": connectors,
              "upgrade_curve": upgrade_curve, "map_validation": map_validation, "ray_scale": ray_scale,
-             "record_stamps": record_stamps, "cascade": cascade, "gpu_embed": gpu_embed}
+             "record_stamps": record_stamps, "cascade": cascade, "gpu_embed": gpu_embed,
+             "continuous_refit": continuous_refit, "zipf_priorities": zipf_priorities,
+             "plan_calibration": plan_calibration}
 
 
 # ------------------------------------------------------------------------------------------------------ main
