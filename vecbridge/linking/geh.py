@@ -966,9 +966,9 @@ class GEH(Estimator):
         n_avg = (fit.n1 + fit.n2) / 2.0
         if n_avg - info["n_partnerless"] < min_grown:
             raise CheckFailed(
-                f"GEH: bootstrapping never took off: its mutual pairs are no more frequent than the chance "
-                f"pairings of rows without a partner (estimated {min(info['n_partnerless'], n_avg):,.0f} of "
-                f"{n_avg:,.0f} rows have none); {_ADVICE}")
+                f"GEH: bootstrapping never took off: its mutual pairs are no more frequent than chance pairings "
+                f"would be if almost no row had a partner (as if {min(info['n_partnerless'], n_avg):,.0f} of "
+                f"{n_avg:,.0f} rows had none: the grown links cannot tell the true pairs apart); {_ADVICE}")
         if info["seed_agreement"] < _MIN_SEED_AGREEMENT:
             raise CheckFailed(
                 f"GEH: bootstrapping never took off: the map of the {n_found} grown links puts only "
