@@ -66,7 +66,7 @@ def test_a_refit_on_the_same_pairs_is_not_better_and_is_refused(tmp_path, sample
     start = Alignment.from_estimator(OrthogonalProcrustes().fit(X[:100], Y[:100]))
     new, verdict = pairs.refit(start)
     assert new is not None and verdict["accepted"] and verdict["gain"] > 0.05, verdict
-    assert new.metadata["fit"]["n_pairs"] == 1500 - len(pairs.held_old) + len(pairs.held_old)
+    assert new.metadata["fit"]["n_pairs"] == 1500 and not len(pairs.held_old), "held-out pairs join the accepted fit"
 
 
 def test_reembed_refits_the_map_and_maps_every_mapped_record_again(started, sample):

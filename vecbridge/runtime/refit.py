@@ -98,17 +98,14 @@ class RefitPairs:
             return
         old, new = np.asarray(old, np.float32), np.asarray(new, np.float32)
         held = np.fromiter((shuffle_rank(i) % HOLDOUT_EVERY == 0 for i in ids), bool, len(ids))
-        room = HELD_MAX - len(self.held_old)
-        if room > 0 and held.any():
-            rows = np.flatnonzero(held)[:room]
+        rows = np.flatnonzero(held)[:max(HELD_MAX - len(self.held_old), 0)]
+        if len(rows):
             self.held_old = np.vstack([self.held_old, old[rows]])
             self.held_new = np.vstack([self.held_new, new[rows]])
-            held[:] = False
-            held[rows] = True
-        else:
-            held[:] = False
-        if (~held).any():
-            self.moments.update(old[~held].astype(np.float64), new[~held].astype(np.float64))
+        rest = np.ones(len(ids), bool)
+        rest[rows] = False
+        if rest.any():
+            self.moments.update(old[rest].astype(np.float64), new[rest].astype(np.float64))
 
     def due(self) -> bool:
         """A refit is worth trying: the pairs grew by :data:`GROWTH` since the last try, enough are held out."""
