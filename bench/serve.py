@@ -207,7 +207,45 @@ class Client:
                 time.sleep(0.05)
 
 
-def load(clients: int, seconds: float, requests: int, call) -> dict:
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds a process has used (Linux ``/proc``; 0 where it cannot be read)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, IndexError, ValueError):
+        return 0.0
+
+
+def descendants(pid: int) -> list[int]:
+    """``pid`` and every process below it (PostgreSQL's backends, uvicorn's workers)."""
+    out, todo = [], [pid]
+    while todo:
+        p = todo.pop()
+        out.append(p)
+        try:
+            todo += [int(c) for t in Path(f"/proc/{p}/task").iterdir()
+                     for c in (t / "children").read_text().split()]
+        except OSError:
+            pass
+    return out
+
+
+class CpuMeter:
+    """CPU seconds per request of each side of a phase: the service's processes, PostgreSQL's, and this process (the
+    client threads, or the store's own search called directly): where a saturated machine's time goes."""
+
+    def __init__(self, sides: dict):
+        self.sides = sides   # name -> callable giving the pids now
+
+    def read(self) -> dict:
+        return {name: sum(cpu_seconds(p) for p in pids()) for name, pids in self.sides.items()}
+
+    @staticmethod
+    def per_request(before: dict, after: dict, requests: int) -> dict:
+        return {f"cpu_ms_{name}": 1000 * (after[name] - before[name]) / max(requests, 1) for name in before}
+
+
+def load(clients: int, seconds: float, requests: int, call, meter: CpuMeter | None = None) -> dict:
     """``clients`` threads each calling ``call(client_index, i)`` (which returns an outcome, :data:`STOP` to end
     early) up to ``requests`` times or until ``seconds`` passed: latencies (of every call answered, failed ones
     included), the outcomes, queries per second."""
@@ -230,6 +268,7 @@ def load(clients: int, seconds: float, requests: int, call) -> dict:
             outcomes[c].append(outcome)
 
     load_before = os.getloadavg()[0]
+    cpu_before = meter.read() if meter else None
     t0 = time.perf_counter()
     threads = [threading.Thread(target=worker, args=(c,)) for c in range(clients)]
     for th in threads:
@@ -239,7 +278,8 @@ def load(clients: int, seconds: float, requests: int, call) -> dict:
     wall = time.perf_counter() - t0
     all_lat = sorted(x for row in lat for x in row)
     flat = [o for row in outcomes for o in row]
-    return {"requests": len(all_lat), "seconds": wall, "qps": len(all_lat) / wall,
+    cpu = CpuMeter.per_request(cpu_before, meter.read(), len(all_lat)) if meter else {}
+    return {**cpu, "requests": len(all_lat), "seconds": wall, "qps": len(all_lat) / wall,
             "p50_ms": 1000 * statistics.median(all_lat), "p99_ms": 1000 * all_lat[int(0.99 * (len(all_lat) - 1))],
             "load_before": load_before, "load_after": os.getloadavg()[0], "outcomes": flat}
 
@@ -319,6 +359,8 @@ def main(argv=None) -> int:
             stores[c].search(vectors[c][i % QUERIES][None], args.k)
             return ("ok", None)
 
+        meter = CpuMeter({"service": lambda: descendants(service.proc.pid),
+                          "postgres": lambda: descendants(server.process.pid), "clients": lambda: [os.getpid()]})
         # warm-up: every connection opened, every thread of the service busy once
         load(args.clients, 10, 20, store)
         load(args.clients, 10, 20, search_vectors)
@@ -329,7 +371,7 @@ def main(argv=None) -> int:
                                ("search_texts", search_texts), ("embeddings", embeddings)):
                 for client in clients:   # a connection idle through the last phase was closed by the server
                     client.close()
-                r = load(args.clients, args.seconds, args.requests, call)
+                r = load(args.clients, args.seconds, args.requests, call, meter)
                 failed = [o for o in r["outcomes"] if o[0] != "ok"]
                 runs.setdefault(name, []).append({**summary(r), "failed": len(failed),
                                                   "failures": sorted({str(o) for o in failed})[:5]})
@@ -338,7 +380,8 @@ def main(argv=None) -> int:
                       f"{r['load_before']:.1f})", flush=True)
         for name, rs in runs.items():   # medians over the rounds; each round's figures kept
             phases[name] = {**{key: statistics.median(r[key] for r in rs)
-                               for key in ("qps", "p50_ms", "p99_ms", "load_before", "load_after")},
+                               for key in ("qps", "p50_ms", "p99_ms", "load_before", "load_after", "cpu_ms_service",
+                            "cpu_ms_postgres", "cpu_ms_clients")},
                             "requests": sum(r["requests"] for r in rs), "failed": sum(r["failed"] for r in rs),
                             "failures": sorted({f for r in rs for f in r["failures"]})[:5], "rounds": rs}
 

@@ -10,6 +10,7 @@ import time
 import uuid
 
 import numpy as np
+import psycopg
 import pytest
 
 from tests.connectors.engines import pgvector as engine
@@ -190,3 +191,22 @@ def test_a_misspelled_url_option_is_bad_input_before_any_connection():
         connect("postgresql://postgres:hunter2@127.0.0.1:1/postgres?table=items&vectr=emb")
     assert "hunter2" not in str(err.value) and "\n" not in str(err.value)
     connect("postgresql://postgres@127.0.0.1:1/postgres?table=items&sslmode=disable&connect_timeout=2")   # libpq's
+
+
+def test_hnsw_search_returns_k_rows_past_the_default_candidate_list_across_reconnects(server):
+    """pgvector's HNSW scan stops at ``hnsw.ef_search`` rows (40 by default): the connector raises it for the
+    session, and a new session (a lost connection) gets it again."""
+    url = server.url(_table(), password=PASSWORD)
+    coll = connect(url).create(dim=16)   # with its HNSW index, maintained as rows land
+    for lo in range(0, 5000, 2500):      # enough rows for the planner to take the index
+        coll.upsert(_batch(2500, 16, lo))
+    q = _batch(3, 16, 5000).vectors
+    for k in (60, 10, 450):
+        ids, scores = coll.search(q, k)
+        assert [len(row) for row in ids] == [k] * 3
+        assert np.all(np.diff(scores, axis=1) <= 1e-6)
+    with pytest.raises(psycopg.OperationalError):   # the server ends this session (a restart, a failover)
+        coll._connection().execute("SELECT pg_terminate_backend(pg_backend_pid())")
+    ids, _ = coll.search(q, 450)
+    assert [len(row) for row in ids] == [450] * 3
+    connect(url).drop()

@@ -31,10 +31,16 @@ def error_document(message: str, kind: str, code: str | None = None) -> dict:
     return {"error": {"message": message, "type": kind, "param": None, "code": code}}
 
 
+try:   # a request's vectors are its bulk: orjson reads them about 5x faster (the [serve] extra installs it)
+    from orjson import loads as _loads
+except ImportError:   # pragma: no cover - the standard library's, where orjson is not installed
+    _loads = json.loads
+
+
 def parse_json(body: bytes) -> dict:
     """The request's JSON object."""
     try:
-        doc = json.loads(body)
+        doc = _loads(body)
     except (ValueError, UnicodeDecodeError):
         raise BadRequest("the body is not JSON: send a JSON object with Content-Type: application/json") from None
     if not isinstance(doc, dict):
