@@ -249,8 +249,9 @@ class Top1Curve(JobResult):
 @dataclass
 class HeldOutQuality(PairScores):
     """The judged map on the held-out pairs: pair quality among the ``pool`` held-out items, the mean squared
-    residual, a 20-bin histogram of mapped-vs-new cosines over [-1, 1], and top-1 as the pool grows, extrapolated
-    (``top1_predicted``) to the collection's ``full_size``."""
+    residual, a 20-bin histogram of mapped-vs-new cosines over [-1, 1], top-1 as the pool grows, and top-1 predicted
+    among the collection's ``full_size`` items (``top1_predicted``: each item's rank among every sampled item,
+    carried to that size; :mod:`vecbridge.quality.at_size`)."""
 
     pool: int
     residual: float
@@ -302,7 +303,8 @@ class LearningCurve(JobResult):
 class ReportRetrieval(JobResult):
     """Recall retention@k of ``n_queries`` new-model queries (mapped old vectors / native new vectors) over the
     ``pool`` sampled items and sub-pools of it (one point per pool size), ``measured`` on the whole pool and
-    ``predicted`` for the collection's ``full_size`` by a log-linear fit. When the whole pool gives no reliable
+    ``predicted`` for the collection's ``full_size`` (mapped and native Recall@k each carried to that size from the
+    relevant documents' ranks in the pool; :mod:`vecbridge.quality.at_size`). When the whole pool gives no reliable
     ratio, ``measured`` and ``predicted`` are None and ``unreliable`` says why (the key exists only then)."""
 
     pool_sizes: list[float]

@@ -9,16 +9,16 @@ Nothing is written to any store. The report
    what needs no true pairs -- Recall@k of new-model queries over the mapped old vectors, and against staying on
    the old model -- and never says GO);
 2. fits orthogonal Procrustes on a training split and measures the held-out split: top-1 and mean rank of the true
-   partner among the held-out items (the pool is stated with every figure, and top-1 is also extrapolated to the
+   partner among the held-out items (the pool is stated with every figure, and top-1 is also predicted at the
    collection's size the way retention is, below), mean cosine, held-out residual, the residual against the
    Procrustes bound ("When Embedding Models Meet: Procrustes Bounds and Applications", 2025) and the singular-value
    spectrum, and how quality grows with the number of anchors;
 3. with new-model queries (vectors whose id is their relevant document's id) measures recall retention@k of the
-   held-out documents within the pool of every sampled item, extrapolated to the size of the whole collection
-   (Recall@k falls as a collection grows; the ratio much less, but the report fits ``retention = a + b log(pool
-   size)`` over sub-pools and predicts the full size); with old-model queries too, the three-way comparison: stay on
-   A, mapped upgrade, full re-embed. A ratio over a native recall below :data:`vecbridge.metrics.MIN_NATIVE_RECALL`
-   is reported as unreliable, not as a figure;
+   held-out documents within the pool of every sampled item, predicted at the size of the whole collection
+   (Recall@k falls as a collection grows: each relevant document's rank among the pool's uniformly sampled
+   distractors is carried to the full size, :mod:`vecbridge.quality.at_size`); with old-model queries too, the
+   three-way comparison: stay on A, mapped upgrade, full re-embed. A ratio over a native recall below
+   :data:`vecbridge.metrics.MIN_NATIVE_RECALL` is reported as unreliable, not as a figure;
 4. gives a verdict (GO / CAUTION / NO-GO) from :data:`THRESHOLDS`, with the reason in one sentence;
 5. measures the options that keep more quality (:mod:`vecbridge.quality.options`) on the same pool as the headline and
    carries them to the collection's size the same way, so the plain orthogonal option *is* the headline figure; it
@@ -44,6 +44,7 @@ from ..quality.compatibility import (
     held_out_sections,
     learning_curve,
     options_section,
+    out_of_sample_ranks,
     retention_curve,
     split_pairs,
 )
@@ -253,7 +254,9 @@ def _retrieval_sections(report: dict, sp: PairSplit, corr: Correspondences, qb, 
     else:
         on_step("retrieval with new-model queries")
         report["retrieval"] = ReportRetrieval(**retention_curve(qb.vectors, mapped_pool, Y[pool_order], rel, k,
-                                                                 sp.rng, full_size), k=k, n_queries=len(qb))
+                                                                 sp.rng, full_size,
+                                                                 out_of_sample_ranks(sp, qb.vectors, rel)),
+                                              k=k, n_queries=len(qb))
     if Q_old is not None:
         rel_b = rel[both]
         report["three_way"] = ThreeWay(

@@ -49,3 +49,34 @@ def hit_probability(above, distractors: int, size: int, k: int = 10, *, above_se
 def recall_at_size(above, distractors: int, size: int, k: int = 10, **seen) -> float:
     """Predicted Recall@k over a collection of ``size`` records: the mean of :func:`hit_probability`."""
     return float(np.mean(hit_probability(above, distractors, size, k, **seen))) if len(above) else 0.0
+
+
+def fitted_prior(above, distractors: int) -> tuple[float, float]:
+    """The maximum-likelihood (a, b) of :func:`beta_prior` (same bounds), found where that one falls back to
+    Jeffreys: when its fit stops early, and when every query has the same count (every relevant record first in
+    the pool: the likelihood then grows towards p = 0, while Jeffreys would have about half of them outranked at
+    five times the pool's size)."""
+    from scipy.optimize import minimize
+    from scipy.stats import betabinom
+
+    c = np.asarray(above, dtype=np.float64)
+    if distractors < 1 or not len(c):
+        return JEFFREYS
+
+    def nll(t):
+        return -betabinom.logpmf(c, distractors, *np.exp(np.clip(t, -7.0, 9.0))).sum()
+
+    fit = minimize(nll, np.log(JEFFREYS), method="Nelder-Mead", options={"xatol": 1e-4, "fatol": 1e-6})
+    return tuple(float(v) for v in np.exp(np.clip(fit.x, -7.0, 9.0)))
+
+
+def recall_from_ranks(ranks, pool: int, size: int, k: int = 10, *, seen_ranks=None) -> float:
+    """Predicted Recall@k over ``size`` records from each query's 1-based rank (ties against it) among a ``pool``
+    that is a uniform sample of them, its relevant record included: every other pool record is a distractor
+    (prior: :func:`fitted_prior`). ``seen_ranks``: the ranks among the pool's records as the collection holds them,
+    where ``ranks`` are among stand-ins that score like the unseen records do (default: the same)."""
+    r = np.asarray(ranks, dtype=np.int64)
+    if not len(r):
+        return 0.0
+    seen = {} if seen_ranks is None else {"above_seen": np.asarray(seen_ranks, dtype=np.int64) - 1, "seen": int(pool)}
+    return recall_at_size(r - 1, int(pool) - 1, size, k, prior=fitted_prior(r - 1, int(pool) - 1), **seen)

@@ -4,7 +4,6 @@ the learning curve and the options that keep more quality. Finding the pairs is 
 """
 from __future__ import annotations
 
-import math
 import warnings
 from dataclasses import dataclass
 
@@ -26,11 +25,15 @@ from ..results import (
     Top1Curve,
 )
 from ..validation import check_paired
+from .at_size import recall_from_ranks
 from .options import ORTHO_OPTION
 from .verdict import ruled_out
 
 #: the fewest correspondences a report works on
 MIN_PAIRS = 50
+#: folds of the training rows each compared through a map fitted on the others (:func:`fold_maps`): many, so
+#: that a fold's map is nearly as good as the judged one
+OUT_OF_SAMPLE_FOLDS = 20
 
 
 @dataclass
@@ -45,22 +48,16 @@ class Correspondences:
     new_ids: list | None = None   # ids of the Y rows in the new collection (None: re-embedded, no record)
 
 
-def _log_pool_fit(sizes, values, full_size: int, hi: float = 1.0) -> float:
-    """``a + b log(pool size)`` fitted over the measured pools, evaluated at ``full_size`` and clamped to [0, hi];
-    the largest pool's value when there is nothing to extrapolate to."""
-    sizes, values = np.asarray(sizes, float), np.asarray(values, float)
-    if len(sizes) >= 2 and full_size > sizes[-1]:
-        b, a = np.polyfit(np.log(sizes), values, 1)
-        return float(np.clip(a + b * math.log(full_size), 0.0, hi))
-    return float(values[-1])
-
-
-def retention_curve(Qn, mapped, native, rel, k, rng, full_size) -> dict:
-    """Retention@k over the whole held-out pool and over random sub-pools; a log-linear fit predicts the
-    retention at ``full_size`` documents (clamped to [0, 1]).
+def retention_curve(Qn, mapped, native, rel, k, rng, full_size, like_ranks=None) -> dict:
+    """Retention@k over the whole held-out pool and over random sub-pools (measured), and predicted at
+    ``full_size`` documents: Recall@k of the mapped and of the native vectors each carried to that size from the
+    relevant documents' ranks in the whole pool (:func:`vecbridge.quality.at_size.recall_from_ranks`), their ratio.
+    ``like_ranks``: the relevant documents' ranks among the pool's mapped documents compared as the unseen ones
+    will be (:func:`out_of_sample_ranks`; default: among ``mapped``), which counts as it is.
 
     A (sub-)pool whose native recall is below the floor of :func:`vecbridge.metrics.retention_ratio` gives no point;
-    when the whole pool is one of them, ``measured`` and ``predicted`` are None and ``unreliable`` says why."""
+    when the whole pool is one of them, or the native recall predicted at ``full_size`` is, ``measured`` and
+    ``predicted`` are None and ``unreliable`` says why."""
     m = len(mapped)
     sizes = sorted({max(k * 5, int(m * f)) for f in (0.25, 0.5, 1.0) if int(m * f) >= k * 5})
     points, why = [], None
@@ -84,15 +81,22 @@ def retention_curve(Qn, mapped, native, rel, k, rng, full_size) -> dict:
     if not points or points[-1][0] != m:
         out.update(measured=None, predicted=None, unreliable=why)
         return out
-    out.update(measured=out["retention"][-1],
-               predicted=_log_pool_fit(out["pool_sizes"], out["retention"], full_size))
+    seen = metrics.partner_ranks(Qn, mapped, rel)
+    at_size = (recall_from_ranks(seen if like_ranks is None else like_ranks, m, full_size, k,
+                                 seen_ranks=None if like_ranks is None else seen),
+               recall_from_ranks(metrics.partner_ranks(Qn, native, rel), m, full_size, k))
+    predicted, why = metrics.retention_ratio(*at_size, k=k)
+    if predicted is None:
+        out.update(measured=None, predicted=None, unreliable=f"{why}, predicted among the collection's "
+                                                             f"{int(full_size):,} documents")
+        return out
+    out.update(measured=out["retention"][-1], predicted=float(predicted))
     return out
 
 
-def pool_top1_curve(mapped_held, Y_pool, top1_held: float, rng, full_size: int) -> dict:
+def pool_top1_curve(mapped_held, Y_pool, top1_held: float, rng) -> dict:
     """Held-out top-1 as the candidate pool grows: among the held-out items alone (the reported figure), then with
-    the other sampled items' new vectors added as distractors (``Y_pool`` holds the held-out rows first); the same
-    ``a + b log(pool size)`` fit as retention predicts it for ``full_size`` items (never above the largest pool's)."""
+    the other sampled items' new vectors added as distractors (``Y_pool`` holds the held-out rows first)."""
     n_held, n = len(mapped_held), len(Y_pool)
     points = [(n_held, float(top1_held))]
     for size in sorted({n // 2, n}):
@@ -106,9 +110,49 @@ def pool_top1_curve(mapped_held, Y_pool, top1_held: float, rng, full_size: int) 
             ranks = metrics.partner_ranks(mapped_held, Y_pool[cand], np.arange(n_held))
             vals.append(float(np.mean(ranks == 1)))
         points.append((size, float(np.mean(vals))))
-    sizes, vals = [p[0] for p in points], [p[1] for p in points]
-    return {"pool_sizes": [int(x) for x in sizes], "top1": vals,
-            "predicted": _log_pool_fit(sizes, vals, full_size, hi=vals[-1]), "full_size": int(full_size)}
+    return {"pool_sizes": [int(p[0]) for p in points], "top1": [p[1] for p in points]}
+
+
+def top1_at_size(sp: "PairSplit", full_size: int) -> float:
+    """Held-out top-1 predicted among the collection's ``full_size`` items: each held-out item's rank among every
+    sampled item's new vector carried to that size (:func:`vecbridge.quality.at_size.recall_from_ranks`, k=1), the
+    training items compared as the unseen items will be (:func:`_out_of_sample`)."""
+    X, Y, held = sp.X, sp.Y, sp.held
+    n_held = np.arange(len(held))
+
+    def rank(fitted, part):
+        cand = Y[held] if part is None else np.concatenate([Y[held], Y[sp.train[part]]])
+        return metrics.partner_ranks(fitted.transform(X[held]), cand, n_held)
+
+    seen = metrics.partner_ranks(sp.mapped_held, Y[sp.pool_order], n_held)
+    return recall_from_ranks(_out_of_sample(sp, rank), len(sp.pool_order), full_size, k=1, seen_ranks=seen)
+
+
+def out_of_sample_ranks(sp: "PairSplit", Qn, rel) -> np.ndarray:
+    """Each query's relevant document's 1-based rank among the pool's mapped documents (``rel``: its pool row, a
+    held-out one) compared as the collection's unseen documents will be (:func:`_out_of_sample`)."""
+    X, held = sp.X, sp.held
+
+    def rank(fitted, part):
+        rows = X[held] if part is None else np.concatenate([X[held], X[sp.train[part]]])
+        return metrics.partner_ranks(Qn, fitted.transform(rows), rel)
+
+    return _out_of_sample(sp, rank)
+
+
+def _out_of_sample(sp: "PairSplit", rank) -> np.ndarray:
+    """Ranks among the pool where no comparison involves a pair the map was fitted on: among the held-out rows
+    under the judged map, plus, per fold of the training rows, those that outrank under the map fitted without
+    that fold (:func:`fold_maps`), both sides mapped by it. ``rank(fitted, part)``: ranks among the held-out rows
+    and the training rows ``part`` (None: the held-out rows alone) as ``fitted`` maps them.
+
+    A map lands closer to the pairs it was fitted on, so the training rows (a large share of the pool, a small
+    one of the collection) outrank more often than the unseen records they stand for; the records of the
+    collection that are training rows count as they are, through the ranks among the pool as it is."""
+    out = rank(sp.judged, None)
+    for part, fitted in sp.folds or []:
+        out = out + rank(fitted, part) - rank(fitted, None)
+    return out
 
 
 @dataclass
@@ -126,6 +170,7 @@ class PairSplit:
     rng: np.random.Generator
     judged: object = None           # the user's method fitted on the training rows
     mapped_held: np.ndarray | None = None
+    folds: list | None = None       # (rows of train, the user's method fitted on the others): fold_maps
 
 
 def split_pairs(corr: Correspondences, holdout: float, seed: int) -> PairSplit:
@@ -154,25 +199,39 @@ def held_out_sections(sp: PairSplit, corr: Correspondences, chosen, *, center: b
         est = OrthogonalProcrustes(center=center).fit(X[train], Y[train])
         sp.judged = est if chosen.name == "orthogonal" else \
             chosen.build(center=center, seed=seed).fit(X[train], Y[train])
+        sp.folds = fold_maps(sp, lambda: OrthogonalProcrustes(center=center) if chosen.name == "orthogonal" else
+                             chosen.build(center=center, seed=seed))
     sp.mapped_held = mapped_held = sp.judged.transform(X[held])
     pq = metrics.pair_quality(mapped_held, Y[held])
     cos = np.einsum("ij,ij->i", metrics.prepare_vectors(mapped_held, "cosine"),
                     metrics.prepare_vectors(Y[held], "cosine"))
     held_resid = float(np.mean(np.sum((mapped_held - Y[held]) ** 2, axis=1)))
-    top1_curve = pool_top1_curve(mapped_held, Y[sp.pool_order], pq.top1, np.random.default_rng(seed + 1), full_size)
+    top1_curve = pool_top1_curve(mapped_held, Y[sp.pool_order], pq.top1, np.random.default_rng(seed + 1))
     return {
         "correspondences": CorrespondenceSummary(mode=corr.mode, reason=corr.reason, n=len(corr.X), train=len(train),
                                                  held_out=len(held), pseudo=corr.pseudo, **(corr.diagnostics or {})),
-        # top-1 and mean rank are among the held-out items only ("pool"); top1_predicted carries top-1 to the
-        # collection's size ("full_size") with the same log-linear fit as retention
+        # top-1 and mean rank are among the held-out items only ("pool"); top1_predicted carries each one's rank
+        # among every sampled item to the collection's size ("full_size"), as retention is
         "held_out": HeldOutQuality(**pq.as_dict(), pool=len(held), residual=held_resid,
                                    cosine_histogram=np.histogram(cos, bins=20, range=(-1, 1))[0].tolist(),
                                    top1_curve=Top1Curve(pool_sizes=top1_curve["pool_sizes"], top1=top1_curve["top1"]),
-                                   top1_predicted=top1_curve["predicted"], full_size=top1_curve["full_size"]),
+                                   top1_predicted=top1_at_size(sp, full_size), full_size=int(full_size)),
         "fit": FitDiagnostics(residual=est.residual_, relative_residual=est.relative_residual_, delta=est.delta_,
                               bound=est.bound_, bound_vacuous=bool(est.bound_ >= 4 * np.mean(np.sum(Y ** 2, axis=1))),
                               singular_values=est.singular_values_.tolist(), center=center),
     }
+
+
+def fold_maps(sp: PairSplit, build, folds: int = OUT_OF_SAMPLE_FOLDS) -> list:
+    """``(part, map)`` per fold of the training rows: ``part`` indexes ``sp.train``, ``map`` is ``build()`` fitted on
+    the other training rows, so that it maps and compares those rows as the judged map will the collection's
+    unseen records."""
+    out, n = [], len(sp.train)
+    for part in np.array_split(np.arange(n), folds):
+        rest = np.setdiff1d(np.arange(n), part)
+        if len(part) and len(rest) >= 2:
+            out.append((part, build().fit(sp.X[sp.train[rest]], sp.Y[sp.train[rest]])))
+    return out
 
 
 def learning_curve(sp: PairSplit, qb, rel, *, k: int, center: bool) -> LearningCurve:
@@ -194,7 +253,7 @@ def learning_curve(sp: PairSplit, qb, rel, *, k: int, center: bool) -> LearningC
 def _to_collection_size(r: float, r_ortho: float, predicted: float) -> float:
     """Carry an option's retention measured on the report's pool to the collection's size the way the headline was.
 
-    The plain map's loss ``1 - r`` grows from ``1 - r_ortho`` (measured) to ``1 - predicted`` (extrapolated); every
+    The plain map's loss ``1 - r`` grows from ``1 - r_ortho`` (measured) to ``1 - predicted`` (at size); every
     option's loss is scaled by the same factor, so the plain map lands exactly on the headline and an option that
     loses nothing (a full re-embed) stays at 1. When the plain map loses nothing on the pool (or beats the native
     re-embed) no factor exists, and the headline's shift is added instead."""
@@ -243,7 +302,7 @@ def options_section(report, X_fit, Y_fit, X_pool, Y_pool, qb, rel, Q_old, *, k, 
         target=target, native_recall=m["native_recall"], n_eval=m["n_eval"], pool=m["n_eval"],
         full_size=int(n_items), n_queries=m["n_queries"],
         size_note=(f"measured among the {m['n_eval']:,} sampled items (the headline's pool) and carried to the "
-                   f"collection's {int(n_items):,} items with the headline's extrapolation"
+                   f"collection's {int(n_items):,} items as the headline is"
                    if n_items > m["n_eval"] else f"measured among all {m['n_eval']:,} items"),
         reembed_curve=reembed, rerank=rerank,
         cost_model=CostAssumptions(n_items=cost.n_items, n_queries=cost.n_queries, encode_item_s=cost.encode_item_s,

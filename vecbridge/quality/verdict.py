@@ -13,7 +13,7 @@ from ..results import (
 from .options import ORTHO_OPTION
 
 #: verdict thresholds (documented in the README): GO needs all of the "go" ones; NO-GO any of the "no_go" ones.
-#: Top-1 is the measured one, among the held-out items (``held_out["pool"]``); its extrapolation to the collection's
+#: Top-1 is the measured one, among the held-out items (``held_out["pool"]``); its prediction at the collection's
 #: size is reported beside it but does not move the verdict.
 #: the verdicts each ``report --fail-on`` level fails on (a CI gate)
 FAILING = {"no-go": ("NO-GO",), "caution": ("NO-GO", "CAUTION")}
