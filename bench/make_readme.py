@@ -281,6 +281,67 @@ def text_gone(d: dict) -> dict:
     return {"recall": recall, "why": why, "probe": probe, "consensus": every}
 
 
+def reproduced_starts(d: dict) -> dict:
+    """Reproduction between mini-vec2vec starts (right: top-1 >= 0.5), by corpus and kind of pair; every start."""
+    fits = sorted(d["fits"].values(), key=lambda f: (f["fits"][0]["corpus"] != "wordnet", f["fits"][0]["corpus"],
+                                                     f["fits"][0]["pair"]))
+    pairs = [p for f in fits for p in f["pairs"]]
+
+    def spread(values):
+        v = sorted(values)
+        return f"{v[0]:.3f} / {v[len(v) // 2]:.3f} / {v[-1]:.3f}" if v else "-"
+
+    rows = []
+    for corpus in unique(p["corpus"] for p in pairs):
+        for kind in ("right-right", "right-wrong", "wrong-wrong"):
+            sel = [p for p in pairs if p["corpus"] == corpus and p["kind"] == kind]
+            same = [p for p in sel if p["same_kind"]]
+            if sel:
+                rows.append([corpus, kind, len(sel), spread(p["reproduction"] for p in sel),
+                             spread(p["reproduction_csls"] for p in sel),
+                             f"{len(same)}: {spread(p['reproduction'] for p in same)}"])
+    distribution = table(["corpus", "pair of starts", "pairs", "reproduction (cosine) min / median / max",
+                          "CSLS min / median / max", "same kind: pairs, cosine min / median / max"], rows)
+    every = []
+    for f in fits:
+        for fit in f["fits"]:
+            sel = [p for p in f["pairs"] if p["a"].startswith(f"s{fit['seed']}:")
+                   and p["b"].startswith(f"s{fit['seed']}:")]
+            every.append([fit["corpus"], arrow(fit["pair"]), fit["seed"],
+                          ", ".join(f"{x['init'][0]}{x['restart']}: {x['top1']:.2f} ({x['gain']:.3f})"
+                                    for x in fit["starts"]),
+                          ", ".join(f"{p['a'].split(':')[1]}-{p['b'].split(':')[1]}: {p['reproduction']:.2f}"
+                                    for p in sel)])
+    starts = table(["corpus", "old -> new", "seed", "starts after Refine-1: top-1 (gain)",
+                    "reproduction (cosine) of each pair of starts"], every)
+    tg = d.get("text_gone_seed0", {})
+    before = {(r["corpus"], r["pair"]): r for r in tg.get("before", [])}
+
+    def outcome(r):
+        if r is None:
+            return "-"
+        if not r["accepted"]:
+            return "refused"
+        return f"top-1 {r['top1']:.3f}, R@10 gap {r['gap_to_supervised']:+.3f}, {r['fit_s']:.0f} s"
+
+    def confirmed(r):
+        if not r.get("rerun", True):
+            first_only = len(before.get((r["corpus"], r["pair"]), {}).get("starts", [])) == 1
+            return ("not rerun: its first start cleared the gain rule by the margin, so the search ends there as "
+                    "before (unchanged by construction)" if first_only else "not rerun")
+        c = r.get("confirmation")
+        reps = [f"{x['init'][0]}{x['restart']}-{k}: {v:.2f}" for x in r["starts"]
+                for k, v in (x.get("reproductions") or {}).items()]
+        head = f"{c['start']} by {c['by']} ({c['reproduction']:.2f})" if c else "no"
+        return head + (f"; compared: {', '.join(reps)}" if reps else "")
+
+    after = sorted(tg.get("after", []), key=lambda r: (r["corpus"] != "wordnet", r["corpus"], r["pair"]))
+    text_gone_rows = table(["corpus", "old -> new", "gain rule alone", "with reproduced starts", "confirmed (share)"],
+                           [[r["corpus"], arrow(r["pair"]), outcome(before.get((r["corpus"], r["pair"]))),
+                             outcome(r) if r.get("rerun", True) else "-", confirmed(r)] for r in after])
+    return {"distribution": distribution, "starts": starts, "text_gone": text_gone_rows}
+
+
 TARGETS = (0.90, 0.95)  # retention@10: with nothing re-embedded, with at most 5% re-embedded (as the template says)
 COST_ITEMS = 1_000_000  # the recommender's cost model: 1M items, 1M queries
 
@@ -361,13 +422,35 @@ def rowwise(d: dict) -> dict:
          for r in d["rows"]])}
 
 
-def report_calibration(d: list) -> dict:
-    return {"pairs": table(
-        ["pair (old -> new)", "predicted retention@10", "measured after migrating all 10,000", "error",
-         "Recall@10 stay / mapped / re-embed (report sample)", "verdict"],
-        [[r["pair"], f"{r['predicted']:.3f}", f"{r['measured_after_migration']:.3f}", f"{r['error']:+.3f}",
-          " / ".join(f"{r['three_way'][k]:.3f}" for k in ("stay_on_old_model", "mapped_upgrade", "full_re_embed")),
-          r["verdict"]] for r in d])}
+def report_calibration(d: dict) -> dict:
+    """Per sample size: each pair's predictions (log-linear before, at size now) against what is measured after
+    migrating all 10,000 items; and the largest errors per corpus and sample."""
+    def pairs(sample):
+        rows = []
+        for r in (r for r in d["rows"] if r["sample"] == sample):
+            t, q = r["top1"], r["retention"]
+            rows.append([r["corpus"], arrow(r["pair"]),
+                         f"{t['old']:.3f} / **{t['new']:.3f}** / {t['measured_held']:.3f} ({t['measured_all']:.3f})",
+                         f"{t['error_old']:+.3f} / **{t['error_new']:+.3f}**",
+                         f"{q['old']:.3f} / **{q['new']:.3f}** / {q['measured']:.3f} ({q['measured_unseen']:.3f}; "
+                         f"{q['measured_held']:.3f})",
+                         f"{q['error_old']:+.3f} / **{q['error_new']:+.3f}** ({q['error_new_unseen']:+.3f}; "
+                         f"{q['error_new_held']:+.3f})"])
+        return table(["corpus", "pair (old -> new)",
+                      "top-1: log-linear / at size / measured, held-out items (all items)", "error",
+                      "retention@10: log-linear / at size / measured, all queries (unseen documents'; report's)",
+                      "error (unseen; report's)"], rows)
+
+    summary = table(
+        ["corpus", "sample", "top-1 (held-out): log-linear / at size",
+         "retention@10, all queries: log-linear / at size", "at size vs unseen documents' queries",
+         "at size vs the report's queries"],
+        [[v["corpus"], f"{v['sample']:,}", f"{v['top1_error_old']:.3f} / **{v['top1_error_new']:.3f}**",
+          f"{v['retention_error_old']:.3f} / **{v['retention_error_new']:.3f}**",
+          f"{v['retention_error_new_unseen']:.3f}", f"{v['retention_error_new_held']:.3f}"]
+         for v in d["max_abs_error"]])
+    samples = d["protocol"]["samples"]
+    return {"pairs": pairs(samples[0]), "pairs_default": pairs(samples[-1]), "summary": summary}
 
 
 def map_validation(d: dict) -> dict:
@@ -577,6 +660,15 @@ def record_stamps(d: dict) -> dict:
                              "1,000 records: get", "load average"], rows)}
 
 
+def pgvector_search(d: dict) -> dict:
+    """The connector's search beside its former four statements and plain psycopg, medians per thread count."""
+    base = {r["threads"]: r for r in d["rows"] if r["way"] == "four statements"}
+    rows = [[r["threads"], r["way"], f"{r['qps']:.0f}", f"{r['p50_ms']:.2f}", f"{r['p99_ms']:.2f}",
+             f"{base[r['threads']]['p50_ms'] / r['p50_ms']:.2f}x"] for r in d["rows"]]
+    return {"table": table(["threads", "way", "queries/s", "p50 ms", "p99 ms", "p50 speed-up over four statements"],
+                           rows)}
+
+
 def cascade(d: dict) -> dict:
     """Day one: staying, full re-embed, tuned fusion and the cascades (difference to the better of staying and full
     re-embed); then the write-back's growth along a Zipf query log."""
@@ -590,7 +682,9 @@ def cascade(d: dict) -> dict:
             day.append([corpus, r["pair"], f"{r['staying']:.4f}", f"{r['full_reembed']:.4f}",
                         f"{r['served_tuned']:.4f}", vs(r["cascade"]["100"]), vs(r["cascade_fused_beta1"]["100"]),
                         vs(r["cascade_fused_beta1"]["50"]), f"{vs(r['cascade_fused']['100'])}, beta "
-                        f"{r['cascade_fused_beta']}"])
+                        f"{r['cascade_fused_beta']}", vs(r["cascade_fused"]["200"]) if "200" in r["cascade_fused"]
+                        else "", f"{vs(r['both_native'])}; oracle {r['both_native_oracle'] - best:+.4f}"
+                        if "both_native_oracle" in r else ""])
             g = r["write_back"]["growth"]
             growth.append([corpus, r["pair"]] + [
                 f"{x['retrieved_native_share']:.2f} / {x['embedded_per_query']:.1f} / {x['seconds_per_query']:.2f} s"
@@ -598,7 +692,9 @@ def cascade(d: dict) -> dict:
     marks = [f"after {x['queries']:,} queries" for x in d["corpora"]["wordnet"][0]["write_back"]["growth"]]
     return {"day_one": table(["corpus", "pair", "staying", "full re-embed", "served (tuned fusion)",
                               "cascade K=100, new model alone", "cascade K=100, fused (beta 1)",
-                              "cascade K=50, fused (beta 1)", "cascade K=100, fused, beta tuned on half A"], day),
+                              "cascade K=50, fused (beta 1)", "cascade K=100, fused, beta tuned on half A",
+                              "cascade K=200, fused, beta tuned on half A",
+                              "both models' own vectors of every item, fused (oracle beta)"], day),
             "growth": table(["corpus", "pair"] + marks + ["collection native at the end"], growth)}
 
 
@@ -624,10 +720,16 @@ def serve(d: dict) -> dict:
     names = {"store_direct": "the store's own search, called directly", "search_vectors": "`/search`, vectors in",
              "search_texts": "`/search`, texts in", "embeddings": "`/v1/embeddings`, one text"}
     store = d["phases"]["store_direct"]["p99_ms"]
-    load = table(["", "requests", "queries/s", "p50 ms", "p99 ms", "p99 / store's", "failed", "load average"],
+    def cpu(r):   # CPU ms per request: the service's processes / PostgreSQL's / the client threads' process
+        if "cpu_ms_service" not in r:
+            return "-"
+        return f"{r['cpu_ms_service']:.2f} / {r['cpu_ms_postgres']:.2f} / {r['cpu_ms_clients']:.2f}"
+
+    load = table(["", "requests", "queries/s", "p50 ms", "p99 ms", "p99 / store's", "failed", "load average",
+                  "CPU ms per request: service / PostgreSQL / clients"],
                  [[names[k], f"{r['requests']:,}", f"{r['qps']:.0f}", f"{r['p50_ms']:.1f}", f"{r['p99_ms']:.1f}",
                    "" if k == "store_direct" else f"{r['p99_ms'] / store:.2f}x", r["failed"],
-                   f"{r['load_before']:.1f}"]
+                   f"{r['load_before']:.1f}", cpu(r)]
                   for k, r in d["phases"].items() if k in names])
     sw, kill = d["phases"]["switching"], d["phases"]["kill_restart"]
     verbs = ", ".join(f"{s['verb']} {s['seconds']:.0f} s" + ("" if s["rc"] == 0 else f" (exit {s['rc']})")
@@ -690,8 +792,9 @@ def plan_calibration(d: dict) -> dict:
 
 
 RENDERERS = {"serve": serve, "align_real": align_real, "geh": geh, "geh_calibration": geh_calibration, "geh_timing": geh_timing,
-             "unsupervised_robust": unsupervised_robust, "minivec2vec": minivec2vec,
-             "linking_retention": linking_retention, "text_gone": text_gone, "quality_options": quality_options,
+             "unsupervised_robust": unsupervised_robust, "pgvector_search": pgvector_search, "minivec2vec": minivec2vec,
+             "linking_retention": linking_retention, "text_gone": text_gone, "reproduced_starts": reproduced_starts,
+             "quality_options": quality_options,
              "migrate": migrate,
              "rowwise": rowwise,
              "report_calibration": report_calibration, "connectors": connectors,

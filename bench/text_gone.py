@@ -172,7 +172,8 @@ def procrustes(X, Y):
         return OrthogonalProcrustes().fit(X, Y)
 
 
-def run_pair(corpus: str, a: str, b: str, seeds: list[int], work: Path, kind: str = "docs") -> None:
+def run_pair(corpus: str, a: str, b: str, seeds: list[int], work: Path, kind: str = "docs",
+             modes: tuple = ("unsupervised", "geh")) -> None:
     data = DATA / corpus
     old, new = embeddings(data, a), embeddings(data, b)
     q_old, q_new = embeddings(data, a, "queries"), embeddings(data, b, "queries")
@@ -209,80 +210,82 @@ def run_pair(corpus: str, a: str, b: str, seeds: list[int], work: Path, kind: st
 
     src = open_collection(src_url)
     for seed in seeds:
-        # --- unsupervised, exactly as `vecbridge fit --pairs unsupervised` ------------------------------------------
-        out = folder / f"unsup_{seed}.npz"
-        Probe.last = None
-        t0 = time.perf_counter()
-        with probing():
+        if "unsupervised" in modes:
+            # --- unsupervised, exactly as `vecbridge fit --pairs unsupervised` ------------------------------------------
+            out = folder / f"unsup_{seed}.npz"
+            Probe.last = None
+            t0 = time.perf_counter()
+            with probing():
+                try:
+                    alignment, _ = fit_to_file(out, src_url, tgt_url, pairs="unsupervised", seed=seed,
+                                                  source_model=a, target_model=b)
+                    refused, message = False, None
+                except CheckFailed as exc:
+                    alignment, refused, message = None, True, str(exc)
+            t_fit = time.perf_counter() - t0
+            est = Probe.last
+            row = {**base, "seed": seed, "mode": "unsupervised", "fit_s": round(t_fit, 1), "load": load(),
+                   "accepted": not refused, "refusal": message,
+                   "nothing_written": (not out.exists() and not list(folder.glob(f"unsup_{seed}*"))) if refused else None}
+            tgt = open_collection(tgt_url)
+            used_a, used_b = src.sample(SAMPLE, seed=seed), tgt.sample(SAMPLE, seed=seed + 1)   # unsupervised_fit's rows
+            v_map = check_map(est.procrustes_, src, tgt, used_a, used_b, seed=seed, force=True, what="", advice="")
+            v_sup = check_map(sup, src, tgt, used_a, used_b, seed=seed, force=True, what="", advice="")
+            served_map = alignment.transform if alignment is not None else est.procrustes_.transform
+            r = served(served_map, oldA, qnA)
+            Xh, Yh = oldA[TOP1], newA[TOP1]
+            starts = []
+            for rec in est.restarts_:
+                W = getattr(est, "start_W", {}).get(rec["restart"])
+                starts.append({**{k: (round(v, 4) if isinstance(v, float) else v) for k, v in rec.items()},
+                               "top1": None if W is None else round(centred_top1(W, est.source_mean_, est.target_mean_,
+                                                                                 Xh, Yh), 4)})
+            row.update({"recall10": round(r, 4), "gap_to_supervised": round(r_sup - r, 4),
+                        "top1": round(top1(served_map, oldA, newA), 4),
+                        "cosine": round(cosine(served_map, oldA, newA), 4), "validation": vrec(v_map),
+                        "artifact_validation": (vrec(alignment.metadata.get("validation", {}))
+                                                if alignment is not None and hasattr(alignment, "metadata") else None),
+                        "supervised_validation": vrec(v_sup), "won": {"restart": est.restart_, "init": est.init_},
+                        "confirmation": getattr(est, "confirmation_", None), "starts": starts})
+            merge([row])
+            print(f"  seed {seed} unsupervised: {'REFUSED' if refused else 'accepted'} score "
+                  f"{v_map['score']:.2f} gain {v_map['gain']:.3f} agr {v_map['agreement']:.3f} top-1 {row['top1']:.3f} "
+                  f"R@10 {r:.3f} (sup {r_sup:.3f}; sup map's score {v_sup['score']:.2f} gain {v_sup['gain']:.3f}) "
+                  f"won {est.init_}#{est.restart_} {t_fit:.0f}s", flush=True)
+
+        if "geh" in modes:
+            # --- GEH from 15 seed pairs, as `vecbridge link --mode geh` + fit on the links ------------------------------
+            rng = np.random.default_rng(1000 + seed)
+            seed_items = rng.choice(omega, N_SEEDS, replace=False)
+            seeds_file = folder / f"seeds_{seed}.csv"
+            seeds_file.write_text("".join(f"{i},{i}\n" for i in ids_of(seed_items)))
+            t0 = time.perf_counter()
             try:
-                alignment, _ = fit_to_file(out, src_url, tgt_url, pairs="unsupervised", seed=seed,
-                                              source_model=a, target_model=b)
+                links = link(src_url, geh_url, "geh", seeds=str(seeds_file), seed=seed)
                 refused, message = False, None
             except CheckFailed as exc:
-                alignment, refused, message = None, True, str(exc)
-        t_fit = time.perf_counter() - t0
-        est = Probe.last
-        row = {**base, "seed": seed, "mode": "unsupervised", "fit_s": round(t_fit, 1), "load": load(),
-               "accepted": not refused, "refusal": message,
-               "nothing_written": (not out.exists() and not list(folder.glob(f"unsup_{seed}*"))) if refused else None}
-        tgt = open_collection(tgt_url)
-        used_a, used_b = src.sample(SAMPLE, seed=seed), tgt.sample(SAMPLE, seed=seed + 1)   # unsupervised_fit's rows
-        v_map = check_map(est.procrustes_, src, tgt, used_a, used_b, seed=seed, force=True, what="", advice="")
-        v_sup = check_map(sup, src, tgt, used_a, used_b, seed=seed, force=True, what="", advice="")
-        served_map = alignment.transform if alignment is not None else est.procrustes_.transform
-        r = served(served_map, oldA, qnA)
-        Xh, Yh = oldA[TOP1], newA[TOP1]
-        starts = []
-        for rec in est.restarts_:
-            W = getattr(est, "start_W", {}).get(rec["restart"])
-            starts.append({**{k: (round(v, 4) if isinstance(v, float) else v) for k, v in rec.items()},
-                           "top1": None if W is None else round(centred_top1(W, est.source_mean_, est.target_mean_,
-                                                                             Xh, Yh), 4)})
-        row.update({"recall10": round(r, 4), "gap_to_supervised": round(r_sup - r, 4),
-                    "top1": round(top1(served_map, oldA, newA), 4),
-                    "cosine": round(cosine(served_map, oldA, newA), 4), "validation": vrec(v_map),
-                    "artifact_validation": (vrec(alignment.metadata.get("validation", {}))
-                                            if alignment is not None and hasattr(alignment, "metadata") else None),
-                    "supervised_validation": vrec(v_sup), "won": {"restart": est.restart_, "init": est.init_},
-                    "starts": starts})
-        merge([row])
-        print(f"  seed {seed} unsupervised: {'REFUSED' if refused else 'accepted'} score "
-              f"{v_map['score']:.2f} gain {v_map['gain']:.3f} agr {v_map['agreement']:.3f} top-1 {row['top1']:.3f} "
-              f"R@10 {r:.3f} (sup {r_sup:.3f}; sup map's score {v_sup['score']:.2f} gain {v_sup['gain']:.3f}) "
-              f"won {est.init_}#{est.restart_} {t_fit:.0f}s", flush=True)
-
-        # --- GEH from 15 seed pairs, as `vecbridge link --mode geh` + fit on the links ------------------------------
-        rng = np.random.default_rng(1000 + seed)
-        seed_items = rng.choice(omega, N_SEEDS, replace=False)
-        seeds_file = folder / f"seeds_{seed}.csv"
-        seeds_file.write_text("".join(f"{i},{i}\n" for i in ids_of(seed_items)))
-        t0 = time.perf_counter()
-        try:
-            links = link(src_url, geh_url, "geh", seeds=str(seeds_file), seed=seed)
-            refused, message = False, None
-        except CheckFailed as exc:
-            links, refused, message = None, True, str(exc)
-        row = {**base, "seed": seed, "mode": "geh", "alpha": ALPHA, "n_omega": int(n_omega), "n_seeds": N_SEEDS,
-               "accepted": not refused, "refusal": message, "load": load()}
-        if links is not None:
-            gsrc, gtgt = src.get(list(links.source_ids)), open_collection(geh_url).get(list(links.target_ids))
-            geh_map = procrustes(gsrc.vectors, gtgt.vectors)
-            t_fit = time.perf_counter() - t0
-            r = served(geh_map.transform, oldA, qnA)
-            v = links.meta.get("validation", {})
-            row.update({"fit_s": round(t_fit, 1), "links": len(links.source_ids),
-                        "link_precision": round(float(np.mean(np.array(links.source_ids) == np.array(links.target_ids))),
-                                                4),
-                        "recall10": round(r, 4), "gap_to_supervised": round(r_sup - r, 4),
-                        "top1": round(top1(geh_map.transform, oldA, newA), 4),
-                        "cosine": round(cosine(geh_map.transform, oldA, newA), 4), "validation": vrec(v),
-                        "grown_links": v.get("grown_links")})
-        else:
-            row["fit_s"] = round(time.perf_counter() - t0, 1)
-        merge([row])
-        print(f"  seed {seed} GEH: {'REFUSED ' + str(message)[:120] if refused else 'accepted'} "
-              f"R@10 {row.get('recall10')} top-1 {row.get('top1')} links {row.get('links')} "
-              f"precision {row.get('link_precision')} {row['fit_s']:.0f}s", flush=True)
+                links, refused, message = None, True, str(exc)
+            row = {**base, "seed": seed, "mode": "geh", "alpha": ALPHA, "n_omega": int(n_omega), "n_seeds": N_SEEDS,
+                   "accepted": not refused, "refusal": message, "load": load()}
+            if links is not None:
+                gsrc, gtgt = src.get(list(links.source_ids)), open_collection(geh_url).get(list(links.target_ids))
+                geh_map = procrustes(gsrc.vectors, gtgt.vectors)
+                t_fit = time.perf_counter() - t0
+                r = served(geh_map.transform, oldA, qnA)
+                v = links.meta.get("validation", {})
+                row.update({"fit_s": round(t_fit, 1), "links": len(links.source_ids),
+                            "link_precision": round(float(np.mean(np.array(links.source_ids) == np.array(links.target_ids))),
+                                                    4),
+                            "recall10": round(r, 4), "gap_to_supervised": round(r_sup - r, 4),
+                            "top1": round(top1(geh_map.transform, oldA, newA), 4),
+                            "cosine": round(cosine(geh_map.transform, oldA, newA), 4), "validation": vrec(v),
+                            "grown_links": v.get("grown_links")})
+            else:
+                row["fit_s"] = round(time.perf_counter() - t0, 1)
+            merge([row])
+            print(f"  seed {seed} GEH: {'REFUSED ' + str(message)[:120] if refused else 'accepted'} "
+                  f"R@10 {row.get('recall10')} top-1 {row.get('top1')} links {row.get('links')} "
+                  f"precision {row.get('link_precision')} {row['fit_s']:.0f}s", flush=True)
 
 
 def queries_probe(corpus: str, a: str, b: str, seed: int = 0) -> dict:
@@ -336,6 +339,7 @@ def main():
     ap.add_argument("--pairs", default=",".join(f"{a}:{b}" for a, b in PAIRS))
     ap.add_argument("--queries-probe", action="store_true", help="only the query-vector validation probe")
     ap.add_argument("--consensus", action="store_true", help="only the every-start consensus probe")
+    ap.add_argument("--only", choices=("unsupervised", "geh"), help="only this column of the table")
     args = ap.parse_args()
     merge(machine=machine(), protocol=__doc__.split("Run:")[0].strip(),
           command="OPENBLAS_NUM_THREADS=1 python bench/text_gone.py [--corpora C] [--seeds 0,1,2]")
@@ -361,7 +365,8 @@ def main():
     with tempfile.TemporaryDirectory(prefix="text_gone_") as tmp:
         for corpus in args.corpora.split(","):
             for a, b in pairs:
-                run_pair(corpus, a, b, seeds, Path(tmp))
+                run_pair(corpus, a, b, seeds, Path(tmp),
+                         modes=(args.only,) if args.only else ("unsupervised", "geh"))
     print(f"done in {time.perf_counter() - t_all:.0f}s", flush=True)
 
 

@@ -35,7 +35,16 @@ from ..validation import check_vectors
 from ..vectors import l2_normalize
 from .base import LinearTransform
 from .procrustes import OrthogonalProcrustes
-from .validation import GAIN_MIN, MAX_ROWS, MIN_ROWS, null_distribution, validate_map
+from .validation import (
+    GAIN_MIN,
+    MAX_ROWS,
+    MIN_ROWS,
+    REPRODUCTION_MIN,
+    confirmable,
+    null_distribution,
+    reproduction,
+    validate_map,
+)
 from .vecmap import csls_dictionary, fit_vecmap, self_learning
 
 QAP_SOLVERS = ("2opt", "scipy")
@@ -159,6 +168,10 @@ class _Judge:
     def validate(self, W):
         return validate_map(_Fixed(W), self.X, self.Y, null=self.null, random_state=self.seed, backend=self.backend)
 
+    def reproduction(self, W1, W2) -> float:
+        """:func:`~vecbridge.align.validation.reproduction` of two starts' maps on the judged rows."""
+        return reproduction(self.X, self.Y, W1, W2, backend=self.backend)
+
 
 class _Laps:
     """Wall seconds per stage, summed: ``lap(stage)`` charges the time since the previous lap (or ``restart``)."""
@@ -185,11 +198,34 @@ class _Stopped(Exception):
 
 
 def _restart_key(record: dict) -> tuple:
-    """Which start wins: one that passes validation, then the larger gain over refined random maps (the basin that
-    stands out most); among failed ones the higher score."""
+    """Which start wins: one that passes validation or is confirmed by another start, then the larger gain over
+    refined random maps (the basin that stands out most); among failed ones the higher score."""
     if "passed" not in record:
         return (0, 0.0)
-    return (1, record["gain"]) if record["passed"] else (0, record["score"])
+    accepted = record["passed"] or record.get("confirmed_by") is not None
+    return (1, record["gain"]) if accepted else (0, record["score"])
+
+
+def _confirm(record: dict, W, earlier: list, judge) -> bool:
+    """Compare a start with every earlier one that might confirm it (both :func:`confirmable`): where their maps
+    reproduce each other on :data:`REPRODUCTION_MIN` of the judged rows, each records the other (``confirmed_by``,
+    ``reproduction``, the first such start kept). ``earlier``: ``(W, record)`` of the earlier starts. True when a
+    start that fails the gain rule is now confirmed."""
+    if not confirmable(record["gain"], record["agreement"]):
+        return False
+    newly = False
+    for W_j, rec_j in earlier:
+        if not confirmable(rec_j["gain"], rec_j["agreement"]):
+            continue
+        share = judge.reproduction(W, W_j)
+        record.setdefault("reproductions", {})[rec_j["restart"]] = round(share, 4)
+        if share < REPRODUCTION_MIN:
+            continue
+        for rec, other in ((record, rec_j), (rec_j, record)):
+            if rec.get("confirmed_by") is None:
+                rec.update(confirmed_by=other["restart"], reproduction=share)
+                newly = newly or not rec["passed"]
+    return newly
 
 
 # ------------------------------------------------------------------------------------------------------------------
@@ -236,6 +272,11 @@ class MiniVec2Vec(LinearTransform):
         Starts (ours), each through Refine-1 and judged by the label-free validation (not with one start): centroid
         matching, VecMap or both ("auto": c, v, v, c, ... at 1x, 1.5x, 1x, 2x ``n_clusters``); the first to pass
         with ``gain >= restart_margin * GAIN_MIN`` ends the search, else the best is kept.
+    confirm : bool, default True
+        Accept a start short of the gain rule (gain at least ``GAIN_MIN / 2``, agreement met) when another start's
+        map reproduces it: sends at least ``REPRODUCTION_MIN`` of the judged rows to the same nearest target row
+        (ours: independent starts reach the true map again, wrong ones did not reach each other's on either corpus;
+        docs/design.md). Such a start ends the search; False: the gain rule alone.
     vecmap_sample, vecmap_iter : int, default 3000, 100
         Rows per side and self-learning iterations of a VecMap start.
     polish_iter, polish_sample : int, default 10, 5000
@@ -257,7 +298,11 @@ class MiniVec2Vec(LinearTransform):
         ``scale_`` stands in for the paper's per-row normalisation (not linear).
     procrustes_ : an :class:`~vecbridge.align.OrthogonalProcrustes` of ``U V^T`` (``W = U S V^T``), for the artifact.
     history_, stage_matrices_, timings_ : per stage, the mean nearest-target cosine and change of W, W, seconds.
-    restarts_, restart_, init_, validation_ : every start tried, and the kept one with its validation.
+    restarts_, restart_, init_, validation_ : every start tried, and the kept one with its validation
+        (``confirmed_by``: the start that reproduced it, ``reproduction``: the share of rows; ``reproductions`` of a
+        start: its share with each earlier start compared).
+    confirmation_ : None, or the evidence that an independent start reproduced the kept one (``start``, ``by``,
+        ``reproduction``); ``procrustes_`` carries it to :func:`vecbridge.pairing.learned.check_map`.
     anchors_src_, anchors_tgt_, qap_scores_, n_pairs_ : the matched centroids, each run's assignment objective, the
         number of pseudo-pairs of the initial Procrustes.
     refine1_n_iter_, refine1_objective_, refine1_probe_cosine_, kmeans_consistency_, polish_objective_,
@@ -277,7 +322,7 @@ class MiniVec2Vec(LinearTransform):
         "restart_margin": Real(0), "vecmap_sample": Integer(20), "vecmap_iter": Integer(0), "polish_iter": Integer(0),
         "polish_sample": Integer(20), "polish_stochastic_iter": Integer(0), "polish_keep": Real(0, 1, low_open=True),
         "polish_interval": Integer(1), "transport_iter": Integer(0), "transport_beta": Real(0, low_open=True),
-        "n_jobs": optional(Integer(1)),
+        "n_jobs": optional(Integer(1)), "confirm": Boolean(),
     }
 
     def __init__(self, n_runs: int = 30, n_clusters: int = 20, qap_restarts: int = 30, qap_solver: str = "2opt",
@@ -290,7 +335,7 @@ class MiniVec2Vec(LinearTransform):
                  restart_margin: float = 1.5, vecmap_sample: int = 3000, vecmap_iter: int = 100,
                  polish_iter: int = 10, polish_sample: int = 5000, polish_stochastic_iter: int = 0,
                  polish_keep: float = 0.1, polish_interval: int = 3, transport_iter: int = 10,
-                 transport_beta: float = 20.0, n_jobs: int | None = 2):
+                 transport_beta: float = 20.0, n_jobs: int | None = 2, confirm: bool = True):
         self.n_runs = n_runs
         self.n_clusters = n_clusters
         self.qap_restarts = qap_restarts
@@ -325,6 +370,7 @@ class MiniVec2Vec(LinearTransform):
         self.transport_iter = transport_iter
         self.transport_beta = transport_beta
         self.n_jobs = n_jobs
+        self.confirm = confirm
 
     # --- checks -----------------------------------------------------------------------------------------------------
     def _validate_params(self):
@@ -395,17 +441,17 @@ class MiniVec2Vec(LinearTransform):
         # starts run side by side give the same maps
         streams = [first_streams] + [tuple(rng.spawn(2)) for _ in schedule[1:]]
         diag = [r_diag] + list(rng.spawn(len(schedule) - 1))
-        best = None
+        done = []
 
         def decide(result) -> bool:
-            """Take one start's result in schedule order; True when the search stops there."""
-            nonlocal best
+            """Take one start's result in schedule order; True when the search stops there: a clear pass, or a
+            start short of the gain rule that another start reproduces (``confirm``)."""
             W, state, record, seconds = result
             lap.add(seconds)
             self.restarts_.append(record)
-            if best is None or _restart_key(record) > _restart_key(best[2]):
-                best = (W, state, record)
-            return judge is None or (record["passed"] and record["gain"] >= self.restart_margin * GAIN_MIN)
+            newly = (judge is not None and self.confirm and _confirm(record, W, [(d[0], d[2]) for d in done], judge))
+            done.append((W, state, record))
+            return judge is None or newly or (record["passed"] and record["gain"] >= self.restart_margin * GAIN_MIN)
 
         def start(i, stop=None):
             return self._start(i, *schedule[i], A, B, *streams[i], diag[i], judge, stop)
@@ -413,12 +459,20 @@ class MiniVec2Vec(LinearTransform):
         if not decide(start(0)):
             self._later_starts(start, decide, len(schedule))
         lap.restart()
-        W, state, chosen = best
+        W, state, chosen = max(done, key=lambda d: _restart_key(d[2]))    # the first of equals, as a search keeps
         self._restore_run_state(state)
         self.restart_ = int(chosen["restart"])
         self.init_ = chosen["init"]
-        self.validation_ = {k: chosen[k] for k in ("score", "gain", "agreement", "passed")} if judge else None
-        return W, judge is None or bool(chosen.get("passed"))
+        self.validation_ = self.confirmation_ = None
+        if judge is not None:
+            self.validation_ = {k: chosen.get(k) for k in ("score", "gain", "agreement", "passed", "confirmed_by",
+                                                           "reproduction")}
+            if chosen.get("confirmed_by") is not None:
+                by = self.restarts_[chosen["confirmed_by"]]
+                self.confirmation_ = {"start": f"{chosen['init']} start #{chosen['restart']}",
+                                      "by": f"{by['init']} start #{by['restart']}",
+                                      "reproduction": round(float(chosen["reproduction"]), 4)}
+        return W, judge is None or _restart_key(chosen)[0] == 1
 
     def _later_starts(self, start, decide, n_starts: int):
         """Starts 1, 2, ... until ``decide`` stops the search: side by side with ``n_jobs > 1`` (one BLAS thread
@@ -722,6 +776,7 @@ class MiniVec2Vec(LinearTransform):
         op.singular_values_ = svals
         op.rank_ = int(np.sum(svals > svals[0] * max(R.shape) * np.finfo(float).eps))
         op.is_projection_ = self.n_features_in_ > self.n_features_out_
+        op.confirmation_ = getattr(self, "confirmation_", None)
         return op
 
     # --- applying -------------------------------------------------------------------------------------------------

@@ -100,11 +100,13 @@ def validation_samples(source: Collection, target: Collection, used_source: Vect
 def check_map(transform, source: Collection, target: Collection, used_source: VectorBatch, used_target: VectorBatch,
               *, seed: int, force: bool, what: str, advice: str) -> dict:
     """Validate a map fitted without true pairs (:func:`vecbridge.align.validation.validate_map`, label-free) and
-    refuse it with :class:`CheckFailed` when it fails, unless ``force``. Returns the validation for the record."""
+    refuse it with :class:`CheckFailed` when it fails, unless ``force``. A map the fit saw an independent start
+    reproduce (its ``confirmation_``, set by ``MiniVec2Vec``) passes at the lower gain of a confirmed map, the reason
+    saying which start confirmed it. Returns the validation for the record."""
     from ..align.validation import validate_map
 
     X, Y, in_sample = validation_samples(source, target, used_source, used_target, seed=seed)
-    v = validate_map(transform, X, Y, random_state=seed)
+    v = validate_map(transform, X, Y, random_state=seed, confirmation=getattr(transform, "confirmation_", None))
     record = {**v.as_dict(), "rows": "the fit's own rows" if in_sample else "rows the fit did not read"}
     if not v.passed and not force:
         raise CheckFailed(f"{what} failed validation (score {v.score:.2f} < {v.threshold:.2f}: {v.reason}); "

@@ -1,0 +1,161 @@
+"""A mini-vec2vec start short of the gain rule is accepted when an independent start reproduces its map
+(``vecbridge.align.validation.reproduction``, ``MiniVec2Vec(confirm=True)``) and refused as before when none does;
+``check_map`` accepts such a confirmed map with the reason, and nothing else it would have refused."""
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+
+from tests.conftest import write_collection
+from vecbridge.align import OrthogonalProcrustes, minivec2vec
+from vecbridge.align.minivec2vec import MiniVec2Vec, _restart_key
+from vecbridge.align.validation import (
+    CONFIRMED_THRESHOLD,
+    GAIN_MIN,
+    REPRODUCTION_MIN,
+    decide,
+    random_orthogonal,
+    reproduction,
+)
+from vecbridge.errors import CheckFailed, InputError
+from vecbridge.pairing.learned import check_map
+from vecbridge.vectors import l2_normalize
+
+pytestmark = pytest.mark.usefixtures("reuse_nulls")
+
+FAST = dict(n_runs=5, qap_restarts=10, n_neighbors=10, refine1_iter=4, refine1_tol=0, refine1_neighbors=1,
+            refine2_clusters=50, init="auto", restart_margin=100.0, vecmap_sample=500, vecmap_iter=10, polish_iter=2,
+            polish_sample=600, transport_iter=2)
+GREY = 0.7 * GAIN_MIN          # a gain short of the rule, above a confirmed map's floor
+
+
+# --- the measure --------------------------------------------------------------------------------------------------
+def test_reproduction_is_one_for_one_map_and_about_one_over_n_for_unrelated_maps():
+    rng = np.random.default_rng(0)
+    X = l2_normalize(rng.normal(size=(1000, 32)).astype(np.float32))
+    Y = l2_normalize(rng.normal(size=(1000, 32)).astype(np.float32))
+    W = random_orthogonal(32, 32, rng)
+    assert reproduction(X, Y, W, W) == 1.0
+    unrelated = [reproduction(X, Y, random_orthogonal(32, 32, rng), random_orthogonal(32, 32, rng))
+                 for _ in range(8)]
+    assert np.mean(unrelated) < 3 / len(Y) and max(unrelated) < REPRODUCTION_MIN / 20
+
+
+def test_decide_accepts_a_short_gain_only_when_confirmed_and_above_the_floor():
+    conf = {"start": "vecmap start #1", "by": "centroids start #0", "reproduction": 0.6}
+    assert not decide(GREY, 0.99)[1]                                     # the gain rule alone: refused
+    score, passed, reason = decide(GREY, 0.99, confirmation=conf)
+    assert passed and CONFIRMED_THRESHOLD <= score < 1.0
+    assert "centroids start #0" in reason and "60%" in reason
+    assert not decide(GREY, 0.99, confirmation={**conf, "reproduction": REPRODUCTION_MIN - 0.01})[1]
+    assert not decide(0.4 * GAIN_MIN, 0.99, confirmation=conf)[1]       # below the floor: refused as before
+    assert not decide(GREY, 0.90, confirmation=conf)[1]                  # far from its refined optimum
+    assert decide(2 * GAIN_MIN, 0.99)[1] and decide(2 * GAIN_MIN, 0.99, confirmation=conf)[1]
+
+
+# --- the search (the judge's gain moved into the grey zone; maps, agreement and reproduction are real) ------------
+def _grey_judge(monkeypatch, gains):
+    """Report the ``i``-th validated start's gain as ``gains[i]`` (its agreement and map as measured), so the true
+    maps that the planted isometry gives every start land where the test needs them."""
+    real = minivec2vec._Judge.validate
+    calls = []
+
+    def validate(self, W):
+        v = real(self, W)
+        gain = gains[min(len(calls), len(gains) - 1)]
+        calls.append(gain)
+        score, passed, reason = decide(gain, v.agreement)
+        return dataclasses.replace(v, gain=gain, score=score, passed=passed, reason=reason)
+
+    monkeypatch.setattr(minivec2vec._Judge, "validate", validate)
+
+
+@pytest.fixture(scope="module")
+def planted(sample):
+    """The sample's vectors in their top 64 principal directions, planted into 96 dimensions, rows shuffled."""
+    X = sample.docs_old
+    P = np.linalg.svd(X[:1000] - X[:1000].mean(axis=0), full_matrices=False)[2][:64].T.astype(np.float32)
+    X = X @ P
+    rng = np.random.default_rng(0)
+    Q = np.linalg.qr(rng.normal(size=(96, 64)))[0].T.astype(np.float32)
+    return X[:1000], (X[:1000] @ Q)[rng.permutation(1000)]
+
+
+def test_a_grey_start_that_another_start_reproduces_is_accepted(planted, monkeypatch):
+    """Both starts find the planted map, neither passes the gain rule: the second reproduces the first, the search
+    stops there (4 starts allowed), the kept start is accepted (the transport polish runs) and its evidence travels
+    to the saved orthogonal map."""
+    _grey_judge(monkeypatch, [GREY, GREY + 0.001])
+    est = MiniVec2Vec(random_state=0, **dict(FAST, n_restarts=4)).fit(*planted)
+    assert len(est.restarts_) == 2 and not any(r["passed"] for r in est.restarts_)
+    assert [r["confirmed_by"] for r in est.restarts_] == [1, 0]
+    assert est.restarts_[1]["reproductions"][0] >= REPRODUCTION_MIN
+    assert est.restart_ == 1 and est.validation_["confirmed_by"] == 0 and not est.validation_["passed"]
+    assert est.validation_["reproduction"] >= REPRODUCTION_MIN and "transport" in est.stage_matrices_
+    assert est.confirmation_ == {"start": "vecmap start #1", "by": "centroids start #0",
+                                 "reproduction": round(est.validation_["reproduction"], 4)}
+    assert est.procrustes_.confirmation_ == est.confirmation_
+
+
+def test_a_grey_start_no_other_start_confirms_is_refused(planted, monkeypatch):
+    """The first start in the grey zone, the others no better than refined random maps: nothing confirms it, every
+    start runs, none is accepted (no transport polish, no evidence), exactly as without the rule."""
+    _grey_judge(monkeypatch, [GREY, 0.3 * GAIN_MIN])
+    est = MiniVec2Vec(random_state=0, **dict(FAST, n_restarts=3)).fit(*planted)
+    assert len(est.restarts_) == 3 and all(r.get("confirmed_by") is None for r in est.restarts_)
+    assert "reproductions" not in est.restarts_[1]                      # not worth comparing
+    assert est.restart_ == 0 and _restart_key(est.restarts_[0])[0] == 0
+    assert est.confirmation_ is None and est.procrustes_.confirmation_ is None
+    assert "transport" not in est.stage_matrices_
+
+
+def test_confirm_false_keeps_the_gain_rule_alone(planted, monkeypatch):
+    _grey_judge(monkeypatch, [GREY, GREY])
+    est = MiniVec2Vec(random_state=0, **dict(FAST, n_restarts=2, confirm=False)).fit(*planted)
+    assert all(r.get("confirmed_by") is None for r in est.restarts_) and est.confirmation_ is None
+    with pytest.raises(InputError, match="confirm"):
+        MiniVec2Vec(confirm="yes").fit(*planted)
+
+
+# --- check_map on a real grey case: a true rotation whose gain is short of the rule ---------------------------------
+def _mixture(n, rng, centres, scales):
+    return (centres[rng.integers(len(centres), size=n)] + rng.normal(size=(n, len(scales))) * scales).astype(
+        np.float32)
+
+
+@pytest.fixture(scope="module")
+def grey_case(tmp_path_factory):
+    """An anisotropic Gaussian mixture (12 weakly separated clusters in 32-d), the target an independent sample
+    rotated by Q plus noise: the true map stands only ~0.04 above refined random maps (GAIN_MIN 0.045)."""
+    rng = np.random.default_rng(0)
+    scales = np.exp(-np.arange(32) / 8)
+    centres = rng.normal(size=(12, 32)) * scales * 1.3
+    Q = np.linalg.qr(rng.normal(size=(32, 32)))[0].astype(np.float32)
+    A = _mixture(1000, rng, centres, scales)
+    B = _mixture(1000, rng, centres, scales) @ Q + 0.3 * rng.normal(size=(1000, 32)).astype(np.float32)
+    P = _mixture(1000, rng, centres, scales)
+    root = tmp_path_factory.mktemp("grey")
+    src = write_collection(f"file://{root}/a", [f"a{i}" for i in range(1000)], A)
+    tgt = write_collection(f"file://{root}/b", [f"b{i}" for i in range(1000)], B)
+    return src, tgt, OrthogonalProcrustes(center=False).fit(P, P @ Q)
+
+
+def _check(case, confirmation):
+    src, tgt, true_map = case
+    true_map.confirmation_ = confirmation
+    return check_map(true_map, src, tgt, src.sample(1000, seed=0), tgt.sample(1000, seed=1), seed=0, force=False,
+                     what="the unsupervised alignment (mini-vec2vec)", advice="give seed pairs")
+
+
+def test_check_map_accepts_a_confirmed_grey_map_with_its_reason_and_refuses_it_unconfirmed(grey_case):
+    with pytest.raises(CheckFailed, match="failed validation .* only .* above refined random maps"):
+        _check(grey_case, None)
+    with pytest.raises(CheckFailed, match="failed validation"):
+        _check(grey_case, {"start": "centroids start #0", "by": "vecmap start #2", "reproduction": 0.05})
+    record = _check(grey_case, {"start": "centroids start #0", "by": "vecmap start #2", "reproduction": 0.61})
+    assert record["passed"] and record["score"] < 1.0 and record["threshold"] == CONFIRMED_THRESHOLD
+    assert CONFIRMED_THRESHOLD * GAIN_MIN <= record["gain"] < GAIN_MIN
+    assert "independent start of the fit (vecmap start #2) reached the same map (61%" in record["reason"]
+    assert record["confirmation"]["by"] == "vecmap start #2"
