@@ -208,10 +208,11 @@ class Client:
 
 
 def cpu_seconds(pid: int) -> float:
-    """User + system CPU seconds a process has used (Linux ``/proc``; 0 where it cannot be read)."""
+    """User + system CPU seconds a process and its exited, reaped children have used (Linux ``/proc``; 0 where it
+    cannot be read): a backend that ends during a phase still counts, in its parent's figures."""
     try:
         fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        return sum(int(f) for f in fields[11:15]) / os.sysconf("SC_CLK_TCK")
     except (OSError, IndexError, ValueError):
         return 0.0
 
@@ -301,13 +302,17 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--records", type=int, default=100_000)
     ap.add_argument("--clients", type=int, default=8)
-    ap.add_argument("--threads", type=int, default=8, help="the service's --threads")
+    ap.add_argument("--threads", type=int, default=None, help="the service's --threads (default: its own default)")
     ap.add_argument("--seconds", type=float, default=30.0, help="at most this long per phase and round")
     ap.add_argument("--rounds", type=int, default=3, help="rounds of the four phases (medians reported)")
     ap.add_argument("--requests", type=int, default=2000, help="at most this many requests per client and phase")
     ap.add_argument("--k", type=int, default=10)
     ap.add_argument("--out", type=Path, default=BENCH / "results" / "serve.json")
     args = ap.parse_args(argv)
+    if args.threads is None:
+        from vecbridge.service.config import default_threads
+
+        args.threads = default_threads()
 
     from tests.connectors.engines.pgvector import PgServer, free_port
     from vecbridge.connectors import connect

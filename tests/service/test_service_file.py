@@ -132,3 +132,16 @@ def test_the_command_refuses_in_one_line(upgrade, monkeypatch):
     r = _serve("--model", MODEL)
     assert r.exit_code == 4 and 'needs starlette: pip install "vecbridge[serve]"' in r.output
 
+
+
+def test_threads_default_to_twice_the_cores_at_most_eight_and_survive_the_workers_environment(monkeypatch):
+    """More threads than the cores can serve queue for the interpreter's lock and lengthen the slowest answers."""
+    from vecbridge.service import config as service_config
+    from vecbridge.service.config import ServeConfig
+
+    for cores, expected in ((1, 2), (2, 4), (4, 8), (64, 8), (None, 2)):
+        monkeypatch.setattr(service_config.os, "cpu_count", lambda cores=cores: cores)
+        assert ServeConfig(state="s.sqlite").threads == expected
+    assert ServeConfig(state="s.sqlite", threads=16).threads == 16
+    monkeypatch.setenv(service_config.ENVIRONMENT, ServeConfig(state="s.sqlite", threads=3).to_environment())
+    assert ServeConfig.from_environment().threads == 3

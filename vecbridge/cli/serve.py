@@ -32,7 +32,7 @@ from .options import POSITIVE_INT, WrapSpec, force_space_option, model_options
 @click.option("--port", type=click.IntRange(1, 65535), default=8000, show_default=True, help="Port to listen on.")
 @click.option("--workers", type=POSITIVE_INT, default=1, show_default=True,
               help="uvicorn worker processes (each loads the models).")
-@click.option("--threads", type=POSITIVE_INT, default=8, show_default=True,
+@click.option("--threads", type=POSITIVE_INT, default=None, show_default="twice the CPU cores, at most 8",
               help="Requests each process works on at a time (models and store calls run in this many threads).")
 @click.option("--log-level", type=click.Choice(["critical", "error", "warning", "info", "debug"]), default="info",
               show_default=True, help="uvicorn's log level (info: a line per request).")
