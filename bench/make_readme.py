@@ -644,13 +644,16 @@ def ray_scale(d: dict) -> dict:
 
 def record_stamps(d: dict) -> dict:
     """Writing with stamps against without, the still-mapped scan filtered by the store against a full scan, and a
-    lookup of stamps against reading the records: medians, each run in brackets."""
+    lookup of stamps against reading the records: medians, each run in brackets (the range, past 3 runs)."""
     rows = []
     for r in d["rows"]:
         m, runs = r["median_s"], r["runs"]
 
         def cell(key, m=m, runs=runs):
-            return f"{m[key]:.2f} s ({'/'.join(f'{x:.2f}' for x in runs[key])})"
+            got = runs[key]
+            spread = ("/".join(f"{x:.2f}" for x in got) if len(got) <= 3
+                      else f"{min(got):.2f} to {max(got):.2f}, {len(got)} runs")
+            return f"{m[key]:.2f} s ({spread})"
         rows.append([r["store"], f"{r['records']:,}", cell("upsert_plain"), cell("upsert_stamped"),
                      f"{r['stamp_overhead']:+.0%}", cell("mapped_scan_stamps"), cell("mapped_full_scan"),
                      f"{m['lookup_stamps_of'] * 1000:.0f} ms", f"{m['lookup_get'] * 1000:.0f} ms",

@@ -2,7 +2,8 @@
 collection of N records (real all-MiniLM-L6-v2 vectors of the wordnet sample, tiled with noise, each with a short
 text payload) in the file store and in a private PostgreSQL+pgvector.
 
-Per store, alternating, medians of ``--repeats``:
+Per store, alternating, medians of ``--repeats`` (by default 9 for the file store, whose writes take a fraction of a
+second and vary with the disk's fsync, and 3 for pgvector):
 
 * ``upsert``: N records written in batches of 2,000 into a fresh collection, without stamps and with the stamps an
   upgrade writes (origin, made by, space digest, model, dimension, record digest, residual and hub scores): the
@@ -12,7 +13,7 @@ Per store, alternating, medians of ``--repeats``:
   filtered here (what the stamps would cost without a filter);
 * ``lookup``: the stamps of 1,000 random ids by ``stamps_of``, against ``get`` of the same ids.
 
-Run: ``python bench/record_stamps.py [--records 100000] [--repeats 3]``; writes bench/results/record_stamps.json.
+Run: ``python bench/record_stamps.py [--records 100000] [--repeats N]``; writes bench/results/record_stamps.json.
 A benchmark, not a test.
 """
 from __future__ import annotations
@@ -37,6 +38,8 @@ from vecbridge.connectors import VectorBatch, connect  # noqa: E402
 from vecbridge.runtime.record_stamps import Stamper, record_digest  # noqa: E402
 
 BATCH = 2000
+#: runs per store unless --repeats says: the file store's writes are short and noisy, pgvector's take a minute
+DEFAULT_REPEATS = {"file": 9, "pgvector": 3}
 BENCH = Path(__file__).resolve().parent
 
 
@@ -88,16 +91,22 @@ def bench_store(name: str, url_of, n: int, repeats: int) -> dict:
             runs[f"upsert_{kind}"].append(write(url, ids, vectors, payloads, stamps if kind == "stamped" else None))
             if kind == "plain":
                 connect(url).drop()
-        coll = connect(url_of(f"bench_stamped_{r}"), read_only=True)
+        # each read from a handle of its own: a file handle keeps the payloads it decoded, which would favour
+        # whichever read came second
+        fresh = lambda: connect(url_of(f"bench_stamped_{r}"), read_only=True)   # noqa: E731
+        coll = fresh()
         s, got = timed(lambda: sum(len(i) for i, _ in coll.scan_stamps(batch_size=5000, origins=["mapped", "pending"])))
         assert got == want, (got, want)
         runs["mapped_scan_stamps"].append(s)
+        coll = fresh()
         s, got = timed(lambda: sum(sum(1 for st in b.stamps if st and st["origin"] in ("mapped", "pending"))
                                    for b in coll.scan(batch_size=5000)))
         assert got == want, (got, want)
         runs["mapped_full_scan"].append(s)
         pick = [ids[i] for i in rng.choice(n, size=1000, replace=False)]
+        coll = fresh()
         runs["lookup_stamps_of"].append(timed(lambda: coll.stamps_of(pick))[0])
+        coll = fresh()
         runs["lookup_get"].append(timed(lambda: coll.get(pick))[0])
         connect(url_of(f"bench_stamped_{r}")).drop()
     med = {k: statistics.median(v) for k, v in runs.items()}
@@ -110,7 +119,7 @@ def bench_store(name: str, url_of, n: int, repeats: int) -> dict:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--records", type=int, default=100_000)
-    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--repeats", type=int, default=None, help="runs per store (default: 9 file, 3 pgvector)")
     ap.add_argument("--stores", nargs="+", default=["file", "pgvector"])
     ap.add_argument("--out", type=Path, default=BENCH / "results" / "record_stamps.json")
     args = ap.parse_args(argv)
@@ -127,7 +136,7 @@ def main(argv=None) -> int:
                 (folder / "pg").mkdir()
                 server = PgServer(folder / "pg").start()
                 url_of = server.url
-            row = bench_store(store, url_of, args.records, args.repeats)
+            row = bench_store(store, url_of, args.records, args.repeats or DEFAULT_REPEATS[store])
             row["load_average"] = os.getloadavg()[0]
             rows.append(row)
             m = row["median_s"]

@@ -150,23 +150,61 @@ def record_stamp_keys(field: str | None) -> tuple[str, str]:
     return RECORD_ORIGIN_KEY + suffix, RECORD_STAMP_KEY + suffix
 
 
+def _stamp_encoder() -> Callable[[Any], str]:
+    """One reusable compact JSON encoder for record stamps: ``json.dumps`` with options builds a new encoder for
+    every call, which cost more than the encoding itself at one stamp per record. The C encoder where this Python
+    has it (checked to write what ``json.dumps`` writes), else the pure-Python one."""
+    options = {"ensure_ascii": False, "allow_nan": False, "separators": (",", ":")}
+    slow = json.JSONEncoder(**options).encode
+    make = getattr(json.encoder, "c_make_encoder", None)
+    try:
+        fast = make(None, slow.__self__.default, json.encoder.encode_basestring, None, ":", ",", False, False, False)
+
+        def encode(obj, _fast=fast) -> str:
+            return _fast(obj, 0)[0]
+        probe = {"origin": "mapped", "d": 384, "r": 0.1, "é": [None, True, "\"\n"]}
+        if encode(probe) == json.dumps(probe, **options):
+            return encode
+    except Exception:  # noqa: BLE001 (no C encoder, or another signature: the documented way below)
+        pass
+    return slow
+
+
+_encode_stamp = _stamp_encoder()
+#: what every record stamp key starts with (:func:`is_stamp_key`)
+_STAMP_KEY_PREFIXES = (RECORD_ORIGIN_KEY, RECORD_STAMP_KEY)
+
+
 def record_stamp_text(stamp) -> str:
     """One record's stamp as the JSON text a store keeps: a JSON object with a string ``origin`` (how its vector
     was made: ``mapped``, ``native``, ...) of at most :data:`RECORD_STAMP_BYTES`, else bad input."""
     if not isinstance(stamp, dict) or not isinstance(stamp.get("origin"), str):
         raise InputError("a record's stamp must be a dict with a string 'origin'")
     try:
-        text = json.dumps(stamp, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+        text = _encode_stamp(stamp)
     except (TypeError, ValueError) as exc:
         raise InputError(f"a record's stamp must be JSON-serialisable ({first_line(exc)})") from None
-    if len(text.encode("utf-8")) > RECORD_STAMP_BYTES:
+    except RecursionError:   # the shared encoder keeps no circular-reference markers
+        raise InputError("a record's stamp must be JSON-serialisable (it contains itself, or nests too deeply)"
+                         ) from None
+    # an ASCII text takes one byte a character: only other texts need encoding to be measured
+    if len(text) > RECORD_STAMP_BYTES or (not text.isascii() and len(text.encode("utf-8")) > RECORD_STAMP_BYTES):
         raise InputError(f"a record's stamp may take at most {RECORD_STAMP_BYTES:,} bytes of JSON")
     return text
 
 
 def is_stamp_key(key) -> bool:
     """Whether a payload key is one of vecbridge's record stamp keys (of any vector field)."""
-    return isinstance(key, str) and (key.startswith(RECORD_ORIGIN_KEY) or key.startswith(RECORD_STAMP_KEY))
+    return isinstance(key, str) and key.startswith(_STAMP_KEY_PREFIXES)
+
+
+def _without_stamp_keys(payload) -> dict:
+    """A copy of ``payload`` (None: empty) without record stamp keys; the copy alone where it has none (most)."""
+    if not payload:
+        return {}
+    if any(map(is_stamp_key, payload)):
+        return {k: v for k, v in payload.items() if not is_stamp_key(k)}
+    return dict(payload)
 
 
 def stamps_into_payloads(batch: VectorBatch, field: str | None = None) -> list[dict]:
@@ -177,7 +215,7 @@ def stamps_into_payloads(batch: VectorBatch, field: str | None = None) -> list[d
     origin_key, stamp_key = record_stamp_keys(field)
     out = []
     for payload, stamp in zip(batch.payloads, batch.stamps):
-        clean = {k: v for k, v in (payload or {}).items() if not is_stamp_key(k)}
+        clean = _without_stamp_keys(payload)
         if stamp is not None:
             text = record_stamp_text(stamp)
             clean[origin_key], clean[stamp_key] = stamp["origin"], text
