@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import copy
 import hashlib
+import sys
+import traceback
 import uuid
 from pathlib import Path
 
@@ -11,6 +13,12 @@ import pytest
 
 from vecbridge.connectors import VectorBatch, connect
 from vecbridge.sample import load_wordnet_sample
+
+if sys.version_info[:2] == (3, 11) and hasattr(traceback, "_extract_caret_anchors_from_line_segment"):
+    # CPython 3.11 parses each source line of a traceback with ast to place its carets, and before 3.11.8 one AST
+    # depth counter serves every thread: a server or Ray thread a test leaves logging a traceback can then make an
+    # ast.parse elsewhere in the test process fail with "AST constructor recursion depth mismatch". No carets here.
+    traceback._extract_caret_anchors_from_line_segment = lambda segment: None
 
 SHARED_WORDNET = Path(__file__).resolve().parents[2] / "shared" / "data" / "wordnet"
 

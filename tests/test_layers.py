@@ -52,9 +52,20 @@ def _module_name(path: Path) -> str:
     return ".".join(parts)
 
 
+def _parse(text: str) -> ast.Module:
+    """``ast.parse``, again when CPython 3.11 (before 3.11.8) confuses its depth counter with another thread's AST
+    work (a thread an earlier test left formatting a traceback): a SystemError that says nothing about the file."""
+    for _ in range(4):
+        try:
+            return ast.parse(text)
+        except SystemError:
+            continue
+    return ast.parse(text)
+
+
 def _imports(path: Path, name: str) -> list[tuple[int, str]]:
     """(line, imported vecbridge module) for every import of our own code in the file."""
-    tree = ast.parse(path.read_text())
+    tree = _parse(path.read_text())
     package = name.split(".") if path.name == "__init__.py" else name.split(".")[:-1]
     found = []
     for node in ast.walk(tree):
