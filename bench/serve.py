@@ -88,9 +88,11 @@ def new_model(texts) -> np.ndarray:
     return np.stack(out).astype(np.float32)
 
 
-def old_vectors(n: int) -> np.ndarray:
+def old_vectors(n: int, first: int = 0) -> np.ndarray:
+    """The old vectors of records ``first`` .. ``first + n - 1``."""
     s, _ = _sample()
-    return np.stack([_noisy(s.docs_old[i % 1500], i // 1500, i % 1500, 0, NOISE) for i in range(n)]).astype(np.float32)
+    return np.stack([_noisy(s.docs_old[i % 1500], i // 1500, i % 1500, 0, NOISE)
+                     for i in range(first, first + n)]).astype(np.float32)
 
 
 # --------------------------------------------------------------------------------------------- the store and upgrade

@@ -3,12 +3,91 @@ of a collection, and what a collection is (name, dimension, metric, count).
 """
 from __future__ import annotations
 
+import operator
+from collections.abc import Sequence as SequenceABC
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
 import numpy as np
 
 from .errors import InputError
+
+_MISSING = object()
+
+
+class StampColumns(SequenceABC):
+    """The record stamps of a batch kept as columns: the fields every record shares once (``shared``: the origin, what
+    made the vectors, the space) and the others one value per record (``columns``: name -> a list, None where a
+    record has no such field, or a float64 array, NaN where it has none). It reads as a list of stamp dicts, so every
+    store takes it; a store that keeps stamps in columns of its own (the file store) writes it without making a dict
+    or a JSON text per record, which cost more than the rest of such a write."""
+
+    __slots__ = ("shared", "columns", "_n")
+
+    def __init__(self, shared: dict, columns: dict | None = None, n: int | None = None):
+        self.shared = dict(shared)
+        self.columns = {k: v if isinstance(v, (list, np.ndarray)) else list(v) for k, v in (columns or {}).items()}
+        if any(isinstance(v, np.ndarray) and (v.dtype != np.float64 or v.ndim != 1) for v in self.columns.values()):
+            raise InputError("an array stamp column must be one float64 value per record")
+        lengths = {len(v) for v in self.columns.values()}
+        if len(lengths) > 1 or (n is not None and lengths and lengths != {n}):
+            raise InputError("the stamp columns of a batch must all have one value per record")
+        if n is None and not lengths:
+            raise InputError("stamp columns without a column need the number of records")
+        self._n = int(n if n is not None else lengths.pop())
+
+    @classmethod
+    def of(cls, stamps: Sequence[dict]) -> "StampColumns":
+        """The columns of a list of stamp dicts (none of them None): a field with one value (of one type) in every
+        stamp is shared, every other field is a column."""
+        if isinstance(stamps, cls):
+            return stamps
+        stamps = list(stamps)
+        keys = list(dict.fromkeys(k for s in stamps for k in s))
+        shared, columns = {}, {}
+        for k in keys:
+            values = [s.get(k, _MISSING) for s in stamps]
+            first = values[0]
+            if first is not _MISSING and all(type(v) is type(first) and v == first for v in values):
+                shared[k] = first
+            else:
+                columns[k] = [None if v is _MISSING else v for v in values]
+        return cls(shared, columns, len(stamps))
+
+    def __len__(self) -> int:
+        return self._n
+
+    def __getitem__(self, i):
+        if isinstance(i, slice):
+            n = len(range(*i.indices(self._n)))
+            return StampColumns(self.shared, {k: v[i] for k, v in self.columns.items()}, n)
+        i = operator.index(i)
+        if i < 0:
+            i += self._n
+        if not 0 <= i < self._n:
+            raise IndexError("stamp index out of range")
+        out = dict(self.shared)
+        for k, col in self.columns.items():
+            v = col[i]
+            if isinstance(col, np.ndarray):
+                if v == v:   # NaN: none
+                    out[k] = float(v)
+            elif v is not None:
+                out[k] = v
+        return out
+
+    def __iter__(self):
+        return (self[i] for i in range(self._n))
+
+    def __eq__(self, other) -> bool:
+        if isinstance(other, SequenceABC) and not isinstance(other, (str, bytes)):
+            return len(self) == len(other) and all(a == b for a, b in zip(self, other))
+        return NotImplemented
+
+    __hash__ = None
+
+    def __repr__(self) -> str:
+        return f"StampColumns({self.shared!r}, columns={list(self.columns)}, n={self._n})"
 
 
 @dataclass
@@ -22,7 +101,7 @@ class VectorBatch:
     vectors: np.ndarray
     payloads: list[dict] | None = None
     cursor: Any = None
-    stamps: list[dict | None] | None = None
+    stamps: Sequence[dict | None] | None = None
 
     def __post_init__(self):
         self.ids = list(self.ids)

@@ -36,7 +36,8 @@ def test_capabilities_are_declared_not_probed():
     assert Collection.capabilities == Capabilities()
     assert connect("file:///tmp/x").capabilities == Capabilities(key_ranges=True,
                                                                  stamp="the collection's manifest.json",
-                                                                 record_stamps="each record's payload")
+                                                                 record_stamps=(
+        "columns beside each segment's payloads (in each record's payload in a version 1 directory)"))
 
 
 def test_single_process_is_declared_by_url(engine, new_url):

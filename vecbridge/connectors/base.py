@@ -27,6 +27,7 @@ from ..errors import InputError, NotFound, StoreError, VecbridgeError
 from ..records import (  # noqa: F401 (the record types, also read from here by every connector and job)
     CollectionInfo,
     KeyRange,
+    StampColumns,
     VectorBatch,
     quantile_positions,
     ranges_from_bounds,
@@ -191,6 +192,56 @@ def record_stamp_text(stamp) -> str:
     if len(text) > RECORD_STAMP_BYTES or (not text.isascii() and len(text.encode("utf-8")) > RECORD_STAMP_BYTES):
         raise InputError(f"a record's stamp may take at most {RECORD_STAMP_BYTES:,} bytes of JSON")
     return text
+
+
+def stamp_column_kind(values) -> str:
+    """How a stamp column is kept: ``str`` (texts), ``float`` (finite floats; a float64 array, NaN for none) or
+    ``json`` (anything else)."""
+    if isinstance(values, np.ndarray):
+        return "float"
+    kinds = set(map(type, values)) - {type(None)}
+    if kinds <= {str}:
+        return "str"
+    if kinds == {float}:
+        return "float"
+    return "json"
+
+
+def record_stamp_columns(stamps) -> tuple[StampColumns | None, np.ndarray | None]:
+    """A batch's record stamps checked as :func:`record_stamp_text` checks each one, as columns (what a store keeping
+    stamps in columns writes), with which records have one (None: every record). Columns made by
+    :class:`~vecbridge.runtime.record_stamps.Stamper` are checked by column, in a few passes at C speed; others
+    stamp by stamp. ``(None, mask)`` where no record has a stamp."""
+    if not isinstance(stamps, StampColumns):
+        stamps = list(stamps)
+        has = np.fromiter((s is not None for s in stamps), bool, len(stamps))
+        present = [s for s in stamps if s is not None]
+        for stamp in present:
+            record_stamp_text(stamp)
+        return (StampColumns.of(present) if present else None), (None if has.all() else has)
+    cols = stamps
+    origins = cols.columns.get("origin")
+    if origins is None:
+        record_stamp_text(cols.shared)
+    elif set(map(type, origins)) != {str}:
+        raise InputError("a record's stamp must be a dict with a string 'origin'")
+    widest = len(_encode_stamp(cols.shared).encode("utf-8"))
+    for name, values in cols.columns.items():
+        kind = stamp_column_kind(values)
+        if kind == "float" and not isinstance(values, np.ndarray) and not np.isfinite(
+                np.asarray(values, dtype=np.float64)[[v is not None for v in values]]).all():
+            raise InputError("a record's stamp must be JSON-serialisable (Out of range float values are not JSON "
+                             "compliant)")
+        if kind == "str":
+            longest = max(map(len, values if None not in values else (v for v in values if v is not None)),
+                          default=0) * 6 + 2
+        else:
+            longest = 32 if kind == "float" else RECORD_STAMP_BYTES
+        widest += len(_encode_stamp(name).encode("utf-8")) + 2 + longest
+    if widest > RECORD_STAMP_BYTES:   # the bound says nothing: measure every stamp
+        for stamp in cols:
+            record_stamp_text(stamp)
+    return cols, None
 
 
 def is_stamp_key(key) -> bool:

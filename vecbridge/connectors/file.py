@@ -2,11 +2,16 @@
 
 Layout of a vecbridge directory::
 
-    DIR/manifest.json              {"format": "vecbridge.file", "version": 1, "dim": ..., "metric": ...}
+    DIR/manifest.json              {"format": "vecbridge.file", "version": 2, "dim": ..., "metric": ...}
                                    (and the collection's stamp, if it has one, under "vecbridge:stamp")
     DIR/segments/000001.npy        float32 vectors of one upsert
-    DIR/segments/000001.meta.npz   ids of the same rows, and their payloads as one UTF-8 JSON array
+    DIR/segments/000001.meta.npz   ids of the same rows, their payloads as one UTF-8 JSON array and, where the
+                                   upsert had them, the rows' record stamps in columns ("stamp_*": the fields all
+                                   rows share as one JSON object, each other field one array)
                                    (loaded with allow_pickle=False)
+
+Version 1 directories (record stamps inside each payload) are read and written as they are; a new directory is
+version 2, which a version 1 reader refuses rather than reading it without its stamps.
 
 Each upsert writes one segment under a number it claims exclusively (several processes may append at once, e.g.
 the tasks of a distributed migration): vectors first, then the ``.meta.npz`` that commits it, both via temporary file +
@@ -46,6 +51,8 @@ from .base import (
     first_line,
     quantile_positions,
     ranges_from_bounds,
+    record_stamp_columns,
+    stamp_column_kind,
     stamp_key,
     stamps_from_payloads,
     stamps_into_payloads,
@@ -55,15 +62,80 @@ from .url import known_params, resolved_path
 #: the URL query options this store knows (any other is refused)
 OPTIONS = ("payloads", "metric")
 FORMAT = "vecbridge.file"
-VERSION = 1
+#: the version of new directories: 2 keeps record stamps in columns of each segment, 1 in each record's payload
+VERSION = 2
+VERSIONS = (1, 2)
 _SEG = re.compile(r"^(\d{6,})\.meta\.npz$")
 
 
 def _encode_strings(values: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
+    offsets = np.zeros(len(values) + 1, dtype=np.int64)
+    joined = "".join(values)
+    if joined.isascii():   # a character is a byte: no encoding one by one
+        offsets[1:] = np.cumsum(np.fromiter(map(len, values), np.int64, len(values)))
+        return np.frombuffer(joined.encode("ascii"), dtype=np.uint8), offsets
     data = [v.encode("utf-8") for v in values]
-    offsets = np.zeros(len(data) + 1, dtype=np.int64)
     offsets[1:] = np.cumsum([len(b) for b in data])
     return np.frombuffer(b"".join(data), dtype=np.uint8), offsets
+
+
+def _utf8(text: str) -> np.ndarray:
+    return np.frombuffer(text.encode("utf-8"), np.uint8)
+
+
+def _stamp_arrays(stamps) -> dict[str, np.ndarray]:
+    """A segment's record stamps as arrays of its ``.meta.npz`` (checked first: a bad stamp writes nothing):
+    ``stamp_shared`` (the fields every stamped row shares, JSON), ``stamp_columns`` (the other fields' names and
+    kinds, JSON), ``stamp_has`` (which rows have a stamp, where not all do) and per column ``stamp_J`` (floats, JSON,
+    or UTF-8 texts with ``stamp_J_off`` offsets and ``stamp_J_none`` where a row has no such field)."""
+    cols, has = record_stamp_columns(stamps)
+    out = {} if has is None else {"stamp_has": has}
+    if cols is None:
+        return {**out, "stamp_shared": _utf8("{}"), "stamp_columns": _utf8("[]")}
+    kinds = []
+    for j, (name, values) in enumerate(cols.columns.items()):
+        kind = stamp_column_kind(values)
+        kinds.append([name, kind])
+        if kind == "str":
+            if None in values:
+                out[f"stamp_{j}_none"] = np.fromiter((v is None for v in values), bool, len(values))
+                values = ["" if v is None else v for v in values]
+            out[f"stamp_{j}"], out[f"stamp_{j}_off"] = _encode_strings(values)
+        elif kind == "float":
+            out[f"stamp_{j}"] = np.asarray(values, dtype=np.float64)   # None: NaN (a stamp's floats are finite)
+        else:
+            out[f"stamp_{j}"] = _utf8(json.dumps(values, ensure_ascii=False))
+    out["stamp_shared"] = _utf8(json.dumps(cols.shared, ensure_ascii=False))
+    out["stamp_columns"] = _utf8(json.dumps(kinds, ensure_ascii=False))
+    return out
+
+
+def _stamp_columns_of(arrays: dict, n: int, name: str) -> tuple[np.ndarray, dict, dict]:
+    """The stamps kept by :func:`_stamp_arrays`: (which rows have one, shared fields, name -> list of values)."""
+    try:
+        shared = json.loads(arrays["stamp_shared"].tobytes())
+        kinds = json.loads(arrays["stamp_columns"].tobytes())
+        has = arrays["stamp_has"] if "stamp_has" in arrays else np.ones(n, bool)
+        k = int(has.sum())
+        columns = {}
+        for j, (field, kind) in enumerate(kinds):
+            data = arrays[f"stamp_{j}"]
+            if kind == "str":
+                values = _decode_strings(data, arrays[f"stamp_{j}_off"])
+                if f"stamp_{j}_none" in arrays:
+                    values = [None if none else v for v, none in zip(values, arrays[f"stamp_{j}_none"].tolist())]
+            elif kind == "float":
+                values = [None if v != v else v for v in data.tolist()]
+            else:
+                values = json.loads(data.tobytes())
+            if len(values) != k:
+                raise ValueError(f"stamp column {field!r} holds {len(values)} values for {k} stamped rows")
+            columns[field] = values
+        if not isinstance(shared, dict) or len(has) != n:
+            raise ValueError("its stamps do not match its rows")
+    except (KeyError, ValueError, TypeError, UnicodeDecodeError) as exc:
+        raise StoreError(f"segment {name} is damaged: its record stamps are unreadable ({exc})") from None
+    return has, shared, columns
 
 
 def _decode_strings(blob: np.ndarray, offsets: np.ndarray) -> list[str]:
@@ -133,14 +205,48 @@ def _claim_segment(seg_dir: Path, first: int) -> str:
 
 
 class _Segment:
-    """One committed segment: ids, memory-mapped vectors, payloads decoded on demand."""
+    """One committed segment: ids, memory-mapped vectors, payloads and record stamps decoded on demand."""
 
     def __init__(self, ids: list, vectors: np.ndarray, payload_json: np.ndarray | None = None,
-                 payload_list: list | None = None, name: str = ""):
+                 payload_list: list | None = None, name: str = "", stamp_arrays: dict | None = None):
         self.ids = ids
         self.vectors = vectors
         self.name = name
         self._json, self._list = payload_json, payload_list
+        #: whether the segment keeps its rows' stamps in columns (else in their payloads, where they have one)
+        self.stamped = stamp_arrays is not None
+        self._stamp_arrays, self._stamp_table = stamp_arrays, None
+
+    def _stamps_decoded(self) -> tuple[np.ndarray, dict, list]:
+        """(each row's position among the stamped rows, -1 for none; shared fields; (name, values) per column)."""
+        if self._stamp_table is None:
+            has, shared, columns = _stamp_columns_of(self._stamp_arrays, len(self.ids), self.name)
+            pos = np.cumsum(has) - 1
+            pos[~has] = -1
+            self._stamp_table, self._stamp_arrays = (pos, shared, list(columns.items())), None
+        return self._stamp_table
+
+    def stamps(self, rows: np.ndarray) -> list[dict | None]:
+        """The stamps of these rows of a :attr:`stamped` segment (None where a row has none)."""
+        pos, shared, columns = self._stamps_decoded()
+        out = []
+        for p in pos[rows].tolist():
+            if p < 0:
+                out.append(None)
+                continue
+            stamp = dict(shared)
+            for k, values in columns:
+                if values[p] is not None:
+                    stamp[k] = values[p]
+            out.append(stamp)
+        return out
+
+    def origins(self, rows: np.ndarray) -> list[str | None]:
+        """The stamps' origins of these rows of a :attr:`stamped` segment, without making the stamps."""
+        pos, shared, columns = self._stamps_decoded()
+        column = dict(columns).get("origin")
+        origin = shared.get("origin")
+        return [None if p < 0 else origin if column is None else column[p] for p in pos[rows].tolist()]
 
     def payloads(self, rows: np.ndarray) -> list[dict]:
         if self._list is None:
@@ -158,7 +264,8 @@ class _Segment:
 class FileCollection(Collection):
     scheme = "file"
     capabilities = Capabilities(key_ranges=True, stamp="the collection's manifest.json",
-                                record_stamps="each record's payload")
+                                record_stamps="columns beside each segment's payloads (in each record's payload in a "
+                                              "version 1 directory)")
     #: whether this handle has removed the temporaries that killed writers left (once, before its first write)
     _swept = False
 
@@ -205,8 +312,9 @@ class FileCollection(Collection):
             manifest = json.loads(self._manifest_path.read_text())
         except (OSError, ValueError) as exc:
             raise StoreError(f"{self.display_url}: unreadable manifest ({exc})") from None
-        if manifest.get("format") != FORMAT or manifest.get("version") != VERSION:
-            raise StoreError(f"{self.display_url}: not a vecbridge file collection of version {VERSION}")
+        if manifest.get("format") != FORMAT or manifest.get("version") not in VERSIONS:
+            raise StoreError(f"{self.display_url}: not a vecbridge file collection of a version this vecbridge reads "
+                             f"({', '.join(map(str, VERSIONS))})")
         return manifest
 
     def _segment_names(self) -> list[str]:
@@ -293,10 +401,12 @@ class FileCollection(Collection):
                 ids = (meta["ids_int"].tolist() if "ids_int" in meta
                        else _decode_strings(meta["ids_utf8"], meta["ids_off"]))
                 payload_json = meta["payloads_json"]
+                stamps = ({k: meta[k] for k in meta.files if k.startswith("stamp_")}
+                          if "stamp_shared" in meta.files else None)
             vectors = np.load(seg_dir / f"{name}.npy", mmap_mode="r", allow_pickle=False)
         except (OSError, ValueError, KeyError, zipfile.BadZipFile, EOFError) as exc:   # damaged or cut short
             raise StoreError(f"{self.display_url}: segment {name} is unreadable ({first_line(exc)})") from None
-        return _Segment(ids, vectors, payload_json, name=f"{self.path / 'segments' / name}")
+        return _Segment(ids, vectors, payload_json, name=f"{self.path / 'segments' / name}", stamp_arrays=stamps)
 
     def _build_index(self) -> None:
         """id -> (segment, row) for the live record of every id; live rows sorted in (segment, row) order."""
@@ -323,6 +433,7 @@ class FileCollection(Collection):
         vectors = np.empty((len(rows), dim), dtype=np.float32)
         ids: list = [None] * len(rows)
         payloads: list = [None] * len(rows)
+        columns: dict[int, dict | None] = {}   # position -> stamp, for rows of segments that keep them in columns
         for s in np.unique(seg_idx):
             pos = np.flatnonzero(seg_idx == s)
             r = rows[pos]
@@ -331,7 +442,11 @@ class FileCollection(Collection):
             for p, row, pay in zip(pos.tolist(), r.tolist(), segs[s].payloads(r)):
                 ids[p] = seg_ids[row]
                 payloads[p] = pay
-        payloads, stamps = stamps_from_payloads(payloads)
+            if segs[s].stamped:
+                columns.update(zip(pos.tolist(), segs[s].stamps(r)))
+        payloads, stamps = stamps_from_payloads(payloads)   # a stamped segment's payloads lose stray stamp keys too
+        for p, stamp in columns.items():
+            stamps[p] = stamp
         return VectorBatch(ids, vectors, payloads, stamps=stamps)
 
     # --- protocol: reading --------------------------------------------------------------------------------------------
@@ -371,6 +486,37 @@ class FileCollection(Collection):
             batch = self._gather(seg_idx[lo:hi], rows[lo:hi])
             batch.cursor = [int(seg_idx[hi - 1]), int(rows[hi - 1])]
             yield batch
+
+    def scan_stamps(self, batch_size: int = 1000, origins: Sequence[str] | None = None) -> Iterator[tuple[list, list]]:
+        """The stamps alone, segment by segment: the origins are read from the stamp columns and only the matching
+        rows' stamps are made (no vectors read; payloads only in segments that keep their stamps there)."""
+        self._manifest()
+        if batch_size <= 0:
+            raise InputError("batch_size must be positive")
+        wanted = None if origins is None else set(origins)
+        seg_idx, rows = self._live()
+        segs = self._segments()
+        ids, stamps = [], []
+        bounds = np.flatnonzero(np.diff(seg_idx)) + 1
+        for lo, hi in zip([0, *bounds.tolist()], [*bounds.tolist(), len(rows)]):
+            if lo == hi:
+                continue
+            seg, r = segs[int(seg_idx[lo])], rows[lo:hi]
+            if seg.stamped:
+                keep = r[[o is not None and (wanted is None or o in wanted) for o in seg.origins(r)]]
+                got = zip((seg.ids[i] for i in keep.tolist()), seg.stamps(keep))
+            else:
+                _, found = stamps_from_payloads(seg.payloads(r))
+                got = ((seg.ids[i], st) for i, st in zip(r.tolist(), found)
+                       if st is not None and (wanted is None or st["origin"] in wanted))
+            for i, st in got:
+                ids.append(i)
+                stamps.append(st)
+                if len(ids) == batch_size:
+                    yield ids, stamps
+                    ids, stamps = [], []
+        if ids:
+            yield ids, stamps
 
     def key_ranges(self, n: int, seed: int = 0) -> list[KeyRange]:
         """Cut at exact quantiles of the live (segment, row) positions: the index holds them all already, so no
@@ -455,9 +601,11 @@ class FileCollection(Collection):
         if not self._swept:
             _remove_stale_temporaries(self.path, self.path / "segments")
             self._swept = True
+        in_columns = batch.stamps is not None and manifest["version"] >= 2
+        stamp_arrays = _stamp_arrays(batch.stamps) if in_columns else {}
         try:
-            payload_json = np.frombuffer(json.dumps(stamps_into_payloads(batch), ensure_ascii=False).encode("utf-8"),
-                                         np.uint8)
+            payloads = batch.payloads if in_columns else stamps_into_payloads(batch)
+            payload_json = np.frombuffer(json.dumps(payloads, ensure_ascii=False).encode("utf-8"), np.uint8)
         except TypeError as exc:
             raise InputError(f"payloads must be JSON-serialisable ({exc})") from None
         if all(isinstance(i, (int, np.integer)) and not isinstance(i, bool) for i in batch.ids):
@@ -472,7 +620,7 @@ class FileCollection(Collection):
         name = _claim_segment(seg_dir, (int(names[-1]) + 1) if names else 1)
         _atomic_write(seg_dir / f"{name}.npy", lambda fh: np.save(fh, np.ascontiguousarray(vectors, np.float32)))
         _atomic_write(seg_dir / f"{name}.meta.npz",
-                      lambda fh: np.savez(fh, payloads_json=payload_json, **id_arrays))
+                      lambda fh: np.savez(fh, payloads_json=payload_json, **id_arrays, **stamp_arrays))
         return len(batch)
 
     def delete(self, ids: Sequence) -> int:
@@ -496,7 +644,8 @@ class FileCollection(Collection):
             keep = np.asarray([r for r, i in enumerate(seg.ids) if i not in doomed and where[i] == (s, r)],
                               dtype=np.int64)
             if len(keep):
-                self.upsert(VectorBatch([seg.ids[r] for r in keep.tolist()], seg.vectors[keep], seg.payloads(keep)))
+                self.upsert(VectorBatch([seg.ids[r] for r in keep.tolist()], seg.vectors[keep], seg.payloads(keep),
+                                        stamps=seg.stamps(keep) if seg.stamped else None))
         seg_dir = self.path / "segments"
         for s in affected:
             for suffix in (".meta.npz", ".npy"):

@@ -27,6 +27,7 @@ from ..connectors.base import Collection, VectorBatch
 from ..errors import InputError
 from ..quality.scoring import hub_penalty
 from ..quality.space import SpaceFingerprint
+from ..records import StampColumns
 from .provenance import record_stamp, spaces_of
 
 ORIGINS = ("mapped", "native", "pending", "no-text")
@@ -56,8 +57,14 @@ def shuffle_rank(record_id) -> int:
     return int.from_bytes(hashlib.blake2b(key.encode(), digest_size=7).digest(), "big")
 
 
-def _floats(values, n: int) -> list:
-    return [None] * n if values is None else [None if v is None else float(v) for v in values]
+def _floats(values, n: int) -> np.ndarray:
+    """Scores as a stamp column: float64, NaN where a record has none (a None, or a score that is not finite)."""
+    out = np.array([np.nan if v is None else v for v in values] if isinstance(values, list) else values,
+                   dtype=np.float64).reshape(-1)
+    if len(out) != n:
+        raise InputError(f"{len(out)} scores for {n} records")
+    out[~np.isfinite(out)] = np.nan
+    return out
 
 
 class Stamper:
@@ -69,10 +76,13 @@ class Stamper:
             raise InputError(f"origin must be one of {', '.join(ORIGINS)}")
         self.base = record_stamp(origin, made_by, space, dim=dim)
 
-    def __call__(self, n: int, *, digests: Iterable | None = None, residuals=None, hubness=None) -> list[dict]:
-        digests = [None] * n if digests is None else list(digests)
-        return [{**self.base, **{k: v for k, v in (("digest", d), ("residual", r), ("hubness", h)) if v is not None}}
-                for d, r, h in zip(digests, _floats(residuals, n), _floats(hubness, n))]
+    def __call__(self, n: int, *, digests: Iterable | None = None, residuals=None, hubness=None) -> StampColumns:
+        """The stamps of ``n`` records, as columns (what every record shares once): a list of dicts to every store,
+        no dict per record to a store that keeps stamps in columns."""
+        columns = {k: v for k, v in (("digest", None if digests is None else list(digests)),
+                                     ("residual", None if residuals is None else _floats(residuals, n)),
+                                     ("hubness", None if hubness is None else _floats(hubness, n))) if v is not None}
+        return StampColumns(self.base, columns, n)
 
 
 class NativeStamps:
