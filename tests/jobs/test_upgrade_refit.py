@@ -125,3 +125,51 @@ def test_cli_reembed_prints_the_refit(started):
                                   "--no-refit"])
     assert r.exit_code == 0, r.output
     assert json.loads(r.output)["refits"] == []
+
+
+def _started_pairs(path, sample, seed=400, upto=1100):
+    """Pairs seeded with the ``seed`` pairs the map in use was fitted on, then re-embedded ones up to ``upto``."""
+    import warnings
+
+    from vecbridge.align import OrthogonalProcrustes
+
+    X, Y = sample.docs_old, sample.docs_new
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        start = Alignment.from_estimator(OrthogonalProcrustes().fit(X[:seed], Y[:seed]))
+    pairs = RefitPairs(path, 384, 768).seed(X[:seed], Y[:seed])
+    pairs.add(sample.ids[seed:upto], X[seed:upto], Y[seed:upto])
+    return pairs, start
+
+
+def test_the_map_installed_is_judged_with_the_held_out_pairs_it_joins(tmp_path, sample, monkeypatch):
+    probe, start = _started_pairs(tmp_path / "probe.npz", sample)
+    _, measured = probe.refit(start)
+    pairs, start = _started_pairs(tmp_path / "p.npz", sample)
+    n_current, n_judged, n_all = 400, pairs.moments.n, pairs.n
+    assert pairs.fitted_at == n_current and n_current < n_judged < n_all
+    factor = (1 / n_current - 1 / n_all) / (1 / n_current - 1 / n_judged)
+    # the candidate judged has not seen the held-out pairs; the map installed is fitted on them too: a bar between
+    # the two gains is met by the map installed
+    monkeypatch.setattr(refit_module, "MIN_GAIN", measured["gain"] * (1 + factor) / 2)
+    new, verdict = pairs.refit(start)
+    assert verdict["gain"] == pytest.approx(measured["gain"]) and verdict["gain"] < refit_module.MIN_GAIN
+    assert verdict["installed_gain"] == pytest.approx(verdict["gain"] * factor) and verdict["accepted"], verdict
+    assert new is not None and new.metadata["fit"]["n_pairs"] == n_all == pairs.fitted_at
+    pairs.save()
+    assert RefitPairs(tmp_path / "p.npz", 384, 768).fitted_at == n_all, "kept across runs"
+
+
+def test_a_map_in_use_not_fitted_on_the_pairs_is_judged_by_its_measured_gain(tmp_path, sample):
+    from vecbridge.align import OrthogonalProcrustes
+
+    pairs, _ = _started_pairs(tmp_path / "p.npz", sample)
+    other = Alignment.from_estimator(OrthogonalProcrustes().fit(sample.docs_old[1000:], sample.docs_new[1000:]))
+    _, verdict = pairs.refit(other)   # fitted on 500 pairs the sums never held: no learning curve to extrapolate on
+    assert verdict["installed_gain"] == verdict["gain"]
+    assert refit_module.installed_gain(0.004, 0, 900, 1000) == 0.004
+    assert refit_module.installed_gain(0.004, 1000, 900, 1000) == 0.004
+    pairs.save()
+    with np.load(tmp_path / "p.npz") as f:   # a file an older release saved, without the count: no extrapolation
+        np.savez(tmp_path / "old.npz", **{k: f[k] for k in f.files if k != "fitted_at"})
+    assert RefitPairs(tmp_path / "old.npz", 384, 768).fitted_at == 0
