@@ -9,7 +9,7 @@ later, as ``bench/serve.py`` does) and then re-embeds ``--reembed`` records of i
 
 Per store and round (``--repeats`` rounds, medians reported): ``start`` as shipped (``stamped``: every record's stamp,
 with its digest and its residual and hub scores, in the same upsert as its vector), then ``reembed`` of ``--reembed``
-of its records twice, ``stamped`` and ``unwritten`` (the stamps made, the vectors written without them), in turn;
+of its records twice, ``stamped`` and then ``unwritten`` (the stamps made, the vectors written without them);
 then ``start`` ``unwritten`` and ``none`` (no stamps made or written) into collections of their own. Reported:
 
 * ``write``: seconds inside the store's ``upsert`` (the write itself), stamped vs unwritten: what stamping adds to the
@@ -131,14 +131,15 @@ def timed_reembed(kind: str, state: Path, n: int, timers: Timers) -> dict:
 
 
 def one_round(r: int, url_of, src_url: str, folder: Path, reembed: int, timers: Timers) -> dict:
-    """One round: ``start`` stamped, then ``reembed`` of its collection unwritten and stamped (in turn by round),
-    then ``start`` unwritten and none into collections of their own (in turn by round)."""
+    """One round: ``start`` stamped, then ``reembed`` of its collection stamped and then unwritten (a record written
+    without its stamp has none in the file store: a later ``reembed`` would take it for a new record), then ``start``
+    unwritten and none into collections of their own (in turn by round)."""
     out = {}
     work = folder / f"round_{r}"
     work.mkdir()
     target = url_of(f"bench_target_{uuid.uuid4().hex[:8]}")
     out["start stamped"] = timed_start("stamped", src_url, target, work / "a.upgrade.sqlite", timers)
-    for kind in (("unwritten", "stamped") if r % 2 == 0 else ("stamped", "unwritten")):
+    for kind in ("stamped", "unwritten"):   # unwritten last: records it writes lose their stamps in the file store
         out[f"reembed {kind}"] = timed_reembed(kind, work / "a.upgrade.sqlite", reembed, timers)
     out["local_files"] = local_files(work)
     connect(target).drop()

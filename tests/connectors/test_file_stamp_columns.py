@@ -108,7 +108,10 @@ def test_scan_stamps_filters_by_origin_across_segments_of_both_kinds(tmp_path):
     assert mapped == [("a", "mapped"), ("c", "mapped"), ("d", "pending")]
     every = {i: s for ids, st in ro.scan_stamps(batch_size=10) for i, s in zip(ids, st)}
     assert set(every) == {"a", "b", "c", "d"} and every["b"]["origin"] == "native"
-    assert every == {i: s for i, s in zip(*(lambda b: (b.ids, b.stamps))(ro.get(list("abcde")))) if s}
+    got = ro.get(list("abcde"))
+    assert every == {i: s for i, s in zip(got.ids, got.stamps) if s}
+    assert ro.stamps_of(["e", "d", "b", "a", "nope"]) == {i: every[i] for i in "dba"}, \
+        "stamps_of reads the stamps alone, from columns and payloads alike"
 
 
 def test_a_version_1_directory_keeps_stamps_in_its_payloads(tmp_path):
@@ -161,3 +164,26 @@ def test_stamp_columns_behave_as_a_list_of_dicts():
     with pytest.raises(InputError):
         StampColumns({"origin": "x"}, {"a": [1], "b": [1, 2]})
     assert StampColumns.of(list(cols)) == cols
+
+
+def test_a_handle_reads_what_other_handles_wrote_removed_or_wrote_again(tmp_path):
+    """A handle reads only the segments added since its last read; a segment removed, or written again under the
+    number a delete freed, is seen as such (its content, not the handle's memory of the old one)."""
+    url = str(tmp_path / "c")
+    reader, writer = connect(url).create(dim=DIM), connect(url)
+    writer.upsert(VectorBatch(["a", "b"], _vectors(2), [{"v": 1}, {"v": 1}]))
+    writer.upsert(VectorBatch(["c"], _vectors(1), [{"v": 1}]))
+    assert reader.get(["a", "b", "c"]).payloads == [{"v": 1}] * 3
+    writer.upsert(VectorBatch(["b", "d"], _vectors(2, 1), [{"v": 2}, {"v": 2}]))
+    got = reader.get(["a", "b", "c", "d"])
+    assert got.payloads == [{"v": 1}, {"v": 2}, {"v": 1}, {"v": 2}]
+    assert [b.ids for b in reader.scan(batch_size=10)] == [["a", "c", "b", "d"]], "live rows in write order"
+    assert reader.info().count == 4
+    writer.upsert(VectorBatch(["f"], _vectors(1, 3), [{"v": 4}]))
+    assert reader.get(["f"]).payloads == [{"v": 4}]
+    writer.delete(["f"])                           # the newest segment goes whole: its number is free again
+    writer.upsert(VectorBatch(["e"], _vectors(1, 2), [{"v": 3}]))
+    assert sorted(i for b in reader.scan(batch_size=10) for i in b.ids) == ["a", "b", "c", "d", "e"]
+    assert reader.get(["e", "f"]).payloads == [{"v": 3}]
+    fresh = connect(url, read_only=True)
+    assert [b.ids for b in fresh.scan(batch_size=10)] == [b.ids for b in reader.scan(batch_size=10)]

@@ -321,7 +321,7 @@ class FileCollection(Collection):
         seg_dir = self.path / "segments"
         if not seg_dir.is_dir():
             return []
-        return sorted(m.group(1) for m in map(_SEG.match, os.listdir(seg_dir)) if m)
+        return sorted((m.group(1) for m in map(_SEG.match, os.listdir(seg_dir)) if m), key=int)
 
     def _load_plain(self) -> list[_Segment]:
         vec_path = self.path if self.path.suffix == ".npy" else self.path / "vectors.npy"
@@ -387,12 +387,35 @@ class FileCollection(Collection):
             if self._cache_key != "plain":
                 self._segs, self._cache_key = self._load_plain(), "plain"
             return self._segs
-        names = self._segment_names()
-        if self._cache_key != names:
-            self._segs = [self._load_segment(n) for n in names]
-            self._cache_key = names
+        key = self._segment_files()
+        if self._cache_key == key:
+            return self._segs
+        had = self._cache_key if isinstance(self._cache_key, list) else None
+        if had and key[:len(had)] == had:   # segments only added since (each write adds one): read those alone
+            self._segs = self._segs + [self._load_segment(name) for name, *_ in key[len(had):]]
+            self._extend_index(len(had))
+        else:
+            self._segs = [self._load_segment(name) for name, *_ in key]
             self._build_index()
+        self._cache_key, self._seg_names = key, [name for name, *_ in key]
         return self._segs
+
+    def _segment_files(self) -> list[tuple]:
+        """``(name, inode, mtime, size)`` of each committed segment's metadata, in order: a segment removed, or one
+        written again under a name a delete freed, changes this even where the names alone would not."""
+        seg_dir = self.path / "segments"
+        try:
+            entries = [(m.group(1), e) for e in os.scandir(seg_dir) for m in [_SEG.match(e.name)] if m]
+        except FileNotFoundError:
+            return []
+        out = []
+        for name, entry in sorted(entries, key=lambda x: int(x[0])):
+            try:
+                st = entry.stat()
+            except FileNotFoundError:   # removed meanwhile (a delete): not a segment any more
+                continue
+            out.append((name, st.st_ino, st.st_mtime_ns, st.st_size))
+        return out
 
     def _load_segment(self, name: str) -> _Segment:
         seg_dir = self.path / "segments"
@@ -418,6 +441,26 @@ class FileCollection(Collection):
         order = sorted(where.values())
         self._live_seg = np.array([s for s, _ in order], dtype=np.int64)
         self._live_row = np.array([r for _, r in order], dtype=np.int64)
+
+    def _extend_index(self, first: int) -> None:
+        """:meth:`_build_index` after segments ``first``.. were added: their rows become live (the last of an id
+        wins), the rows of earlier segments they replace are dropped; the work is the new rows', not the
+        collection's (a million-record collection re-indexed whole after every write made syncing it quadratic)."""
+        where = self._where
+        replaced = []
+        for s in range(first, len(self._segs)):
+            for r, i in enumerate(self._segs[s].ids):
+                before = where.get(i)
+                if before is not None and before[0] < first:
+                    replaced.append(before[0] * (1 << 40) + before[1])
+                where[i] = (s, r)
+        keep = slice(None)
+        if replaced:
+            keep = ~np.isin(self._live_seg * (1 << 40) + self._live_row, np.asarray(replaced, dtype=np.int64))
+        new = [(s, r) for s in range(first, len(self._segs)) for r, i in enumerate(self._segs[s].ids)
+               if where[i] == (s, r)]
+        self._live_seg = np.concatenate([self._live_seg[keep], np.array([s for s, _ in new], dtype=np.int64)])
+        self._live_row = np.concatenate([self._live_row[keep], np.array([r for _, r in new], dtype=np.int64)])
 
     def _live(self) -> tuple[np.ndarray, np.ndarray]:
         segs = self._segments()
@@ -517,6 +560,25 @@ class FileCollection(Collection):
                     ids, stamps = [], []
         if ids:
             yield ids, stamps
+
+    def stamps_of(self, ids: Sequence) -> dict:
+        """The stamps alone, from the stamp columns (no vectors read; payloads only in segments that keep their
+        stamps there)."""
+        self._manifest()
+        segs = self._segments()
+        where = {i: (0, r) for r, i in enumerate(segs[0].ids)} if self._plain and segs else (
+            {} if self._plain else self._where)
+        by_seg: dict[int, list] = {}
+        for i in ids:
+            if i in where:
+                s, r = where[i]
+                by_seg.setdefault(s, []).append(r)
+        out = {}
+        for s, rows in by_seg.items():
+            seg, r = segs[s], np.asarray(rows, dtype=np.int64)
+            found = seg.stamps(r) if seg.stamped else stamps_from_payloads(seg.payloads(r))[1]
+            out.update((seg.ids[row], st) for row, st in zip(rows, found) if st is not None)
+        return out
 
     def key_ranges(self, n: int, seed: int = 0) -> list[KeyRange]:
         """Cut at exact quantiles of the live (segment, row) positions: the index holds them all already, so no
@@ -637,7 +699,7 @@ class FileCollection(Collection):
             return 0
         doomed = set(wanted)
         segs = self._segments()
-        names, where = self._cache_key, self._where
+        names, where = self._seg_names, self._where
         affected = [s for s, seg in enumerate(segs) if not doomed.isdisjoint(seg.ids)]
         for s in affected:
             seg = segs[s]
