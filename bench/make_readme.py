@@ -433,12 +433,13 @@ def report_calibration(d: dict) -> dict:
                          f"{t['old']:.3f} / **{t['new']:.3f}** / {t['measured_held']:.3f} ({t['measured_all']:.3f})",
                          f"{t['error_old']:+.3f} / **{t['error_new']:+.3f}**",
                          f"{q['old']:.3f} / **{q['new']:.3f}** / {q['measured']:.3f} ({q['measured_unseen']:.3f}; "
-                         f"{q['measured_held']:.3f})",
+                         f"{q['measured_held']:.3f}" + (f"; {q['measured_train']:.3f})" if "measured_train" in q else ")"),
                          f"{q['error_old']:+.3f} / **{q['error_new']:+.3f}** ({q['error_new_unseen']:+.3f}; "
                          f"{q['error_new_held']:+.3f})"])
         return table(["corpus", "pair (old -> new)",
                       "top-1: log-linear / at size / measured, held-out items (all items)", "error",
-                      "retention@10: log-linear / at size / measured, all queries (unseen documents'; report's)",
+                      "retention@10: log-linear / at size / measured, all queries (unseen documents'; report's; "
+                      "training documents')",
                       "error (unseen; report's)"], rows)
 
     summary = table(

@@ -303,8 +303,8 @@ class LearningCurve(JobResult):
 class ReportRetrieval(JobResult):
     """Recall retention@k of ``n_queries`` new-model queries (mapped old vectors / native new vectors) over the
     ``pool`` sampled items and sub-pools of it (one point per pool size), ``measured`` on the whole pool and
-    ``predicted`` for the collection's ``full_size`` (mapped and native Recall@k each carried to that size from the
-    relevant documents' ranks in the pool; :mod:`vecbridge.quality.at_size`). When the whole pool gives no reliable
+    ``predicted`` for all the queries of the collection's ``full_size`` documents (mapped and native Recall@k each
+    carried to that size from the relevant documents' ranks in the pool; :mod:`vecbridge.quality.at_size`). When the whole pool gives no reliable
     ratio, ``measured`` and ``predicted`` are None and ``unreliable`` says why (the key exists only then)."""
 
     pool_sizes: list[float]

@@ -44,7 +44,7 @@ from ..quality.compatibility import (
     held_out_sections,
     learning_curve,
     options_section,
-    out_of_sample_ranks,
+    retention_at_size,
     retention_curve,
     split_pairs,
 )
@@ -183,7 +183,7 @@ def compatibility_report(old, new=None, *, sample: int = 5000, seed: int = 0, ho
     on_step("learning curve")
     report["learning_curve"] = learning_curve(sp, qb, rel, k=k, center=center)
     measure = _retrieval_sections(report, sp, corr, qb, rel, queries_old, k=k, full_size=old_info.count,
-                                  options=options, on_step=on_step)
+                                  options=options, on_step=on_step, queries_new=queries_new)
     if old_model_retired:
         report["old_model_retired"] = True
     report["model_run"] = models.summary()
@@ -233,7 +233,7 @@ def _held_out_queries(queries_new, corr: Correspondences, held: np.ndarray):
 
 
 def _retrieval_sections(report: dict, sp: PairSplit, corr: Correspondences, qb, rel, queries_old, *, k: int,
-                        full_size: int, options: bool, on_step) -> tuple | None:
+                        full_size: int, options: bool, on_step, queries_new=None) -> tuple | None:
     """With queries: retrieval over the pool (retention, or with pseudo-pairs only the mapped side) and the
     three-way comparison with old-model queries; without: the neighbourhood overlap. Returns what the options are
     measured on, or None where they cannot be."""
@@ -253,9 +253,10 @@ def _retrieval_sections(report: dict, sp: PairSplit, corr: Correspondences, qb, 
                                                                                           rel, k))
     else:
         on_step("retrieval with new-model queries")
+        at_size = retention_at_size(sp, qb.vectors, rel, *_training_queries(queries_new, corr, sp), k=k,
+                                    full_size=full_size)
         report["retrieval"] = ReportRetrieval(**retention_curve(qb.vectors, mapped_pool, Y[pool_order], rel, k,
-                                                                 sp.rng, full_size,
-                                                                 out_of_sample_ranks(sp, qb.vectors, rel)),
+                                                                 sp.rng, full_size, at_size=at_size),
                                               k=k, n_queries=len(qb))
     if Q_old is not None:
         rel_b = rel[both]
@@ -268,6 +269,15 @@ def _retrieval_sections(report: dict, sp: PairSplit, corr: Correspondences, qb, 
         all_old = Q_old if Q_old is not None and len(both) == len(qb) else None
         return X[sp.train], Y[sp.train], pool_x, Y[pool_order], qb, rel, all_old
     return None
+
+
+def _training_queries(queries_new, corr: Correspondences, sp: PairSplit):
+    """The new-model queries of the training documents and each one's pool row: the report predicts retention for
+    all of the collection's queries, theirs included (:func:`retention_at_size`)."""
+    ids = [corr.ids[i] for i in sp.train]
+    qt = open_collection(queries_new).get(ids)
+    pos = {i: len(sp.held) + j for j, i in enumerate(ids)}
+    return qt.vectors, np.array([pos[i] for i in qt.ids], dtype=np.int64)
 
 
 def _too_few_queries(qn_c, qb, corr, held_ids) -> str:

@@ -36,14 +36,16 @@ def hit_probability(above, distractors: int, size: int, k: int = 10, *, above_se
                     prior: tuple[float, float] | None = None) -> np.ndarray:
     """Per query, the probability that its relevant record ranks in the top ``k`` of ``size`` records, given that
     ``above`` of ``distractors`` sampled records score at least as high, and ``above_seen`` of the ``seen`` pool
-    records (its own included; default: the distractors and it) are known to."""
+    records (its own included; default: the distractors and it) are known to. ``distractors`` may differ per query
+    (then give ``seen``)."""
     from scipy.stats import betabinom
 
     a = np.asarray(above, dtype=np.float64)
     known = a if above_seen is None else np.asarray(above_seen, dtype=np.float64)
-    unseen = max(int(size) - (distractors + 1 if seen is None else int(seen)), 0)
+    unseen = max(int(size) - (int(distractors) + 1 if seen is None else int(seen)), 0)
     pa, pb = beta_prior(a, distractors) if prior is None else prior
-    return betabinom.cdf(k - 1 - known, unseen, a + pa, max(int(distractors), 0) - a + pb)
+    n = np.maximum(np.asarray(distractors, dtype=np.float64), 0)
+    return betabinom.cdf(k - 1 - known, unseen, a + pa, n - a + pb)
 
 
 def recall_at_size(above, distractors: int, size: int, k: int = 10, **seen) -> float:
@@ -55,12 +57,12 @@ def fitted_prior(above, distractors: int) -> tuple[float, float]:
     """The maximum-likelihood (a, b) of :func:`beta_prior` (same bounds), found where that one falls back to
     Jeffreys: when its fit stops early, and when every query has the same count (every relevant record first in
     the pool: the likelihood then grows towards p = 0, while Jeffreys would have about half of them outranked at
-    five times the pool's size)."""
+    five times the pool's size). ``distractors`` may differ per query."""
     from scipy.optimize import minimize
     from scipy.stats import betabinom
 
     c = np.asarray(above, dtype=np.float64)
-    if distractors < 1 or not len(c):
+    if not len(c) or np.min(distractors) < 1:
         return JEFFREYS
 
     def nll(t):

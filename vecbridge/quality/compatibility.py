@@ -48,12 +48,13 @@ class Correspondences:
     new_ids: list | None = None   # ids of the Y rows in the new collection (None: re-embedded, no record)
 
 
-def retention_curve(Qn, mapped, native, rel, k, rng, full_size, like_ranks=None) -> dict:
+def retention_curve(Qn, mapped, native, rel, k, rng, full_size, like_ranks=None, at_size=None) -> dict:
     """Retention@k over the whole held-out pool and over random sub-pools (measured), and predicted at
     ``full_size`` documents: Recall@k of the mapped and of the native vectors each carried to that size from the
     relevant documents' ranks in the whole pool (:func:`vecbridge.quality.at_size.recall_from_ranks`), their ratio.
     ``like_ranks``: the relevant documents' ranks among the pool's mapped documents compared as the unseen ones
-    will be (:func:`out_of_sample_ranks`; default: among ``mapped``), which counts as it is.
+    will be (:func:`out_of_sample_ranks`; default: among ``mapped``), which counts as it is. ``at_size``: the
+    mapped and native Recall@k already predicted at ``full_size`` (:func:`retention_at_size`), used instead.
 
     A (sub-)pool whose native recall is below the floor of :func:`vecbridge.metrics.retention_ratio` gives no point;
     when the whole pool is one of them, or the native recall predicted at ``full_size`` is, ``measured`` and
@@ -81,10 +82,11 @@ def retention_curve(Qn, mapped, native, rel, k, rng, full_size, like_ranks=None)
     if not points or points[-1][0] != m:
         out.update(measured=None, predicted=None, unreliable=why)
         return out
-    seen = metrics.partner_ranks(Qn, mapped, rel)
-    at_size = (recall_from_ranks(seen if like_ranks is None else like_ranks, m, full_size, k,
-                                 seen_ranks=None if like_ranks is None else seen),
-               recall_from_ranks(metrics.partner_ranks(Qn, native, rel), m, full_size, k))
+    if at_size is None:
+        seen = metrics.partner_ranks(Qn, mapped, rel)
+        at_size = (recall_from_ranks(seen if like_ranks is None else like_ranks, m, full_size, k,
+                                     seen_ranks=None if like_ranks is None else seen),
+                   recall_from_ranks(metrics.partner_ranks(Qn, native, rel), m, full_size, k))
     predicted, why = metrics.retention_ratio(*at_size, k=k)
     if predicted is None:
         out.update(measured=None, predicted=None, unreliable=f"{why}, predicted among the collection's "
@@ -92,6 +94,82 @@ def retention_curve(Qn, mapped, native, rel, k, rng, full_size, like_ranks=None)
         return out
     out.update(measured=out["retention"][-1], predicted=float(predicted))
     return out
+
+
+def retention_at_size(sp: "PairSplit", Qn, rel, Q_train=None, train_rel=None, *, k: int, full_size: int
+                      ) -> tuple[float, float]:
+    """Recall@k of the mapped and of the native vectors predicted over the collection's ``full_size`` documents for
+    all of its new-model queries, as the collection will hold them after migrating it with the judged map:
+    ``(mapped, native)``. ``Qn``/``rel``: the held-out queries and their pool rows; ``Q_train``/``train_rel``: the
+    queries of the training documents (pool rows >= the held-out count), if any.
+
+    Native: every query's rank among the pool's new vectors (:func:`recall_from_ranks`). Mapped, two kinds of
+    query, weighted as in the collection (the sample's share of training documents' queries times
+    ``m / full_size``): those of the documents the map was fitted on, retrieved better (it lands close to
+    them; 16-40% of the queries in bench/report_calibration.py, where all queries are measured), each one's
+    in-sample rank with the unseen records stood for by the held-out rows and by each other fold's rows under that
+    fold's map (:func:`fold_maps`); and those of the documents it never saw, from the held-out queries'
+    out-of-sample ranks (:func:`out_of_sample_ranks`) -- only a few hundred, whose draw alone moves the figure by
+    a few hundredths. So the training queries join them, each through its fold's map, which saw neither its
+    document nor its fold: among fewer stand-ins (the held-out rows and the fold), so carried further and a
+    little high; the held-out queries ranked the same way measure that shift, which is taken off (a control
+    variate) for the unseen documents that are not held out."""
+    from ..numeric.ranking import ranks_of
+    from .at_size import fitted_prior, hit_probability
+
+    m, n_held, N = len(sp.pool_order), len(sp.held), int(full_size)
+    n_train = m - n_held
+    Xp = sp.X[sp.pool_order]
+    judged = sp.judged.transform(Xp)
+    Qn, rel = np.asarray(Qn, np.float32), np.asarray(rel, np.int64)
+    Qt = np.zeros((0, Qn.shape[1]), np.float32) if Q_train is None else np.asarray(Q_train, np.float32)
+    tr = np.zeros(0, np.int64) if train_rel is None else np.asarray(train_rel, np.int64)
+    native = recall_from_ranks(metrics.partner_ranks(np.concatenate([Qn, Qt]), sp.Y[sp.pool_order],
+                                                     np.concatenate([rel, tr])), m, N, k)
+    held = recall_from_ranks(out_of_sample_ranks(sp, Qn, rel), m, N, k,
+                             seen_ranks=metrics.partner_ranks(Qn, judged, rel))
+    if not len(tr):
+        return held, native
+
+    def unit(A):
+        return metrics.prepare_vectors(A, "cosine")
+
+    Qh_u, Qt_u, J_u = unit(Qn), unit(Qt), unit(judged)
+    # training queries in sample: above among the held-out rows and, per fold, that fold's rows under its map
+    true_t = np.einsum("ij,ij->i", Qt_u, J_u[tr])
+    above_t = (Qt_u @ J_u[:n_held].T >= true_t[:, None]).sum(axis=1)
+    n_t = np.full(len(tr), n_held)
+    short = {"above": [], "n": [], "seen": [], "held": []}      # every query ranked through one fold map
+    folds = sp.folds or []
+    for f, (part, fitted) in enumerate(folds):
+        F_u = unit(fitted.transform(Xp))
+        rows = n_held + part
+        mine = np.isin(tr, rows)
+        other = ~mine
+        st = np.einsum("ij,ij->i", Qt_u[other], F_u[tr[other]])
+        above_t[other] += (Qt_u[other] @ F_u[rows].T >= st[:, None]).sum(axis=1)
+        n_t[other] += len(part)
+        hsel = np.arange(f, len(rel), len(folds))
+        cand = np.concatenate([np.arange(n_held), rows])
+        where = np.full(m, -1)
+        where[cand] = np.arange(len(cand))
+        S = np.concatenate([Qh_u[hsel], Qt_u[mine]]) @ F_u.T
+        r = np.concatenate([rel[hsel], tr[mine]])
+        short["seen"].append(ranks_of(S, r) - 1)
+        short["above"].append(ranks_of(S[:, cand], where[r]) - 1)
+        short["n"].append(np.full(len(r), len(cand) - 1))
+        short["held"].append(np.arange(len(r)) < len(hsel))
+    trained = float(np.mean(hit_probability(above_t, n_t, N, k, above_seen=metrics.partner_ranks(Qt, judged, tr) - 1,
+                                            seen=m, prior=fitted_prior(above_t, n_t))))
+    unseen = held
+    if folds and N > m:
+        a, n, seen, is_held = (np.concatenate(v) for v in short.values())
+        b = hit_probability(a, n, N, k, above_seen=seen, seen=m, prior=fitted_prior(a, n))
+        if is_held.any():
+            unseen = held + (float(np.mean(b)) - float(np.mean(b[is_held]))) * (N - m) / max(N - n_train, 1)
+    # the collection's queries of training documents: those of the sample, one in m / N of the collection's
+    share = min(len(tr) / (len(tr) + len(rel)) * m / N, 1.0)
+    return float(np.clip((1 - share) * unseen + share * trained, 0.0, 1.0)), native
 
 
 def pool_top1_curve(mapped_held, Y_pool, top1_held: float, rng) -> dict:
