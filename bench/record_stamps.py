@@ -5,7 +5,7 @@ text payload) in the file store and in a private PostgreSQL+pgvector.
 Per store, alternating, medians of ``--repeats`` (by default 9 for the file store, whose writes take a fraction of a
 second and vary with the disk's fsync, and 3 for pgvector):
 
-* ``upsert``: N records written in batches of 2,000 into a fresh collection, without stamps and with the stamps an
+* ``upsert``: N records written in batches of ``--batch`` (2,000) into a fresh collection, without stamps and with the stamps an
   upgrade writes (origin, made by, space digest, model, dimension, record digest, residual and hub scores; one
   :class:`Stamper` call per batch, as ``upgrade start`` and ``reembed`` make them): the overhead of stamping in the
   same write (making the stamps, mostly hashing each record for its digest, is timed once on its own);
@@ -14,7 +14,7 @@ second and vary with the disk's fsync, and 3 for pgvector):
   filtered here (what the stamps would cost without a filter);
 * ``lookup``: the stamps of 1,000 random ids by ``stamps_of``, against ``get`` of the same ids.
 
-Run: ``python bench/record_stamps.py [--records 100000] [--repeats N]``; writes bench/results/record_stamps.json.
+Run: ``python bench/record_stamps.py [--records 100000] [--batch 2000] [--repeats N]``; writes bench/results/record_stamps.json.
 A benchmark, not a test.
 """
 from __future__ import annotations
@@ -52,28 +52,28 @@ def records(n: int) -> tuple[list[str], np.ndarray, list[dict]]:
     return ids, rows, [{"text": f"record {i} of the benchmark"} for i in range(n)]
 
 
-def stamps_for(ids, vectors, payloads) -> list:
+def stamps_for(ids, vectors, payloads, batch: int = BATCH) -> list:
     """The stamps of each batch of ``BATCH`` records as an upgrade makes them (one :class:`Stamper` call per batch):
     every fourth batch native (what ``reembed`` writes), the others mapped (what ``start`` writes)."""
     mapped = Stamper("mapped", "0123456789abcdef0123", None, vectors.shape[1])
     native = Stamper("native", "sentence-transformers/all-MiniLM-L6-v2", None, vectors.shape[1])
     out = []
-    for lo in range(0, len(ids), BATCH):
-        hi = min(lo + BATCH, len(ids))
-        make = native if (lo // BATCH) % 4 == 0 else mapped
+    for lo in range(0, len(ids), batch):
+        hi = min(lo + batch, len(ids))
+        make = native if (lo // batch) % 4 == 0 else mapped
         j = np.arange(lo, hi)
         out.append(make(hi - lo, digests=[record_digest(v, p["text"]) for v, p in zip(vectors[lo:hi], payloads[lo:hi])],
                         residuals=0.1 + j % 7 / 100, hubness=0.3 + j % 11 / 100))
     return out
 
 
-def write(url: str, ids, vectors, payloads, stamps) -> float:
+def write(url: str, ids, vectors, payloads, stamps, batch: int = BATCH) -> float:
     coll = connect(url).create(dim=vectors.shape[1])
     t = time.perf_counter()
-    for lo in range(0, len(ids), BATCH):
-        hi = lo + BATCH
+    for lo in range(0, len(ids), batch):
+        hi = lo + batch
         coll.upsert(VectorBatch(ids[lo:hi], vectors[lo:hi], payloads[lo:hi],
-                                stamps=None if stamps is None else stamps[lo // BATCH]))
+                                stamps=None if stamps is None else stamps[lo // batch]))
     return time.perf_counter() - t
 
 
@@ -83,9 +83,9 @@ def timed(fn) -> tuple[float, object]:
     return time.perf_counter() - t, out
 
 
-def bench_store(name: str, url_of, n: int, repeats: int) -> dict:
+def bench_store(name: str, url_of, n: int, repeats: int, batch: int = BATCH) -> dict:
     ids, vectors, payloads = records(n)
-    made, stamps = timed(lambda: stamps_for(ids, vectors, payloads))
+    made, stamps = timed(lambda: stamps_for(ids, vectors, payloads, batch))
     runs: dict[str, list[float]] = {k: [] for k in (
         "upsert_plain", "upsert_stamped", "mapped_scan_stamps", "mapped_full_scan", "lookup_stamps_of", "lookup_get")}
     rng = np.random.default_rng(1)
@@ -93,7 +93,8 @@ def bench_store(name: str, url_of, n: int, repeats: int) -> dict:
     for r in range(repeats):
         for kind in (("plain", "stamped") if r % 2 == 0 else ("stamped", "plain")):
             url = url_of(f"bench_{kind}_{r}")
-            runs[f"upsert_{kind}"].append(write(url, ids, vectors, payloads, stamps if kind == "stamped" else None))
+            runs[f"upsert_{kind}"].append(write(url, ids, vectors, payloads, stamps if kind == "stamped" else None,
+                                                     batch))
             if kind == "plain":
                 connect(url).drop()
         # each read from a handle of its own: a file handle keeps the payloads it decoded, which would favour
@@ -124,6 +125,8 @@ def bench_store(name: str, url_of, n: int, repeats: int) -> dict:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--records", type=int, default=100_000)
+    ap.add_argument("--batch", type=int, default=BATCH,
+                    help="records per upsert (2,000: what start writes; reembed writes --batch-size, 64 by default)")
     ap.add_argument("--repeats", type=int, default=None, help="runs per store (default: 9 file, 3 pgvector)")
     ap.add_argument("--stores", nargs="+", default=["file", "pgvector"])
     ap.add_argument("--out", type=Path, default=BENCH / "results" / "record_stamps.json")
@@ -141,7 +144,8 @@ def main(argv=None) -> int:
                 (folder / "pg").mkdir()
                 server = PgServer(folder / "pg").start()
                 url_of = server.url
-            row = bench_store(store, url_of, args.records, args.repeats or DEFAULT_REPEATS[store])
+            row = bench_store(store, url_of, args.records, args.repeats or DEFAULT_REPEATS[store], args.batch)
+            row["batch"] = args.batch
             row["load_average"] = os.getloadavg()[0]
             rows.append(row)
             m = row["median_s"]

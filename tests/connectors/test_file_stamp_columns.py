@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from vecbridge.connectors import VectorBatch, connect
+from vecbridge.connectors import file as file_store
 from vecbridge.connectors.base import RECORD_STAMP_BYTES
 from vecbridge.errors import InputError, StoreError
 from vecbridge.records import StampColumns
@@ -44,9 +45,11 @@ def test_a_stampers_columns_read_back_as_the_dicts_it_made(tmp_path):
     assert got.stamps[3].get("residual") is None, "a score that is not finite is left out, never written as NaN"
     assert got.payloads == [{"text": f"t{i}"} for i in range(5)]
     (meta,) = _meta_files(tmp_path / "c")
-    assert "stamp_shared" in meta and "vecbridge_origin" not in meta["payloads_json"].tobytes().decode(), \
+    assert "stamps" in meta and "vecbridge_origin" not in meta["payloads_json"].tobytes().decode(), \
         "stamps live in columns beside the payloads, not inside each payload"
-    assert json.loads(meta["stamp_shared"].tobytes()) == {"origin": "mapped", "made_by": "map 0123", "dim": DIM}
+    columns = file_store._unpack(meta["stamps"])
+    assert json.loads(columns["stamp_shared"].tobytes()) == {"origin": "mapped", "made_by": "map 0123", "dim": DIM}
+    assert columns["stamp_2"].tolist()[:3] == [0.1, 0.2, 0.3], "scores kept as float64, not as text"
     assert json.loads((tmp_path / "c" / "manifest.json").read_text())["version"] == 2
 
 
@@ -122,7 +125,7 @@ def test_a_version_1_directory_keeps_stamps_in_its_payloads(tmp_path):
     stamps = Stamper("mapped", "m", None, DIM)(2, digests=["x", "y"])
     connect(str(path)).upsert(VectorBatch(["a", "b"], _vectors(2), [{"t": 1}, {"t": 2}], stamps=stamps))
     (meta,) = _meta_files(path)
-    assert not any(k.startswith("stamp_") for k in meta), "a version 1 reader would not see stamp columns"
+    assert not any(k.startswith("stamp") for k in meta), "a version 1 reader would not see stamp columns"
     assert [p["vecbridge_origin"] for p in json.loads(meta["payloads_json"].tobytes())] == ["mapped", "mapped"]
     got = connect(str(path), read_only=True).get(["a", "b"])
     assert got.stamps == list(stamps) and got.payloads == [{"t": 1}, {"t": 2}]
@@ -136,12 +139,22 @@ def test_damaged_stamp_columns_are_one_line_store_errors(tmp_path):
     (meta_path,) = (tmp_path / "c" / "segments").glob("*.meta.npz")
     with np.load(meta_path, allow_pickle=False) as f:
         arrays = {k: f[k] for k in f.files}
-    arrays["stamp_0_off"] = arrays["stamp_0_off"][:-1]   # one digest fewer than stamped rows
+    columns = file_store._unpack(arrays["stamps"])
+    columns["stamp_0_off"] = columns["stamp_0_off"][:-1]   # one digest fewer than stamped rows
+    arrays["stamps"] = file_store._pack(columns)
     with open(meta_path, "wb") as fh:
         np.savez(fh, **arrays)
     with pytest.raises(StoreError, match="record stamps are unreadable") as err:
         connect(str(tmp_path / "c"), read_only=True).get(["a"])
     assert "\n" not in str(err.value)
+    for garbage in (np.frombuffer(b"\xff" * 40, np.uint8), file_store._pack({"stamp_shared": np.array([1.5])}),
+                    np.frombuffer((20).to_bytes(8, "little") + b'{"x": ["|O8", 0, 1]}', np.uint8)):
+        arrays["stamps"] = garbage
+        with open(meta_path, "wb") as fh:
+            np.savez(fh, **arrays)
+        with pytest.raises(StoreError, match="record stamps are unreadable") as err:
+            connect(str(tmp_path / "c"), read_only=True).scan_stamps().__next__()
+        assert "\n" not in str(err.value)
 
 
 def test_a_future_version_is_refused_in_one_line(tmp_path):

@@ -6,8 +6,8 @@ Layout of a vecbridge directory::
                                    (and the collection's stamp, if it has one, under "vecbridge:stamp")
     DIR/segments/000001.npy        float32 vectors of one upsert
     DIR/segments/000001.meta.npz   ids of the same rows, their payloads as one UTF-8 JSON array and, where the
-                                   upsert had them, the rows' record stamps in columns ("stamp_*": the fields all
-                                   rows share as one JSON object, each other field one array)
+                                   upsert had them, the rows' record stamps in columns ("stamps": the fields all
+                                   rows share as one JSON object, each other field one array, packed as one)
                                    (loaded with allow_pickle=False)
 
 Version 1 directories (record stamps inside each payload) are read and written as they are; a new directory is
@@ -84,7 +84,8 @@ def _utf8(text: str) -> np.ndarray:
 
 
 def _stamp_arrays(stamps) -> dict[str, np.ndarray]:
-    """A segment's record stamps as arrays of its ``.meta.npz`` (checked first: a bad stamp writes nothing):
+    """A segment's record stamps as arrays (checked first: a bad stamp writes nothing), packed by :func:`_pack` into
+    the ``stamps`` member of its ``.meta.npz``:
     ``stamp_shared`` (the fields every stamped row shares, JSON), ``stamp_columns`` (the other fields' names and
     kinds, JSON), ``stamp_has`` (which rows have a stamp, where not all do) and per column ``stamp_J`` (floats, JSON,
     or UTF-8 texts with ``stamp_J_off`` offsets and ``stamp_J_none`` where a row has no such field)."""
@@ -110,9 +111,39 @@ def _stamp_arrays(stamps) -> dict[str, np.ndarray]:
     return out
 
 
+def _pack(arrays: dict[str, np.ndarray]) -> np.ndarray:
+    """Several 1-D arrays as one: an 8-byte length, a JSON index (name -> dtype, byte offset, count), the arrays'
+    bytes. A segment's stamps are one member of its ``.npz``: each member is a zip entry, which cost more than a
+    small write's stamps themselves."""
+    index, chunks, at = {}, [], 0
+    for key, a in arrays.items():
+        a = np.ascontiguousarray(a).reshape(-1)
+        index[key] = [a.dtype.str, at, len(a)]
+        chunks.append(a.tobytes())
+        at += a.nbytes
+    head = json.dumps(index).encode()
+    return np.frombuffer(len(head).to_bytes(8, "little") + head + b"".join(chunks), np.uint8)
+
+
+def _unpack(blob: np.ndarray) -> dict[str, np.ndarray]:
+    """The arrays :func:`_pack` packed (views of one buffer; numbers, booleans and bytes only)."""
+    raw = blob.tobytes()
+    size = int.from_bytes(raw[:8], "little")
+    index = json.loads(raw[8:8 + size])
+    base = 8 + size
+    out = {}
+    for key, (dtype, at, count) in index.items():
+        dt = np.dtype(dtype)
+        if dt.kind not in "biufS":
+            raise ValueError(f"{key} is not an array of numbers")
+        out[key] = np.frombuffer(raw, dtype=dt, count=count, offset=base + at)
+    return out
+
+
 def _stamp_columns_of(arrays: dict, n: int, name: str) -> tuple[np.ndarray, dict, dict]:
     """The stamps kept by :func:`_stamp_arrays`: (which rows have one, shared fields, name -> list of values)."""
     try:
+        arrays = _unpack(arrays)
         shared = json.loads(arrays["stamp_shared"].tobytes())
         kinds = json.loads(arrays["stamp_columns"].tobytes())
         has = arrays["stamp_has"] if "stamp_has" in arrays else np.ones(n, bool)
@@ -133,8 +164,8 @@ def _stamp_columns_of(arrays: dict, n: int, name: str) -> tuple[np.ndarray, dict
             columns[field] = values
         if not isinstance(shared, dict) or len(has) != n:
             raise ValueError("its stamps do not match its rows")
-    except (KeyError, ValueError, TypeError, UnicodeDecodeError) as exc:
-        raise StoreError(f"segment {name} is damaged: its record stamps are unreadable ({exc})") from None
+    except (KeyError, ValueError, TypeError, UnicodeDecodeError, IndexError) as exc:
+        raise StoreError(f"segment {name} is damaged: its record stamps are unreadable ({first_line(exc)})") from None
     return has, shared, columns
 
 
@@ -424,8 +455,7 @@ class FileCollection(Collection):
                 ids = (meta["ids_int"].tolist() if "ids_int" in meta
                        else _decode_strings(meta["ids_utf8"], meta["ids_off"]))
                 payload_json = meta["payloads_json"]
-                stamps = ({k: meta[k] for k in meta.files if k.startswith("stamp_")}
-                          if "stamp_shared" in meta.files else None)
+                stamps = meta["stamps"] if "stamps" in meta.files else None
             vectors = np.load(seg_dir / f"{name}.npy", mmap_mode="r", allow_pickle=False)
         except (OSError, ValueError, KeyError, zipfile.BadZipFile, EOFError) as exc:   # damaged or cut short
             raise StoreError(f"{self.display_url}: segment {name} is unreadable ({first_line(exc)})") from None
@@ -664,7 +694,7 @@ class FileCollection(Collection):
             _remove_stale_temporaries(self.path, self.path / "segments")
             self._swept = True
         in_columns = batch.stamps is not None and manifest["version"] >= 2
-        stamp_arrays = _stamp_arrays(batch.stamps) if in_columns else {}
+        stamp_arrays = {"stamps": _pack(_stamp_arrays(batch.stamps))} if in_columns else {}
         try:
             payloads = batch.payloads if in_columns else stamps_into_payloads(batch)
             payload_json = np.frombuffer(json.dumps(payloads, ensure_ascii=False).encode("utf-8"), np.uint8)
