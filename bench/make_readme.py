@@ -664,6 +664,28 @@ def record_stamps(d: dict) -> dict:
                              "1,000 records: get", "load average"], rows)}
 
 
+def upgrade_stamps(d: dict) -> dict:
+    """Whole upgrades with their stamps written against the same upgrades writing none: seconds in the store's
+    upsert and in the whole job, medians of the rounds, and the files the upgrade kept on this machine."""
+    rows = []
+    for r in d["rows"]:
+        m, adds = r["median_s"], r["stamping_adds"]
+        files = r["rounds"][0]["local_files"]
+        for step, n in (("start", r["records"]), ("reembed", r["reembedded"])):
+            st, un = m[f"{step} stamped"], m[f"{step} unwritten"]
+            rows.append([r["store"], step, f"{n:,}", f"{un['write_s']:.1f} s", f"{st['write_s']:.1f} s",
+                         f"{adds[f'{step} write_s']:+.1%}", f"{un['job_s']:.0f} s", f"{st['job_s']:.0f} s",
+                         f"{adds[f'{step} job_s']:+.1%}",
+                         (f"{m['start none']['job_s']:.0f} s ({adds['start job_s, stamps made and written vs none']:+.0%})"
+                          if step == "start" else ""),
+                         ", ".join(f"{k} {v / 1e6:.1f} MB" for k, v in files.items()) if step == "start" else "",
+                         f"{max(x['load_average'] for x in r['rounds']):.1f}"])
+    return {"timing": table(["store", "step", "records", "write, stamps unwritten", "write, stamped",
+                             "stamping adds to the write", "job, stamps unwritten", "job, stamped",
+                             "stamping adds to the job", "start with no stamps made", "files kept on this machine",
+                             "load average"], rows)}
+
+
 def pgvector_search(d: dict) -> dict:
     """The connector's search beside its former four statements and plain psycopg, medians per thread count."""
     base = {r["threads"]: r for r in d["rows"] if r["way"] == "four statements"}
@@ -803,7 +825,7 @@ RENDERERS = {"serve": serve, "align_real": align_real, "geh": geh, "geh_calibrat
              "rowwise": rowwise,
              "report_calibration": report_calibration, "connectors": connectors,
              "upgrade_curve": upgrade_curve, "map_validation": map_validation, "ray_scale": ray_scale,
-             "record_stamps": record_stamps, "cascade": cascade, "gpu_embed": gpu_embed,
+             "record_stamps": record_stamps, "upgrade_stamps": upgrade_stamps, "cascade": cascade, "gpu_embed": gpu_embed,
              "continuous_refit": continuous_refit, "zipf_priorities": zipf_priorities,
              "plan_calibration": plan_calibration}
 

@@ -200,3 +200,20 @@ def test_a_handle_reads_what_other_handles_wrote_removed_or_wrote_again(tmp_path
     assert reader.get(["e", "f"]).payloads == [{"v": 3}]
     fresh = connect(url, read_only=True)
     assert [b.ids for b in fresh.scan(batch_size=10)] == [b.ids for b in reader.scan(batch_size=10)]
+
+
+def test_stamp_texts_of_columns_are_what_each_stamp_encodes_to():
+    """Stores that keep each stamp as JSON text (PostgreSQL, payload stores) get the texts assembled from the columns:
+    the same text, byte for byte, as each stamp dict encodes to, escapes and numbers included."""
+    from vecbridge.connectors.base import record_stamp_text, record_stamp_texts
+
+    cols = StampColumns({"origin": "mapped", "é": "q\"\n\x01"},
+                        {"a": ["é\u2028\"", None, "\x00"], "b": np.array([np.nan, 1e-300, 1.5]),
+                         "c": [1, True, [1, {"z": None}]], "d": [None, 0.1, float(2 ** 60)]})
+    assert record_stamp_texts(cols) == (["mapped"] * 3, [record_stamp_text(s) for s in cols])
+    by_column = StampColumns({}, {"origin": ["a", "b"], "x": [1.0, None]})
+    assert record_stamp_texts(by_column) == (["a", "b"], [record_stamp_text(s) for s in by_column])
+    listed = [{"origin": "native", "w": 0.5}, None]
+    assert record_stamp_texts(listed) == (["native", None], [record_stamp_text(listed[0]), None])
+    with pytest.raises(InputError):
+        record_stamp_texts(StampColumns({"origin": "x"}, {"big": ["é" * RECORD_STAMP_BYTES]}))

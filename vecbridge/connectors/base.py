@@ -172,6 +172,8 @@ def _stamp_encoder() -> Callable[[Any], str]:
 
 
 _encode_stamp = _stamp_encoder()
+#: a string as a JSON string, as the stamp encoder writes it (ensure_ascii off)
+_encode_string = json.encoder.encode_basestring
 #: what every record stamp key starts with (:func:`is_stamp_key`)
 _STAMP_KEY_PREFIXES = (RECORD_ORIGIN_KEY, RECORD_STAMP_KEY)
 
@@ -244,6 +246,36 @@ def record_stamp_columns(stamps) -> tuple[StampColumns | None, np.ndarray | None
     return cols, None
 
 
+def record_stamp_texts(stamps) -> tuple[list, list]:
+    """Each record's ``(origin, stamp JSON text)`` (None, None where it has none), checked and written as
+    :func:`record_stamp_text` writes one. For stamps in columns (a :class:`Stamper`'s) the texts are put together
+    from the shared fields, encoded once, and each column's values encoded by kind, with no dict made per record:
+    the stamps of a write into PostgreSQL cost as much as the write itself, one dict and one encoding at a time."""
+    if not isinstance(stamps, StampColumns) or set(stamps.shared) & set(stamps.columns):
+        texts = [None if st is None else record_stamp_text(st) for st in stamps]
+        return [None if st is None else st["origin"] for st in stamps], texts
+    cols, _ = record_stamp_columns(stamps)
+    head = _encode_stamp(cols.shared)
+    prefix, comma = head[:-1], "," if cols.shared else ""
+    parts = []
+    for name, values in cols.columns.items():
+        key = _encode_string(name) + ":"
+        kind = stamp_column_kind(values)
+        if isinstance(values, np.ndarray):
+            values = [None if v != v else v for v in values.tolist()]
+        encode = _encode_string if kind == "str" else float.__repr__ if kind == "float" else _encode_stamp
+        parts.append([None if v is None else key + encode(v) for v in values])
+    texts = [prefix + ((comma + body) if body else "") + "}"
+             for body in (",".join(x for x in row if x is not None) for row in zip(*parts))] if parts \
+        else [head] * len(cols)
+    if max(map(len, texts), default=0) > RECORD_STAMP_BYTES // 6:   # long, or many multi-byte characters: measure
+        for text in texts:
+            if len(text.encode("utf-8")) > RECORD_STAMP_BYTES:
+                raise InputError(f"a record's stamp may take at most {RECORD_STAMP_BYTES:,} bytes of JSON")
+    origins = [cols.shared["origin"]] * len(cols) if "origin" in cols.shared else list(cols.columns["origin"])
+    return origins, texts
+
+
 def is_stamp_key(key) -> bool:
     """Whether a payload key is one of vecbridge's record stamp keys (of any vector field)."""
     return isinstance(key, str) and key.startswith(_STAMP_KEY_PREFIXES)
@@ -265,11 +297,10 @@ def stamps_into_payloads(batch: VectorBatch, field: str | None = None) -> list[d
         return batch.payloads
     origin_key, stamp_key = record_stamp_keys(field)
     out = []
-    for payload, stamp in zip(batch.payloads, batch.stamps):
+    for payload, origin, text in zip(batch.payloads, *record_stamp_texts(batch.stamps)):
         clean = _without_stamp_keys(payload)
-        if stamp is not None:
-            text = record_stamp_text(stamp)
-            clean[origin_key], clean[stamp_key] = stamp["origin"], text
+        if text is not None:
+            clean[origin_key], clean[stamp_key] = origin, text
         out.append(clean)
     return out
 

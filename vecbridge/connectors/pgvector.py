@@ -83,7 +83,7 @@ from .base import (
     parse_record_stamp,
     ranges_from_keys,
     record_stamp_keys,
-    record_stamp_text,
+    record_stamp_texts,
 )
 from .url import canonical_host, query_params, resolved_path
 
@@ -948,17 +948,15 @@ def _jsonb_fields(texts: list[bytes]) -> list[bytes]:
 def _stamp_fields(stamps: list) -> tuple[list[bytes], list[bytes]]:
     """Record stamps as the (origin text, stamp jsonb) fields of binary COPY rows, NULL where a record has none;
     a malformed stamp is bad input (before anything is written)."""
-    origins, texts = [], []
-    for st in stamps:
-        if st is None:
-            origins.append(_COPY_NULL)
-            texts.append(_COPY_NULL)
-            continue
-        text = record_stamp_text(st).encode()
-        origin = st["origin"].encode()
-        origins.append(struct.pack(">i", len(origin)) + origin)
-        texts.append(struct.pack(">ib", len(text) + 1, 1) + text)
-    return origins, texts
+    fields: dict = {None: _COPY_NULL}   # an origin's field, made once (most writes share one)
+    origins, texts = record_stamp_texts(stamps)
+    for origin in origins:
+        if origin not in fields:
+            raw = origin.encode()
+            fields[origin] = struct.pack(">i", len(raw)) + raw
+    return ([fields[o] for o in origins],
+            [_COPY_NULL if t is None else struct.pack(">ib", len(raw) + 1, 1) + raw
+             for t in texts for raw in [None if t is None else t.encode()]])
 
 
 def _copy_rows(vectors: np.ndarray, keys: list, int_ids: bool, *columns: list[bytes]) -> bytes:
