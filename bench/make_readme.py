@@ -655,11 +655,13 @@ def record_stamps(d: dict) -> dict:
             spread = ("/".join(f"{x:.2f}" for x in got) if len(got) <= 3
                       else f"{min(got):.2f} to {max(got):.2f}, {len(got)} runs")
             return f"{m[key]:.2f} s ({spread})"
-        rows.append([r["store"], f"{r['records']:,}", cell("upsert_plain"), cell("upsert_stamped"),
+        rows.append([r["store"], f"{r['records']:,}", f"{r.get('batch', 2000):,}",
+                     "yes" if r.get("index", True) else "after the load", cell("upsert_plain"), cell("upsert_stamped"),
                      f"{r['stamp_overhead']:+.0%}", cell("mapped_scan_stamps"), cell("mapped_full_scan"),
                      f"{m['lookup_stamps_of'] * 1000:.0f} ms", f"{m['lookup_get'] * 1000:.0f} ms",
                      f"{r['load_average']:.1f}"])
-    return {"timing": table(["store", "records", "upsert, no stamps", "upsert, stamped", "stamping costs",
+    return {"timing": table(["store", "records", "records per upsert", "vector index while writing",
+                             "upsert, no stamps", "upsert, stamped", "stamping costs",
                              "still mapped: scan_stamps", "still mapped: full scan", "1,000 stamps: stamps_of",
                              "1,000 records: get", "load average"], rows)}
 

@@ -14,7 +14,7 @@ second and vary with the disk's fsync, and 3 for pgvector):
   filtered here (what the stamps would cost without a filter);
 * ``lookup``: the stamps of 1,000 random ids by ``stamps_of``, against ``get`` of the same ids.
 
-Run: ``python bench/record_stamps.py [--records 100000] [--batch 2000] [--repeats N]``; writes bench/results/record_stamps.json.
+Run: ``python bench/record_stamps.py [--records 100000] [--batch 2000] [--no-index] [--repeats N]``; writes bench/results/record_stamps.json.
 A benchmark, not a test.
 """
 from __future__ import annotations
@@ -67,8 +67,8 @@ def stamps_for(ids, vectors, payloads, batch: int = BATCH) -> list:
     return out
 
 
-def write(url: str, ids, vectors, payloads, stamps, batch: int = BATCH) -> float:
-    coll = connect(url).create(dim=vectors.shape[1])
+def write(url: str, ids, vectors, payloads, stamps, batch: int = BATCH, index: bool = True) -> float:
+    coll = connect(url).create(dim=vectors.shape[1], index=index)
     t = time.perf_counter()
     for lo in range(0, len(ids), batch):
         hi = lo + batch
@@ -83,7 +83,7 @@ def timed(fn) -> tuple[float, object]:
     return time.perf_counter() - t, out
 
 
-def bench_store(name: str, url_of, n: int, repeats: int, batch: int = BATCH) -> dict:
+def bench_store(name: str, url_of, n: int, repeats: int, batch: int = BATCH, index: bool = True) -> dict:
     ids, vectors, payloads = records(n)
     made, stamps = timed(lambda: stamps_for(ids, vectors, payloads, batch))
     runs: dict[str, list[float]] = {k: [] for k in (
@@ -94,7 +94,7 @@ def bench_store(name: str, url_of, n: int, repeats: int, batch: int = BATCH) -> 
         for kind in (("plain", "stamped") if r % 2 == 0 else ("stamped", "plain")):
             url = url_of(f"bench_{kind}_{r}")
             runs[f"upsert_{kind}"].append(write(url, ids, vectors, payloads, stamps if kind == "stamped" else None,
-                                                     batch))
+                                                     batch, index))
             if kind == "plain":
                 connect(url).drop()
         # each read from a handle of its own: a file handle keeps the payloads it decoded, which would favour
@@ -125,8 +125,11 @@ def bench_store(name: str, url_of, n: int, repeats: int, batch: int = BATCH) -> 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--records", type=int, default=100_000)
-    ap.add_argument("--batch", type=int, default=BATCH,
-                    help="records per upsert (2,000: what start writes; reembed writes --batch-size, 64 by default)")
+    ap.add_argument("--no-index", dest="index", action="store_false",
+                    help="create the collections without their vector index (an upgrade's bulk load builds it after)")
+    ap.add_argument("--batch", type=int, nargs="+", default=[BATCH],
+                    help="records per upsert, one run each (start writes 1,000 at a time into the file store and "
+                         "PostgreSQL, reembed --batch-size, 64 by default)")
     ap.add_argument("--repeats", type=int, default=None, help="runs per store (default: 9 file, 3 pgvector)")
     ap.add_argument("--stores", nargs="+", default=["file", "pgvector"])
     ap.add_argument("--out", type=Path, default=BENCH / "results" / "record_stamps.json")
@@ -136,7 +139,6 @@ def main(argv=None) -> int:
     rows = []
     try:
         for store in args.stores:
-            print(f"{store}: {args.records:,} records, load average {os.getloadavg()[0]:.1f}", flush=True)
             if store == "file":
                 url_of = lambda name: f"file://{folder / name}"   # noqa: E731
             else:
@@ -144,15 +146,18 @@ def main(argv=None) -> int:
                 (folder / "pg").mkdir()
                 server = PgServer(folder / "pg").start()
                 url_of = server.url
-            row = bench_store(store, url_of, args.records, args.repeats or DEFAULT_REPEATS[store], args.batch)
-            row["batch"] = args.batch
-            row["load_average"] = os.getloadavg()[0]
-            rows.append(row)
-            m = row["median_s"]
-            print(f"  upsert {m['upsert_plain']:.2f} s plain, {m['upsert_stamped']:.2f} s stamped "
-                  f"({row['stamp_overhead']:+.0%}); still mapped: {m['mapped_scan_stamps']:.2f} s filtered, "
-                  f"{m['mapped_full_scan']:.2f} s full scan; 1,000 stamps {m['lookup_stamps_of'] * 1000:.0f} ms, "
-                  f"get {m['lookup_get'] * 1000:.0f} ms", flush=True)
+            for batch in args.batch:
+                print(f"{store}: {args.records:,} records in batches of {batch:,}, load average "
+                      f"{os.getloadavg()[0]:.1f}", flush=True)
+                row = bench_store(store, url_of, args.records, args.repeats or DEFAULT_REPEATS[store], batch,
+                                  args.index)
+                row.update(batch=batch, index=args.index, load_average=os.getloadavg()[0])
+                rows.append(row)
+                m = row["median_s"]
+                print(f"  upsert {m['upsert_plain']:.2f} s plain, {m['upsert_stamped']:.2f} s stamped "
+                      f"({row['stamp_overhead']:+.0%}); still mapped: {m['mapped_scan_stamps']:.2f} s filtered, "
+                      f"{m['mapped_full_scan']:.2f} s full scan; 1,000 stamps {m['lookup_stamps_of'] * 1000:.0f} ms, "
+                      f"get {m['lookup_get'] * 1000:.0f} ms", flush=True)
     finally:
         if server is not None:
             server.stop()
