@@ -304,8 +304,9 @@ class ReportRetrieval(JobResult):
     """Recall retention@k of ``n_queries`` new-model queries (mapped old vectors / native new vectors) over the
     ``pool`` sampled items and sub-pools of it (one point per pool size), ``measured`` on the whole pool and
     ``predicted`` for all the queries of the collection's ``full_size`` documents (mapped and native Recall@k each
-    carried to that size from the relevant documents' ranks in the pool; :mod:`vecbridge.quality.at_size`). When the whole pool gives no reliable
-    ratio, ``measured`` and ``predicted`` are None and ``unreliable`` says why (the key exists only then)."""
+    carried to that size from the relevant documents' ranks in the pool; :mod:`vecbridge.quality.at_size`). When
+    the whole pool gives no reliable ratio, ``measured`` and ``predicted`` are None and ``unreliable`` says why (the
+    key exists only then)."""
 
     pool_sizes: list[float]
     retention: list[float]
