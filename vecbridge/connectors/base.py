@@ -209,19 +209,22 @@ def stamp_column_kind(values) -> str:
     return "json"
 
 
-def record_stamp_columns(stamps) -> tuple[StampColumns | None, np.ndarray | None]:
+def record_stamp_columns(stamps) -> tuple[StampColumns | None, np.ndarray | None, dict]:
     """A batch's record stamps checked as :func:`record_stamp_text` checks each one, as columns (what a store keeping
     stamps in columns writes), with which records have one (None: every record). Columns made by
     :class:`~vecbridge.runtime.record_stamps.Stamper` are checked by column, in a few passes at C speed; others
-    stamp by stamp. ``(None, mask)`` where no record has a stamp."""
+    stamp by stamp. The third item: each column's :func:`stamp_column_kind`. ``(None, mask, {})`` where no record
+    has a stamp."""
     if not isinstance(stamps, StampColumns):
         stamps = list(stamps)
         has = np.fromiter((s is not None for s in stamps), bool, len(stamps))
         present = [s for s in stamps if s is not None]
         for stamp in present:
             record_stamp_text(stamp)
-        return (StampColumns.of(present) if present else None), (None if has.all() else has)
-    cols = stamps
+        cols = StampColumns.of(present) if present else None
+        kinds = {} if cols is None else {k: stamp_column_kind(v) for k, v in cols.columns.items()}
+        return cols, (None if has.all() else has), kinds
+    cols, kinds = stamps, {}
     origins = cols.columns.get("origin")
     if origins is None:
         record_stamp_text(cols.shared)
@@ -229,7 +232,7 @@ def record_stamp_columns(stamps) -> tuple[StampColumns | None, np.ndarray | None
         raise InputError("a record's stamp must be a dict with a string 'origin'")
     widest = len(_encode_stamp(cols.shared).encode("utf-8"))
     for name, values in cols.columns.items():
-        kind = stamp_column_kind(values)
+        kind = kinds[name] = stamp_column_kind(values)
         if kind == "float" and not isinstance(values, np.ndarray) and not np.isfinite(
                 np.asarray(values, dtype=np.float64)[[v is not None for v in values]]).all():
             raise InputError("a record's stamp must be JSON-serialisable (Out of range float values are not JSON "
@@ -243,7 +246,7 @@ def record_stamp_columns(stamps) -> tuple[StampColumns | None, np.ndarray | None
     if widest > RECORD_STAMP_BYTES:   # the bound says nothing: measure every stamp
         for stamp in cols:
             record_stamp_text(stamp)
-    return cols, None
+    return cols, None, kinds
 
 
 def record_stamp_texts(stamps) -> tuple[list, list]:
@@ -254,13 +257,12 @@ def record_stamp_texts(stamps) -> tuple[list, list]:
     if not isinstance(stamps, StampColumns) or set(stamps.shared) & set(stamps.columns):
         texts = [None if st is None else record_stamp_text(st) for st in stamps]
         return [None if st is None else st["origin"] for st in stamps], texts
-    cols, _ = record_stamp_columns(stamps)
+    cols, _, kinds = record_stamp_columns(stamps)
     head = _encode_stamp(cols.shared)
     prefix, comma = head[:-1], "," if cols.shared else ""
     parts = []
     for name, values in cols.columns.items():
-        key = _encode_string(name) + ":"
-        kind = stamp_column_kind(values)
+        key, kind = _encode_string(name) + ":", kinds[name]
         if isinstance(values, np.ndarray):
             values = [None if v != v else v for v in values.tolist()]
         encode = _encode_string if kind == "str" else float.__repr__ if kind == "float" else _encode_stamp

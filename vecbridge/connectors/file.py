@@ -52,7 +52,6 @@ from .base import (
     quantile_positions,
     ranges_from_bounds,
     record_stamp_columns,
-    stamp_column_kind,
     stamp_key,
     stamps_from_payloads,
     stamps_into_payloads,
@@ -89,14 +88,12 @@ def _stamp_arrays(stamps) -> dict[str, np.ndarray]:
     ``stamp_shared`` (the fields every stamped row shares, JSON), ``stamp_columns`` (the other fields' names and
     kinds, JSON), ``stamp_has`` (which rows have a stamp, where not all do) and per column ``stamp_J`` (floats, JSON,
     or UTF-8 texts with ``stamp_J_off`` offsets and ``stamp_J_none`` where a row has no such field)."""
-    cols, has = record_stamp_columns(stamps)
+    cols, has, kinds = record_stamp_columns(stamps)
     out = {} if has is None else {"stamp_has": has}
     if cols is None:
         return {**out, "stamp_shared": _utf8("{}"), "stamp_columns": _utf8("[]")}
-    kinds = []
     for j, (name, values) in enumerate(cols.columns.items()):
-        kind = stamp_column_kind(values)
-        kinds.append([name, kind])
+        kind = kinds[name]
         if kind == "str":
             if None in values:
                 out[f"stamp_{j}_none"] = np.fromiter((v is None for v in values), bool, len(values))
@@ -107,7 +104,7 @@ def _stamp_arrays(stamps) -> dict[str, np.ndarray]:
         else:
             out[f"stamp_{j}"] = _utf8(json.dumps(values, ensure_ascii=False))
     out["stamp_shared"] = _utf8(json.dumps(cols.shared, ensure_ascii=False))
-    out["stamp_columns"] = _utf8(json.dumps(kinds, ensure_ascii=False))
+    out["stamp_columns"] = _utf8(json.dumps([[name, kinds[name]] for name in cols.columns], ensure_ascii=False))
     return out
 
 
@@ -258,7 +255,10 @@ class _Segment:
         return self._stamp_table
 
     def stamps(self, rows: np.ndarray) -> list[dict | None]:
-        """The stamps of these rows of a :attr:`stamped` segment (None where a row has none)."""
+        """The stamps of these rows (None where a row has none): from the columns of a :attr:`stamped` segment, else
+        from the rows' payloads."""
+        if not self.stamped:
+            return stamps_from_payloads(self.payloads(rows))[1]
         pos, shared, columns = self._stamps_decoded()
         out = []
         for p in pos[rows].tolist():
@@ -575,13 +575,10 @@ class FileCollection(Collection):
             if lo == hi:
                 continue
             seg, r = segs[int(seg_idx[lo])], rows[lo:hi]
-            if seg.stamped:
-                keep = r[[o is not None and (wanted is None or o in wanted) for o in seg.origins(r)]]
-                got = zip((seg.ids[i] for i in keep.tolist()), seg.stamps(keep))
-            else:
-                _, found = stamps_from_payloads(seg.payloads(r))
-                got = ((seg.ids[i], st) for i, st in zip(r.tolist(), found)
-                       if st is not None and (wanted is None or st["origin"] in wanted))
+            if seg.stamped:   # the origins first: only the matching rows' stamps are made
+                r = r[[o is not None and (wanted is None or o in wanted) for o in seg.origins(r)]]
+            got = ((seg.ids[i], st) for i, st in zip(r.tolist(), seg.stamps(r))
+                   if st is not None and (wanted is None or st["origin"] in wanted))
             for i, st in got:
                 ids.append(i)
                 stamps.append(st)
@@ -595,9 +592,7 @@ class FileCollection(Collection):
         """The stamps alone, from the stamp columns (no vectors read; payloads only in segments that keep their
         stamps there)."""
         self._manifest()
-        segs = self._segments()
-        where = {i: (0, r) for r, i in enumerate(segs[0].ids)} if self._plain and segs else (
-            {} if self._plain else self._where)
+        segs, where = self._segments(), self._positions()
         by_seg: dict[int, list] = {}
         for i in ids:
             if i in where:
@@ -605,10 +600,16 @@ class FileCollection(Collection):
                 by_seg.setdefault(s, []).append(r)
         out = {}
         for s, rows in by_seg.items():
-            seg, r = segs[s], np.asarray(rows, dtype=np.int64)
-            found = seg.stamps(r) if seg.stamped else stamps_from_payloads(seg.payloads(r))[1]
-            out.update((seg.ids[row], st) for row, st in zip(rows, found) if st is not None)
+            found = segs[s].stamps(np.asarray(rows, dtype=np.int64))
+            out.update((segs[s].ids[row], st) for row, st in zip(rows, found) if st is not None)
         return out
+
+    def _positions(self) -> dict:
+        """id -> (segment, row) of every live record."""
+        segs = self._segments()
+        if self._plain:
+            return {i: (0, r) for r, i in enumerate(segs[0].ids)} if segs else {}
+        return self._where
 
     def key_ranges(self, n: int, seed: int = 0) -> list[KeyRange]:
         """Cut at exact quantiles of the live (segment, row) positions: the index holds them all already, so no
@@ -619,11 +620,7 @@ class FileCollection(Collection):
 
     def get(self, ids: Sequence) -> VectorBatch:
         self._manifest()
-        segs = self._segments()
-        if self._plain:
-            where = {i: (0, r) for r, i in enumerate(segs[0].ids)} if segs else {}
-        else:
-            where = self._where
+        where = self._positions()
         found = [where[i] for i in ids if i in where]
         seg_idx = np.array([s for s, _ in found], dtype=np.int64)
         rows = np.array([r for _, r in found], dtype=np.int64)
@@ -737,7 +734,7 @@ class FileCollection(Collection):
                               dtype=np.int64)
             if len(keep):
                 self.upsert(VectorBatch([seg.ids[r] for r in keep.tolist()], seg.vectors[keep], seg.payloads(keep),
-                                        stamps=seg.stamps(keep) if seg.stamped else None))
+                                        stamps=seg.stamps(keep) if seg.stamped else None))   # else in payloads
         seg_dir = self.path / "segments"
         for s in affected:
             for suffix in (".meta.npz", ".npy"):
