@@ -37,11 +37,12 @@ Stamps (:meth:`~vecbridge.connectors.base.Collection.write_stamp`) live in a sid
 vector columns, deletes its rows in the same transaction, and so does creating a table of that name (a row left by
 a table dropped outside vecbridge is not the new table's).
 
-Record stamps (``VectorBatch.stamps``: how each row's vector was made) live in two columns of the table beside the
-vector column they describe: ``vecbridge_origin`` (text: the origin alone, indexed, what :meth:`scan_stamps` filters
-on) and ``vecbridge_stamp`` (jsonb: the whole stamp) for the default vector column ``embedding``,
-``vecbridge_origin__NAME`` / ``vecbridge_stamp__NAME`` for vector column ``NAME``. :meth:`create` and
-:meth:`add_vector_field` add them with the vector column (and drop them with it); a table made before gets them on
+Record stamps (``VectorBatch.stamps``: how each row's vector was made) live in columns of the table beside the
+vector column they describe (:mod:`~vecbridge.connectors.pgvector_stamps`): ``vecbridge_origin`` (text: the origin
+alone, indexed, what :meth:`scan_stamps` filters on), ``vecbridge_stamp`` (jsonb: a whole stamp) and typed columns
+for the fields an upgrade writes, its shared ones kept once in the side table ``vecbridge_stamp_sets``, for the
+default vector column ``embedding``; the same names ending in ``__NAME`` for vector column ``NAME``. :meth:`create`
+and :meth:`add_vector_field` add them with the vector column (and drop them with it); a table made before gets them on
 its first stamped upsert (nullable, no default: an instant catalog change; the origin index then comes with
 :meth:`build_index`, not with a write holding the table's lock). They are written in the same ``COPY`` / ``INSERT ...
 ON CONFLICT`` / ``UPDATE`` as the vector, are never part of a payload, and a whole row replaced without a stamp loses
@@ -71,6 +72,7 @@ from psycopg import sql
 from psycopg.conninfo import conninfo_to_dict
 
 from ..errors import InputError, NotFound, StoreError
+from . import pgvector_stamps as stamp_cols
 from .base import (
     Capabilities,
     Collection,
@@ -80,10 +82,7 @@ from .base import (
     VectorBatch,
     first_line,
     is_stamp_key,
-    parse_record_stamp,
     ranges_from_keys,
-    record_stamp_keys,
-    record_stamp_texts,
 )
 from .url import canonical_host, query_params, resolved_path
 
@@ -97,8 +96,6 @@ _DEFAULT_VECTOR = "embedding"
 _MAX_IDENT_BYTES = 63
 #: seconds a handle trusts its catalog's word that the table has no stamp columns yet (another writer may add them)
 _STAMP_RECHECK_S = 5.0
-#: a NULL field in a binary COPY row
-_COPY_NULL = struct.pack(">i", -1)
 _OPCLASS = {"cosine": "vector_cosine_ops", "dot": "vector_ip_ops", "l2": "vector_l2_ops"}
 _METRIC_OF_OPCLASS = {v: k for k, v in _OPCLASS.items()}
 #: pgvector distance operators: cosine distance, negative inner product, Euclidean distance
@@ -113,6 +110,8 @@ _COPY_TRAILER = struct.pack(">h", -1)
 #: A one-off measurement (100k x 384 into PostgreSQL 18 on 2 cores, medians of 7, 2026-11-22): 5,000-row (8 MB)
 #: writes 49k rows/s, 200-2,000-row writes 72-79k rows/s, psycopg's own ``write_row`` loop 65k rows/s.
 _COPY_BYTES_PER_WRITE = 1 << 19
+#: the staging table's column of each record stamp column (see pgvector_stamps.ROLES)
+_STAGED = {"origin": "o", "stamp": "s", "set": "ss", "digest": "sd", "residual": "sr", "hubness": "sh"}
 #: the side table (in each collection's schema) holding the stamps of its tables
 STAMPS_TABLE = "vecbridge_stamps"
 _TRANSIENT_SQLSTATES = {"40001", "40P01"}  # serialization failure, deadlock: retrying the transaction is safe
@@ -156,8 +155,9 @@ class PgVectorCollection(Collection):
     #: stream each, so large batches pay off
     capabilities = Capabilities(key_ranges=True, named_vectors=True, serving_view=True, deferred_index=True,
                                 preferred_batch_size=10_000, stamp=f"side table {STAMPS_TABLE} in the table's schema",
-                                record_stamps="two columns of the table (vecbridge_origin, vecbridge_stamp; "
-                                              "with __NAME for vector column NAME)")
+                                record_stamps="columns of the table (vecbridge_origin, vecbridge_stamp and "
+                                              "vecbridge_stamp_*; with __NAME for vector column NAME), shared "
+                                              f"fields in side table {stamp_cols.SETS_TABLE}")
 
     def __init__(self, url: str, *, read_only: bool = False):
         super().__init__(url, read_only=read_only)
@@ -190,6 +190,8 @@ class PgVectorCollection(Collection):
         self._schema_read_at = 0.0
         #: optimistic bulk load: COPY straight into the table until an id conflict shows the rows may exist
         self._rows_are_new = True
+        #: the shared stamp fields read or written (set id -> fields): a set never changes
+        self._stamp_sets: dict[int, dict] = {}
 
     @property
     def identity(self) -> CollectionIdentity:
@@ -364,40 +366,81 @@ class PgVectorCollection(Collection):
 
     def _stamped_schema(self) -> _Schema:
         """The schema for a read of record stamps: read again where the cached one, older than
-        :data:`_STAMP_RECHECK_S`, says this field has no stamp columns (a writer elsewhere may have added them since,
-        and a long-lived reader, a serving replica, must see its stamps)."""
+        :data:`_STAMP_RECHECK_S`, says this field lacks some of its stamp columns (a writer elsewhere may have added
+        them since, and a long-lived reader, a serving replica, must see its stamps)."""
         schema = self._schema()
-        if (not self._has_stamp_columns(schema, self.vector_column)
+        if (not set(self._stamp_columns(self.vector_column).values()) <= schema.stamp_columns
                 and time.monotonic() - self._schema_read_at > _STAMP_RECHECK_S):
             self._schema_cache = None
             schema = self._schema()
         return schema
 
-    # --- record stamps: two columns per vector column -----------------------------------------------------------------
+    # --- record stamps: columns per vector column (see pgvector_stamps) ---------------------------------------------
     @staticmethod
-    def _stamp_columns(column: str) -> tuple[str, str]:
-        """The (origin, stamp) columns of vector column ``column``; a name too long for PostgreSQL ends in a hash of
-        the whole, so that two long vector columns never share stamp columns."""
-        names = record_stamp_keys(None if column == _DEFAULT_VECTOR else column)
-        return tuple(n if len(n.encode()) <= _MAX_IDENT_BYTES else
-                     n.encode()[:_MAX_IDENT_BYTES - 17].decode(errors="ignore") + "_"
-                     + hashlib.sha1(n.encode()).hexdigest()[:16] for n in names)
+    def _stamp_columns(column: str) -> dict[str, str]:
+        """Role -> name of the record stamp columns of vector column ``column``."""
+        return stamp_cols.column_names(None if column == _DEFAULT_VECTOR else column, _MAX_IDENT_BYTES)
 
     def _has_stamp_columns(self, schema: _Schema, column: str) -> bool:
-        return set(self._stamp_columns(column)) <= schema.stamp_columns
+        """Whether vector column ``column`` has stamps to read: its origin and whole-stamp columns (a table stamped
+        before the typed columns has only those)."""
+        names = self._stamp_columns(column)
+        return {names["origin"], names["stamp"]} <= schema.stamp_columns
+
+    def _stamp_select(self, schema: _Schema, column: str | None = None) -> list[sql.Composable]:
+        """The stamp columns of ``column`` (this handle's) in :data:`pgvector_stamps.ROLES` order, NULL for the
+        ones the table lacks."""
+        names = self._stamp_columns(column or self.vector_column)
+        return [sql.Identifier(names[role]) if names[role] in schema.stamp_columns else
+                sql.SQL("NULL::{}").format(sql.SQL(kind)) for role, kind in stamp_cols.ROLES.items()]
 
     def _add_stamp_columns(self, conn: psycopg.Connection, column: str) -> None:
         """Add the stamp columns of vector column ``column`` where missing (nullable, no default: no rewrite)."""
-        origin, stamp = (sql.Identifier(c) for c in self._stamp_columns(column))
-        conn.execute(sql.SQL("ALTER TABLE {} ADD COLUMN IF NOT EXISTS {} text, ADD COLUMN IF NOT EXISTS {} jsonb")
-                     .format(self.table_ident, origin, stamp))
+        names = self._stamp_columns(column)
+        conn.execute(sql.SQL("ALTER TABLE {} {}").format(self.table_ident, sql.SQL(", ").join(
+            sql.SQL("ADD COLUMN IF NOT EXISTS {} {}").format(sql.Identifier(names[role]), sql.SQL(kind))
+            for role, kind in stamp_cols.ROLES.items())))
 
     def _create_origin_index(self, conn: psycopg.Connection, column: str) -> None:
         """The btree index on the origin column of vector column ``column``, which :meth:`scan_stamps` filters on."""
-        origin = self._stamp_columns(column)[0]
+        origin = self._stamp_columns(column)["origin"]
         conn.execute(sql.SQL("CREATE INDEX IF NOT EXISTS {} ON {} ({})").format(
             sql.Identifier("vb_origin_" + hashlib.sha1(f"{self.table}.{origin}".encode()).hexdigest()[:16]),
             self.table_ident, sql.Identifier(origin)))
+
+
+    def _stamps_from_rows(self, rows: Sequence[Sequence]) -> list[dict | None]:
+        """The stamps of rows read as :meth:`_stamp_select` selects them, reading the shared sets not known yet."""
+        missing = {r[2] for r in rows if r[1] is None and r[2] is not None} - self._stamp_sets.keys()
+        if missing:
+            table = self._stamps_table(stamp_cols.SETS_TABLE)
+
+            def work(conn: psycopg.Connection) -> list[tuple]:
+                if not conn.execute("SELECT to_regclass(%s) IS NOT NULL", [table.as_string(conn)]).fetchone()[0]:
+                    return []
+                return conn.execute(sql.SQL("SELECT id, shared::text FROM {} WHERE id = ANY(%s)").format(table),
+                                    [list(missing)]).fetchall()
+
+            for ident, text in self._with_conn("read shared stamp fields", work):
+                shared = stamp_cols.parse_set(text)
+                if shared is not None:
+                    self._stamp_sets[ident] = shared
+        return [stamp_cols.stamp_of(r, self._stamp_sets) for r in rows]
+
+    def _save_stamp_set(self, conn: psycopg.Connection, table: sql.Identifier, ident: int, text: str) -> None:
+        """Keep a set of shared stamp fields in side table ``table`` (inside the write's transaction): made once,
+        never changed; a set of that id holding other fields (a hash collision) is refused."""
+        if not conn.execute("SELECT to_regclass(%s) IS NOT NULL", [table.as_string(conn)]).fetchone()[0]:
+            # one creator at a time per schema: two first writes would both try to make the table
+            conn.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", [table.as_string(conn)])
+            conn.execute(sql.SQL("CREATE TABLE IF NOT EXISTS {} (id int8 PRIMARY KEY, shared json NOT NULL)")
+                         .format(table))
+        conn.execute(sql.SQL("INSERT INTO {} VALUES (%s, %s::json) ON CONFLICT (id) DO NOTHING").format(table),
+                     [ident, text])
+        kept = conn.execute(sql.SQL("SELECT shared::text FROM {} WHERE id = %s").format(table), [ident]).fetchone()
+        if kept is None or kept[0] != text:
+            raise StoreError(f"{self.display_url}: the shared stamp fields {ident} in {stamp_cols.SETS_TABLE} are not "
+                             "the ones this write names")
 
     def scan_stamps(self, batch_size: int = 1000, origins: Sequence[str] | None = None) -> Iterator[tuple[list, list]]:
         """Keyset pages by id of ``WHERE origin = ANY(origins)`` (``IS NOT NULL`` for any) on this field's origin
@@ -408,13 +451,14 @@ class PgVectorCollection(Collection):
         schema = self._stamped_schema()
         if not self._has_stamp_columns(schema, self.vector_column) or origins == []:
             return
-        origin, stamp = (sql.Identifier(c) for c in self._stamp_columns(self.vector_column))
+        origin = sql.Identifier(self._stamp_columns(self.vector_column)["origin"])
         ident = sql.Identifier(self.id_column)
         which = sql.SQL("{} IS NOT NULL").format(origin) if origins is None else \
             sql.SQL("{} = ANY(%s::text[])").format(origin)
         base = sql.SQL("SELECT {}, {} FROM {} WHERE {} IS NOT NULL AND {}").format(
-            sql.SQL("{}::int8" if schema.int_ids else "{}::text").format(ident), stamp, self.table_ident,
-            sql.Identifier(self.vector_column), which)
+            sql.SQL("{}::int8" if schema.int_ids else "{}::text").format(ident),
+            sql.SQL(", ").join(self._stamp_select(schema)), self.table_ident, sql.Identifier(self.vector_column),
+            which)
         first = sql.SQL("{} ORDER BY {} LIMIT %s").format(base, ident)
         following = sql.SQL("{} AND {} > %s ORDER BY {} LIMIT %s").format(base, ident, ident)
         wanted = [] if origins is None else [origins]
@@ -423,8 +467,7 @@ class PgVectorCollection(Collection):
             query, params = (first, [*wanted, batch_size]) if after is None else \
                 (following, [*wanted, after, batch_size])
             rows = self._with_conn("read record stamps", lambda conn: conn.execute(query, params).fetchall())
-            found = [(i, parse_record_stamp(s)) for i, s in rows]
-            found = [(i, s) for i, s in found if s is not None]
+            found = [(r[0], s) for r, s in zip(rows, self._stamps_from_rows([r[1:] for r in rows])) if s is not None]
             if found:
                 yield [i for i, _ in found], [s for _, s in found]
             if len(rows) < batch_size:
@@ -432,22 +475,24 @@ class PgVectorCollection(Collection):
             after = rows[-1][0]
 
     def stamps_of(self, ids: Sequence) -> dict:
-        """This field's stamp column of the rows with these ids (10,000 per statement), no vectors read."""
+        """This field's stamp columns of the rows with these ids (10,000 per statement), no vectors read."""
         schema = self._stamped_schema()
         keys = list(dict.fromkeys(self._keys(ids, schema)))
         if not keys or not self._has_stamp_columns(schema, self.vector_column):
             return {}
         ident = sql.Identifier(self.id_column)
-        stamp = sql.Identifier(self._stamp_columns(self.vector_column)[1])
+        origin = sql.Identifier(self._stamp_columns(self.vector_column)["origin"])
         query = sql.SQL("SELECT {}, {} FROM {} WHERE {} = ANY(%s::{}[]) AND {} IS NOT NULL AND {} IS NOT NULL").format(
-            sql.SQL("{}::int8" if schema.int_ids else "{}::text").format(ident), stamp, self.table_ident, ident,
-            sql.SQL(schema.id_type), sql.Identifier(self.vector_column), stamp)
+            sql.SQL("{}::int8" if schema.int_ids else "{}::text").format(ident),
+            sql.SQL(", ").join(self._stamp_select(schema)), self.table_ident, ident, sql.SQL(schema.id_type),
+            sql.Identifier(self.vector_column), origin)
         found: dict = {}
         for lo in range(0, len(keys), 10_000):
             chunk = keys[lo:lo + 10_000]
             rows = self._with_conn("read record stamps", lambda conn, chunk=chunk: conn.execute(
                 query, [chunk]).fetchall())
-            found.update((i, s) for i, s in ((i, parse_record_stamp(s)) for i, s in rows) if s is not None)
+            found.update((r[0], s) for r, s in zip(rows, self._stamps_from_rows([r[1:] for r in rows]))
+                         if s is not None)
         return found
 
     def info(self) -> CollectionInfo:
@@ -461,7 +506,8 @@ class PgVectorCollection(Collection):
 
     # --- reading ------------------------------------------------------------------------------------------------------
     def _select(self, schema: _Schema) -> sql.Composed:
-        """``id, vector, payload, stamp`` of this field's rows, in the types the binary COPY decoder expects."""
+        """``id, vector, payload`` and the stamp columns of this field's rows, in the types the binary COPY decoder
+        expects."""
         vec = sql.Identifier(self.vector_column)
         ident = sql.Identifier(self.id_column)
         id_expr = sql.SQL("{}::int8").format(ident) if schema.int_ids else sql.SQL("{}::text").format(ident)
@@ -470,10 +516,8 @@ class PgVectorCollection(Collection):
         else:  # the row's other plain columns
             payload = sql.SQL("jsonb_build_object({})").format(sql.SQL(", ").join(
                 sql.SQL("{}, {}").format(sql.Literal(c), sql.Identifier(c)) for c in schema.other_columns))
-        stamp = sql.Identifier(self._stamp_columns(self.vector_column)[1]) \
-            if self._has_stamp_columns(schema, self.vector_column) else sql.SQL("NULL::jsonb")
         return sql.SQL("SELECT {}, {}, {}, {} FROM {} WHERE {} IS NOT NULL").format(
-            id_expr, vec, payload, stamp, self.table_ident, vec)
+            id_expr, vec, payload, sql.SQL(", ").join(self._stamp_select(schema)), self.table_ident, vec)
 
     def _copy_out(self, query: sql.Composable, params: Sequence, schema: _Schema) -> VectorBatch:
         """Run ``COPY (query) TO STDOUT (FORMAT BINARY)`` and decode it into a batch.
@@ -484,21 +528,22 @@ class PgVectorCollection(Collection):
         def work(conn: psycopg.Connection) -> list[tuple]:
             with conn.cursor() as cur:
                 with cur.copy(sql.SQL("COPY ({}) TO STDOUT (FORMAT BINARY)").format(query), params) as copy:
-                    copy.set_types(["int8" if schema.int_ids else "text", "bytea", "jsonb", "jsonb"])
+                    copy.set_types(["int8" if schema.int_ids else "text", "bytea", "jsonb",
+                                    *stamp_cols.ROLES.values()])
                     return list(copy.rows())
 
         rows = self._with_conn("read vectors", work)
         dim = schema.vector_fields[self.vector_column][0]
         if not rows:
             return VectorBatch([], np.zeros((0, dim), dtype=np.float32), [], stamps=[])
-        ids, raw, payloads, stamps = zip(*rows)
+        ids, raw, payloads = zip(*(r[:3] for r in rows))
         blob = np.frombuffer(b"".join(raw), dtype=">f4")
         width = len(raw[0]) // 4
         if blob.size != width * len(raw):
             raise StoreError(f"{self.display_url}: column {self.vector_column} holds vectors of different dimensions")
         vectors = blob.reshape(len(raw), width)[:, 1:].astype(np.float32)
         return VectorBatch(list(ids), vectors, [p if isinstance(p, dict) else {} for p in payloads],
-                           stamps=[parse_record_stamp(s) for s in stamps])
+                           stamps=self._stamps_from_rows([r[3:] for r in rows]))
 
     def sample(self, n: int, seed: int = 0) -> VectorBatch:
         """``n`` rows in the order of a seeded 64-bit hash of their ids (``hashtextextended``), then fetched by id.
@@ -663,9 +708,10 @@ class PgVectorCollection(Collection):
         conn.execute(sql.SQL("COMMENT ON COLUMN {}.{} IS {}").format(
             self.table_ident, column, sql.Literal(f"vecbridge:metric={metric}")))
         # a new vector column's record stamps start empty, whatever columns of those names were left behind
-        origin, stamp = (sql.Identifier(c) for c in self._stamp_columns(name))
-        conn.execute(sql.SQL("ALTER TABLE {} DROP COLUMN IF EXISTS {}, DROP COLUMN IF EXISTS {}, ADD COLUMN {} text, "
-                             "ADD COLUMN {} jsonb").format(self.table_ident, origin, stamp, origin, stamp))
+        names = self._stamp_columns(name)
+        conn.execute(sql.SQL("ALTER TABLE {} {}").format(self.table_ident, sql.SQL(", ").join(
+            sql.SQL("DROP COLUMN IF EXISTS {}").format(sql.Identifier(names[role])) for role in stamp_cols.ROLES)))
+        self._add_stamp_columns(conn, name)
         if index:
             self._create_index(conn, name, dim, metric)
             self._create_origin_index(conn, name)
@@ -707,8 +753,9 @@ class PgVectorCollection(Collection):
         view = sql.Identifier(*([schema] if schema else []), f"{table}_serving")
         others = [sql.Identifier(c) for c in [self.id_column, *self._schema().other_columns]]
         if self._has_stamp_columns(self._schema(), column):
-            others += [sql.SQL("{} AS {}").format(sql.Identifier(c), sql.Identifier(alias)) for c, alias in
-                       zip(self._stamp_columns(column), self._stamp_columns(self.vector_column))]
+            aliases = self._stamp_columns(self.vector_column)
+            others += [sql.SQL("{} AS {}").format(sql.Identifier(c), sql.Identifier(aliases[role]))
+                       for role, c in self._stamp_columns(column).items() if c in self._schema().stamp_columns]
 
         def work(conn: psycopg.Connection) -> None:
             with conn.transaction():
@@ -746,10 +793,10 @@ class PgVectorCollection(Collection):
 
         def work(conn: psycopg.Connection) -> None:
             with conn.transaction():
-                origin, stamp = (sql.Identifier(c) for c in self._stamp_columns(name))
-                conn.execute(sql.SQL("ALTER TABLE {} DROP COLUMN {}, DROP COLUMN IF EXISTS {}, "
-                                     "DROP COLUMN IF EXISTS {}").format(self.table_ident, sql.Identifier(name),
-                                                                        origin, stamp))
+                conn.execute(sql.SQL("ALTER TABLE {} DROP COLUMN {}, {}").format(
+                    self.table_ident, sql.Identifier(name), sql.SQL(", ").join(
+                        sql.SQL("DROP COLUMN IF EXISTS {}").format(sql.Identifier(c))
+                        for c in self._stamp_columns(name).values())))
                 self._forget_stamps(conn, stamps, name)
 
         self._with_conn("drop a vector column", work)
@@ -782,34 +829,56 @@ class PgVectorCollection(Collection):
         keys = self._keys(batch.ids, schema)
         if len(set(keys)) != len(keys):
             raise InputError("batch contains duplicate ids")
-        stamps = None if batch.stamps is None else _stamp_fields(batch.stamps)  # a bad one: nothing is written
+        # a bad stamp: nothing is written
+        stamps = None if batch.stamps is None else stamp_cols.copy_fields(batch.stamps)
         with_payload = schema.has_payload and not self.updates_only
         payloads = batch.payloads if with_payload else None
         vec, ident = sql.Identifier(self.vector_column), sql.Identifier(self.id_column)
-        stamp_names = self._stamp_columns(self.vector_column)
-        origin, stamp = (sql.Identifier(c) for c in stamp_names)
-        stage = sql.Identifier("_vecbridge_stage")
-        written = [vec, ident, *([sql.Identifier(self.payload_column)] if with_payload else []),
-                   *([origin, stamp] if stamps is not None else [])]
-        staged = ["v", "id", *(["p"] if with_payload else []), *(["o", "s"] if stamps is not None else [])]
+        names = self._stamp_columns(self.vector_column)
+        fixed, rows = (list(stamps.fixed), list(stamps.rows)) if stamps is not None else ([], [])
+        # the row's fields: the vector and the fixed-width stamp fields (laid out together), then the others
+        written = [vec, *(sql.Identifier(names[r]) for r in fixed), ident,
+                   *([sql.Identifier(self.payload_column)] if with_payload else []),
+                   *(sql.Identifier(names[r]) for r in rows)]
+        staged = ["v", *(_STAGED[r] for r in fixed), "id", *(["p"] if with_payload else []),
+                  *(_STAGED[r] for r in rows)]
         columns = sql.SQL(", ").join(written)
-        stage_columns = sql.SQL(", ".join(staged))
+        stage = sql.Identifier("_vecbridge_stage")
+        shared = stamps.shared if stamps is not None and stamps.shared and \
+            stamps.shared[0] not in self._stamp_sets else None
+        sets_table = self._stamps_table(stamp_cols.SETS_TABLE) if shared else None
 
-        def merge(clear: bool) -> sql.Composed:
-            """``INSERT ... ON CONFLICT`` from the stage; ``clear``: a replaced row's stamp columns are emptied."""
-            sets = [sql.SQL("{} = EXCLUDED.{}").format(c, c) for c in [written[0], *written[2:]]]
-            sets += [sql.SQL("{} = NULL").format(c) for c in (origin, stamp)] if clear else []
-            return sql.SQL("INSERT INTO {} ({}) SELECT v, id::{}{} FROM {} ON CONFLICT ({}) DO UPDATE SET {}").format(
-                self.table_ident, columns, sql.SQL(schema.id_type), sql.SQL("".join(f", {c}" for c in staged[2:])),
+        def cleared(cur: psycopg.Cursor) -> list[sql.Composable]:
+            """The stamp columns a write sets to NULL: those it does not write (all of them without stamps), where
+            the table has them now (a writer elsewhere may have added them)."""
+            unwritten = [names[r] for r in stamp_cols.ROLES if stamps is None or r not in stamps.roles]
+            if stamps is None and not set(unwritten) <= schema.stamp_columns:
+                unwritten = [r[0] for r in cur.execute(
+                    "SELECT attname FROM pg_attribute WHERE attrelid = %s::regclass AND attname = ANY(%s) AND "
+                    "NOT attisdropped", [self._quoted_table(cur.connection), unwritten]).fetchall()]
+            return [sql.Identifier(c) for c in unwritten]
+
+        def merge(cur: psycopg.Cursor) -> sql.Composed:
+            """``INSERT ... ON CONFLICT`` from the stage; a replaced row's unwritten stamp columns are emptied."""
+            sets = [sql.SQL("{} = EXCLUDED.{}").format(c, c) for c in written if c != ident]
+            sets += [sql.SQL("{} = NULL").format(c) for c in cleared(cur)]
+            return sql.SQL("INSERT INTO {} ({}) SELECT {} FROM {} ON CONFLICT ({}) DO UPDATE SET {}").format(
+                self.table_ident, columns, sql.SQL(", ").join(
+                    sql.SQL("id::{}").format(sql.SQL(schema.id_type)) if c == "id" else sql.SQL(c) for c in staged),
                 stage, ident, sql.SQL(", ").join(sets))
-        # an in-place write: rows that exist get the vector, and nothing is inserted (an INSERT ... ON CONFLICT
-        # would bring back rows deleted meanwhile, and fails on any other NOT NULL column before it sees the key)
-        update = sql.SQL("UPDATE {} t SET {} = s.v{} FROM {} s WHERE t.{} = s.id::{}").format(
-            self.table_ident, vec, sql.SQL(", {} = s.o, {} = s.s").format(origin, stamp) if stamps is not None
-            else sql.SQL(""), stage, ident, sql.SQL(schema.id_type))
+
+        def update(cur: psycopg.Cursor) -> sql.Composed:
+            """An in-place write: rows that exist get the vector (and stamp), and nothing is inserted (an INSERT ...
+            ON CONFLICT would bring back rows deleted meanwhile, and fails on any other NOT NULL column before it
+            sees the key). Without stamps, a row's stamp is kept."""
+            sets = [sql.SQL("{} = s.{}").format(c, sql.SQL(n)) for c, n in zip(written, staged) if c != ident]
+            sets += [sql.SQL("{} = NULL").format(c) for c in cleared(cur)] if stamps is not None else []
+            return sql.SQL("UPDATE {} t SET {} FROM {} s WHERE t.{} = s.id::{}").format(
+                self.table_ident, sql.SQL(", ").join(sets), stage, ident, sql.SQL(schema.id_type))
+
         any_exists = sql.SQL("SELECT EXISTS (SELECT 1 FROM {} WHERE {} = ANY(%s::{}[]))").format(
             self.table_ident, ident, sql.SQL(schema.id_type))
-        add_columns = stamps is not None and not self._has_stamp_columns(schema, self.vector_column)
+        add_columns = stamps is not None and not set(names.values()) <= schema.stamp_columns
 
         def copy_in(cur: psycopg.Cursor, statement: sql.Composable) -> None:
             """Stream the batch in binary COPY format, encoding (payload JSON included) and formatting each chunk
@@ -820,22 +889,17 @@ class PgVectorCollection(Collection):
                 for lo in range(0, len(keys), step):
                     hi = lo + step
                     fields = [_jsonb_fields(_json_payloads(payloads[lo:hi]))] if payloads is not None else []
-                    fields += [stamps[0][lo:hi], stamps[1][lo:hi]] if stamps is not None else []
-                    cp.write(_copy_rows(vectors[lo:hi], keys[lo:hi], schema.int_ids, *fields))
+                    fields += [stamps.rows[r][lo:hi] for r in rows]
+                    cp.write(_copy_rows(vectors[lo:hi], keys[lo:hi], schema.int_ids, *fields,
+                                        fixed=[stamps.fixed[r][lo:hi] for r in fixed]))
                 cp.write(_COPY_TRAILER)
-
-        def has_stamp_columns(cur: psycopg.Cursor) -> bool:
-            """Whether the table has this column's stamp columns now (a writer elsewhere may have added them)."""
-            if self._has_stamp_columns(schema, self.vector_column):
-                return True
-            return cur.execute("SELECT count(*) = 2 FROM pg_attribute WHERE attrelid = %s::regclass AND "
-                               "attname = ANY(%s) AND NOT attisdropped",
-                               [self._quoted_table(cur.connection), list(stamp_names)]).fetchone()[0]
 
         def work(conn: psycopg.Connection) -> int:
             with conn.transaction(), conn.cursor() as cur:
                 if add_columns:   # a table made before record stamps: its first stamped write adds them
                     self._add_stamp_columns(conn, self.vector_column)
+                if shared:
+                    self._save_stamp_set(conn, sets_table, *shared)
                 # While every batch so far was new (filling a new table, the usual bulk case) COPY straight in and
                 # let the primary key catch a repeat; after a conflict, look before writing (one indexed probe).
                 direct = schema.binary_compatible and not self.updates_only
@@ -847,16 +911,19 @@ class PgVectorCollection(Collection):
                         return len(keys)
                     except psycopg.errors.UniqueViolation:
                         self._rows_are_new = False  # some ids exist (a resumed or repeated write): merge
-                cur.execute(sql.SQL("CREATE TEMP TABLE {} (v vector({}), id {}, p jsonb, o text, s jsonb) "
-                                    "ON COMMIT DROP").format(
-                    stage, sql.Literal(dim), sql.SQL("int8" if schema.int_ids else "text")))
-                copy_in(cur, sql.SQL("COPY {} ({}) FROM STDIN (FORMAT BINARY)").format(stage, stage_columns))
+                cur.execute(sql.SQL("CREATE TEMP TABLE {} (v vector({}), id {}, p jsonb, {}) ON COMMIT DROP").format(
+                    stage, sql.Literal(dim), sql.SQL("int8" if schema.int_ids else "text"), sql.SQL(", ").join(
+                        sql.SQL(f"{_STAGED[r]} {kind}") for r, kind in stamp_cols.ROLES.items())))
+                copy_in(cur, sql.SQL("COPY {} ({}) FROM STDIN (FORMAT BINARY)").format(
+                    stage, sql.SQL(", ".join(staged))))
                 if self.updates_only:
-                    return cur.execute(update).rowcount
-                cur.execute(merge(clear=stamps is None and has_stamp_columns(cur)))
+                    return cur.execute(update(cur)).rowcount
+                cur.execute(merge(cur))
                 return len(keys)
 
         written_rows = self._with_conn("write vectors", work)
+        if shared:   # kept now (a set is remembered only once its transaction committed)
+            self._stamp_sets[shared[0]] = stamp_cols.parse_set(shared[1])
         if add_columns:
             self._schema_cache = None
         return written_rows
@@ -891,10 +958,11 @@ class PgVectorCollection(Collection):
         self._schema_cache = None
 
     # --- stamps: a side table ---------------------------------------------------------------------------------------
-    def _stamps_table(self) -> sql.Identifier:
-        """The stamps side table of the schema this table is (or would be created) in."""
+    def _stamps_table(self, name: str = STAMPS_TABLE) -> sql.Identifier:
+        """The stamps side table (or another side table ``name``) of the schema this table is (or would be created)
+        in."""
         schema = self.table.rpartition(".")[0] or self._resolved_schema()
-        return sql.Identifier(schema, STAMPS_TABLE)
+        return sql.Identifier(schema, name)
 
     def _forget_stamps(self, conn: psycopg.Connection, stamps: sql.Identifier, field: str | None = None) -> None:
         """Delete this table's stamps (one vector column's, with ``field``), where the side table exists."""
@@ -945,34 +1013,26 @@ def _jsonb_fields(texts: list[bytes]) -> list[bytes]:
     return [struct.pack(">ib", len(t) + 1, 1) + t for t in texts]
 
 
-def _stamp_fields(stamps: list) -> tuple[list[bytes], list[bytes]]:
-    """Record stamps as the (origin text, stamp jsonb) fields of binary COPY rows, NULL where a record has none;
-    a malformed stamp is bad input (before anything is written)."""
-    fields: dict = {None: _COPY_NULL}   # an origin's field, made once (most writes share one)
-    origins, texts = record_stamp_texts(stamps)
-    for origin in origins:
-        if origin not in fields:
-            raw = origin.encode()
-            fields[origin] = struct.pack(">i", len(raw)) + raw
-    return ([fields[o] for o in origins],
-            [_COPY_NULL if t is None else struct.pack(">ib", len(raw) + 1, 1) + raw
-             for t in texts for raw in [None if t is None else t.encode()]])
+def _copy_rows(vectors: np.ndarray, keys: list, int_ids: bool, *columns: list[bytes],
+               fixed: Sequence[np.ndarray] = ()) -> bytes:
+    """Rows of a binary COPY into ``(v vector, <fixed>, id text|int8, <columns>)``, without the header and trailer;
+    ``fixed``: further fields of the same width in every row, one ``(n, width)`` uint8 array each, and ``columns``:
+    further fields, one encoded field per row (length and value, see :func:`_jsonb_fields`).
 
-
-def _copy_rows(vectors: np.ndarray, keys: list, int_ids: bool, *columns: list[bytes]) -> bytes:
-    """Rows of a binary COPY into ``(v vector, id text|int8, ...)``, without the header and trailer; ``columns``:
-    the further fields of each row, already encoded (length and value, see :func:`_jsonb_fields`).
-
-    The fixed-size start of every row (field count, vector length, dim, float4 big-endian values) is laid out by
-    numpy in one go; only the id and the further fields are appended per row.
+    The fixed-size start of every row (field count, vector length, dim, float4 big-endian values, the fixed fields)
+    is laid out by numpy in one go; only the id and the further fields are appended per row.
     """
     n, dim = vectors.shape
-    head = struct.pack(">hihh", 2 + len(columns), 4 + 4 * dim, dim, 0)
-    fixed = np.empty((n, len(head) + 4 * dim), dtype=np.uint8)
-    fixed[:, :len(head)] = np.frombuffer(head, dtype=np.uint8)
-    fixed[:, len(head):] = np.ascontiguousarray(vectors, dtype=">f4").view(np.uint8).reshape(n, 4 * dim)
-    width = fixed.shape[1]
-    flat = memoryview(fixed.reshape(-1))
+    head = struct.pack(">hihh", 2 + len(fixed) + len(columns), 4 + 4 * dim, dim, 0)
+    start = len(head) + 4 * dim
+    block = np.empty((n, start + sum(f.shape[1] for f in fixed)), dtype=np.uint8)
+    block[:, :len(head)] = np.frombuffer(head, dtype=np.uint8)
+    block[:, len(head):start] = np.ascontiguousarray(vectors, dtype=">f4").view(np.uint8).reshape(n, 4 * dim)
+    for field in fixed:
+        block[:, start:start + field.shape[1]] = field
+        start += field.shape[1]
+    width = block.shape[1]
+    flat = memoryview(block.reshape(-1))
     rows = [flat[i * width:(i + 1) * width] for i in range(n)]
     if int_ids:
         id_fields = [struct.pack(">iq", 8, k) for k in keys]

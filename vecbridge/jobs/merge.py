@@ -23,7 +23,7 @@ from __future__ import annotations
 import time
 from functools import partial
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Sequence
 
 import numpy as np
 
@@ -108,7 +108,7 @@ class MergeSteps:
         mapped = self._to_b(a_recs).vectors
         vectors = batch.vectors.copy()
         payloads = list(batch.payloads)
-        stamps = self._native(batch)
+        stamps = list(self._native(batch))   # one per record, some replaced below
         for j, i in enumerate(batch.ids):
             if i in a_by_id:
                 k = a_by_id[i]
@@ -118,13 +118,13 @@ class MergeSteps:
                     stamps[j] = self._mapped_stamps(a_recs.take([k]), mapped[k:k + 1])[0]
         return VectorBatch(batch.ids, vectors, payloads, stamps=stamps)
 
-    def _native(self, batch: VectorBatch) -> list[dict]:
+    def _native(self, batch: VectorBatch) -> Sequence[dict]:
         """B's records are in the merged collection's space already: stamped native."""
         if "native" not in self._open:
             self._open["native"] = MapStamps(self.alignment, origin="native")
         return self._open["native"](batch, batch.vectors)
 
-    def _mapped_stamps(self, batch: VectorBatch, vectors) -> list[dict]:
+    def _mapped_stamps(self, batch: VectorBatch, vectors) -> Sequence[dict]:
         if "stamps" not in self._open:
             self._open["stamps"] = MapStamps(self.alignment)
         return self._open["stamps"](batch, vectors)

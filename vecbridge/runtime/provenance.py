@@ -21,6 +21,7 @@ from ..align.artifact import Alignment
 from ..connectors.base import Collection
 from ..errors import InputError, SpaceMismatch
 from ..quality.space import ACCEPT_FRACTION, MIN_SAMPLE, SpaceFingerprint, mixture, which_space
+from ..records import StampColumns
 
 #: vectors sampled from each side to fingerprint it when a map is fitted
 FINGERPRINT_SAMPLE = 5000
@@ -125,8 +126,9 @@ class MapStamps:
             alignment.metadata.get("target_model") or "the target space's own model")
         self.base = record_stamp(origin, made_by, spaces["target"] if spaces else None, dim=alignment.target_dim)
 
-    def __call__(self, batch, vectors) -> list[dict]:
-        return [dict(self.base) for _ in batch.ids]
+    def __call__(self, batch, vectors) -> StampColumns:
+        """The same stamp for every record, as columns: the store keeps it once (no dict or JSON text a record)."""
+        return StampColumns(self.base, None, len(batch.ids))
 
 
 #: stamped records ``vecbridge info`` reads at most (a count over more says so)
