@@ -155,6 +155,32 @@ def test_a_set_id_holding_other_fields_is_refused_before_anything_is_written(eng
         conn.execute(f"DELETE FROM {stamp_cols.SETS_TABLE} WHERE id = %s", [stamp_cols.set_id(text)])
 
 
+def test_first_stamped_writes_into_two_tables_at_once_share_the_side_table(engine, new_url):
+    """Two writers of one schema, each the first to need the side table: one makes it, neither fails."""
+    import threading
+
+    with _pg(engine) as conn:
+        conn.execute(f"DROP TABLE IF EXISTS {stamp_cols.SETS_TABLE}")
+    colls = [connect(new_url()).create(dim=DIM) for _ in range(2)]
+    barrier, errors = threading.Barrier(2), []
+
+    def write(coll, made_by):
+        barrier.wait()
+        try:
+            coll.upsert(VectorBatch(["a", "b"], _vectors(2), [{}] * 2, stamps=_stamps(n=2, made_by=made_by)))
+        except Exception as exc:  # noqa: BLE001 (reported below)
+            errors.append(exc)
+
+    threads = [threading.Thread(target=write, args=(c, f"map {i}")) for i, c in enumerate(colls)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+    for i, coll in enumerate(colls):
+        assert connect(coll.url, read_only=True).stamps_of(["a"]) == {"a": _stamps(n=2, made_by=f"map {i}")[0]}
+
+
 def test_a_row_whose_set_is_gone_reads_as_unstamped(engine, new_url):
     url = new_url()
     coll, ids = _fill(url, _stamps("pending", made_by="map gone"))
