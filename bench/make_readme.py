@@ -673,9 +673,15 @@ def upgrade_stamps(d: dict) -> dict:
     for r in d["rows"]:
         m, adds = r["median_s"], r["stamping_adds"]
         files = r["rounds"][0]["local_files"]
+        def write(key: str) -> str:
+            """The median write and, over several rounds, their range."""
+            each = [x[key]["write_s"] for x in r["rounds"]]
+            spread = f" ({min(each):.1f} to {max(each):.1f})" if len(each) > 1 else ""
+            return f"{m[key]['write_s']:.1f} s{spread}"
+
         for step, n in (("start", r["records"]), ("reembed", r["reembedded"])):
             st, un = m[f"{step} stamped"], m[f"{step} unwritten"]
-            rows.append([r["store"], step, f"{n:,}", f"{un['write_s']:.1f} s", f"{st['write_s']:.1f} s",
+            rows.append([r["store"], step, f"{n:,}", write(f"{step} unwritten"), write(f"{step} stamped"),
                          f"{adds[f'{step} write_s']:+.1%}", f"{un['job_s']:.0f} s", f"{st['job_s']:.0f} s",
                          f"{adds[f'{step} job_s']:+.1%}",
                          (f"{m['start none']['job_s']:.0f} s ({adds['start job_s, stamps made and written vs none']:+.0%})"

@@ -21,8 +21,8 @@ then ``start`` ``unwritten`` and ``none`` (no stamps made or written) into colle
   with ``--records 100000``).
 
 Run: ``python bench/upgrade_stamps.py [--records 1000000] [--reembed 100000] [--stores file pgvector] [--repeats 1]``;
-writes bench/results/upgrade_stamps.json. A benchmark, not a test (a 1,000,000-record run takes about an hour on
-2 cores).
+writes bench/results/upgrade_stamps.json. A benchmark, not a test (a 1,000,000-record round takes about 15 minutes
+on 2 cores).
 """
 from __future__ import annotations
 

@@ -55,14 +55,21 @@ def anchor_residuals(mapped_anchors, Y_anchors) -> np.ndarray:
     return (1.0 - np.einsum("ij,ij->i", l2_normalize(mapped_anchors), l2_normalize(Y_anchors))).astype(np.float32)
 
 
+def anchor_residual(X_items, X_anchors, residuals, k: int = 10) -> tuple[np.ndarray, np.ndarray]:
+    """The ``anchor_residual`` score of each item (the residuals of its ``k`` nearest fit anchors in the old space,
+    weighted by similarity to the fourth power), and those anchors' indices: one nearest-neighbour search, what
+    ``upgrade start`` computes for every record it maps."""
+    idx, sim = knn(X_items, X_anchors, k)
+    w = np.maximum(sim, 0) ** 4 + 1e-12
+    return (w * np.asarray(residuals)[idx]).sum(axis=1) / w.sum(axis=1), idx
+
+
 def reliability_scores(X_items, mapped_items, X_anchors, Y_anchors, residuals, *, k: int = 10,
                        query_log=None, random_state=0) -> dict[str, np.ndarray]:
     """Per-item unreliability under each strategy (higher = re-embed first). ``frequency`` only with a query log."""
     n = np.asarray(X_items).shape[0]
     out = {"random": np.random.default_rng(random_state).random(n)}
-    idx, sim = knn(X_items, X_anchors, k)
-    w = np.maximum(sim, 0) ** 4 + 1e-12
-    out["anchor_residual"] = (w * np.asarray(residuals)[idx]).sum(axis=1) / w.sum(axis=1)
+    out["anchor_residual"], idx = anchor_residual(X_items, X_anchors, residuals, k)
     i_new, _ = knn(mapped_items, Y_anchors, k)
     out["inconsistency"] = 1.0 - shared_count(idx, i_new) / k  # rows of each hold distinct anchors
     z = [(v - v.mean()) / (v.std() + 1e-12) for v in (out["anchor_residual"], out["inconsistency"])]

@@ -118,10 +118,10 @@ class MappedStamps:
     def __call__(self, batch: VectorBatch, mapped: np.ndarray) -> list[dict]:
         scored = {}
         if self.sample is not None:
-            from ..quality.options import reliability_scores
+            from ..quality.options import anchor_residual
 
             old, news, res = self.sample
-            scored = {"residuals": reliability_scores(batch.vectors, mapped, old, news, res)["anchor_residual"],
+            scored = {"residuals": anchor_residual(batch.vectors, old, res)[0],
                       "hubness": hub_penalty(mapped, news, self.k)}
         return self.stamp(len(batch), digests=digests_of(batch, self.text_field), **scored)
 
