@@ -387,10 +387,9 @@ class PgVectorCollection(Collection):
         names = self._stamp_columns(column)
         return {names["origin"], names["stamp"]} <= schema.stamp_columns
 
-    def _stamp_select(self, schema: _Schema, column: str | None = None) -> list[sql.Composable]:
-        """The stamp columns of ``column`` (this handle's) in :data:`pgvector_stamps.ROLES` order, NULL for the
-        ones the table lacks."""
-        names = self._stamp_columns(column or self.vector_column)
+    def _stamp_select(self, schema: _Schema) -> list[sql.Composable]:
+        """This field's stamp columns in :data:`pgvector_stamps.ROLES` order, NULL for the ones the table lacks."""
+        names = self._stamp_columns(self.vector_column)
         return [sql.Identifier(names[role]) if names[role] in schema.stamp_columns else
                 sql.SQL("NULL::{}").format(sql.SQL(kind)) for role, kind in stamp_cols.ROLES.items()]
 
