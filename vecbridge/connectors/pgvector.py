@@ -408,8 +408,10 @@ class PgVectorCollection(Collection):
             self.table_ident, sql.Identifier(origin)))
 
 
-    def _stamps_from_rows(self, rows: Sequence[Sequence]) -> list[dict | None]:
-        """The stamps of rows read as :meth:`_stamp_select` selects them, reading the shared sets not known yet."""
+    def _stamps_from_rows(self, rows: Sequence[Sequence], strict: bool = False) -> list[dict | None]:
+        """The stamps of rows read as :meth:`_stamp_select` selects them, reading the shared sets not known yet. A
+        row whose set is gone (the side table dropped, or a table restored without it) has no stamp; ``strict``
+        (the reads that decide what an upgrade does next) refuses such rows instead of taking them for unstamped."""
         missing = {r[2] for r in rows if r[1] is None and r[2] is not None} - self._stamp_sets.keys()
         if missing:
             table = self._stamps_table(stamp_cols.SETS_TABLE)
@@ -424,6 +426,12 @@ class PgVectorCollection(Collection):
                 shared = stamp_cols.parse_set(text)
                 if shared is not None:
                     self._stamp_sets[ident] = shared
+            gone = missing - self._stamp_sets.keys()
+            lost = sum(r[1] is None and r[2] in gone for r in rows)
+            if strict and lost:
+                raise StoreError(f"{self.display_url}: {lost:,} records name shared stamp fields that the schema's "
+                                 f"{stamp_cols.SETS_TABLE} does not hold, so their stamps cannot be read: restore "
+                                 "that table from a backup, or write their stamps again")
         return [stamp_cols.stamp_of(r, self._stamp_sets) for r in rows]
 
     def _save_stamp_set(self, conn: psycopg.Connection, table: sql.Identifier, ident: int, text: str) -> None:
@@ -466,7 +474,8 @@ class PgVectorCollection(Collection):
             query, params = (first, [*wanted, batch_size]) if after is None else \
                 (following, [*wanted, after, batch_size])
             rows = self._with_conn("read record stamps", lambda conn: conn.execute(query, params).fetchall())
-            found = [(r[0], s) for r, s in zip(rows, self._stamps_from_rows([r[1:] for r in rows])) if s is not None]
+            found = [(r[0], s) for r, s in zip(rows, self._stamps_from_rows([r[1:] for r in rows], strict=True))
+                     if s is not None]
             if found:
                 yield [i for i, _ in found], [s for _, s in found]
             if len(rows) < batch_size:
@@ -490,7 +499,7 @@ class PgVectorCollection(Collection):
             chunk = keys[lo:lo + 10_000]
             rows = self._with_conn("read record stamps", lambda conn, chunk=chunk: conn.execute(
                 query, [chunk]).fetchall())
-            found.update((r[0], s) for r, s in zip(rows, self._stamps_from_rows([r[1:] for r in rows]))
+            found.update((r[0], s) for r, s in zip(rows, self._stamps_from_rows([r[1:] for r in rows], strict=True))
                          if s is not None)
         return found
 

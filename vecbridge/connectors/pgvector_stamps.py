@@ -17,9 +17,11 @@ Per vector column (the default column's names below; ``__NAME`` appended for vec
 - ``vecbridge_stamp_digest`` (text), ``vecbridge_stamp_residual`` and ``vecbridge_stamp_hubness`` (float8): the
   record's own fields, NULL where it has none.
 
-A row's stamp is the whole one where it has one, else its set's fields, its origin and its own fields. Sets are
-never deleted (another table of the schema may name one; each is a few hundred bytes, one per origin, map or model
-and space).
+A row's stamp is the whole one where it has one, else its set's fields, its origin and its own fields. A row whose
+set is gone (the side table dropped, or the table restored without it) reads unstamped with its vector, and the reads
+of stamps alone (which records are still mapped) refuse it rather than take it for unstamped. Sets are never
+deleted (another table of the schema may name one; each is a few hundred bytes, one per origin, map or model and
+space).
 """
 from __future__ import annotations
 
