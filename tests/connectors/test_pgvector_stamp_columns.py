@@ -13,15 +13,11 @@ from vecbridge.errors import StoreError
 from vecbridge.records import StampColumns
 from vecbridge.runtime.record_stamps import Stamper
 
+from .test_record_stamps import _pg, _pg_columns
+
 pytestmark = pytest.mark.engines("pgvector")
 DIM = 4
 N = 12
-
-
-def _pg(engine):
-    import psycopg
-
-    return psycopg.connect(engine.server.dsn(), autocommit=True)
 
 
 def _vectors(n: int, seed: int = 0) -> np.ndarray:
@@ -63,10 +59,12 @@ def test_the_stamp_is_typed_columns_and_one_shared_set(engine, new_url):
     with _pg(engine) as conn:
         row = conn.execute(f"SELECT {names['origin']}, {names['stamp']}, {names['set']}, {names['digest']}, "
                            f"{names['residual']}, {names['hubness']} FROM {coll.table} WHERE id = 'r003'").fetchone()
-        sets = conn.execute(f"SELECT id, shared::text FROM {stamp_cols.SETS_TABLE}").fetchall()
+        named = conn.execute(f"SELECT DISTINCT {names['set']} FROM {coll.table}").fetchall()
+        shared = conn.execute(f"SELECT shared::text FROM {stamp_cols.SETS_TABLE} WHERE id = %s", [row[2]]).fetchall()
     assert row[0] == "mapped" and row[1] is None, "no whole stamp: its shared fields are in the side table"
     assert row[3:] == (f"{3:024x}", 0.1 + 3 / 7, None)
-    assert sets == [(row[2], '{"origin":"mapped","made_by":"map 0123","dim":4}')]
+    assert named == [(row[2],)], "one set for all the write's records"
+    assert shared == [('{"origin":"mapped","made_by":"map 0123","dim":4}',)]
 
 
 def test_missing_scores_and_digests_are_null_and_read_back_absent(engine, new_url):
@@ -110,7 +108,7 @@ def test_a_field_view_writes_typed_stamps_and_keeps_them_without(engine, new_url
     with _pg(engine) as conn:
         conn.execute(f"DROP VIEW {name}")
     coll.drop_vector_field("extra")
-    assert not any(c.endswith("__extra") for c in _columns(engine, coll.table))
+    assert not any(c.endswith("__extra") for c in _pg_columns(engine, coll.table))
 
 
 def test_a_table_stamped_before_gets_the_columns_and_reads_both(engine, new_url, monkeypatch):
@@ -119,7 +117,6 @@ def test_a_table_stamped_before_gets_the_columns_and_reads_both(engine, new_url,
     url = new_url()
     table = url.rsplit("table=", 1)[1]
     with _pg(engine) as conn:   # the layout of a table stamped by an earlier release: origin and jsonb only
-        conn.execute("CREATE EXTENSION IF NOT EXISTS vector")
         conn.execute(f"CREATE TABLE {table} (id text PRIMARY KEY, payload jsonb, embedding vector({DIM}), "
                      "vecbridge_origin text, vecbridge_stamp jsonb)")
         conn.execute(f"INSERT INTO {table} VALUES ('old', '{{}}', '[1,2,3,4]', 'native', "
@@ -131,7 +128,7 @@ def test_a_table_stamped_before_gets_the_columns_and_reads_both(engine, new_url,
     coll.upsert(VectorBatch(["a", "b"], _vectors(2), [{}] * 2, stamps=stamps))
     monkeypatch.setattr(pg, "_STAMP_RECHECK_S", 0.0)
     assert replica.stamps_of(["a"]) == {"a": stamps[0]}, "a handle that knew the old columns sees the new ones"
-    assert set(stamp_cols.column_names(None, 63).values()) <= _columns(engine, table)
+    assert set(stamp_cols.column_names(None, 63).values()) <= _pg_columns(engine, table)
     fresh = connect(url, read_only=True)
     assert fresh.stamps_of(["old", "a", "b"]) == {"old": {"origin": "native", "made_by": "m"}, "a": stamps[0],
                                                    "b": stamps[1]}
@@ -205,9 +202,3 @@ def test_stamps_that_do_not_fit_the_columns_are_kept_whole():
     typed = stamp_cols.copy_fields(_stamps())
     assert set(typed.fixed) == {"origin", "set", "digest", "residual"} and set(typed.rows) == {"hubness"}
     assert all(f.shape[0] == N for f in typed.fixed.values())
-
-
-def _columns(engine, table: str) -> set:
-    with _pg(engine) as conn:
-        return {r[0] for r in conn.execute("SELECT attname FROM pg_attribute WHERE attrelid = %s::regclass AND "
-                                           "attnum > 0 AND NOT attisdropped", [table]).fetchall()}

@@ -110,8 +110,6 @@ _COPY_TRAILER = struct.pack(">h", -1)
 #: A one-off measurement (100k x 384 into PostgreSQL 18 on 2 cores, medians of 7, 2026-11-22): 5,000-row (8 MB)
 #: writes 49k rows/s, 200-2,000-row writes 72-79k rows/s, psycopg's own ``write_row`` loop 65k rows/s.
 _COPY_BYTES_PER_WRITE = 1 << 19
-#: the staging table's column of each record stamp column (see pgvector_stamps.ROLES)
-_STAGED = {"origin": "o", "stamp": "s", "set": "ss", "digest": "sd", "residual": "sr", "hubness": "sh"}
 #: the side table (in each collection's schema) holding the stamps of its tables
 STAMPS_TABLE = "vecbridge_stamps"
 _TRANSIENT_SQLSTATES = {"40001", "40P01"}  # serialization failure, deadlock: retrying the transaction is safe
@@ -369,7 +367,7 @@ class PgVectorCollection(Collection):
         :data:`_STAMP_RECHECK_S`, says this field lacks some of its stamp columns (a writer elsewhere may have added
         them since, and a long-lived reader, a serving replica, must see its stamps)."""
         schema = self._schema()
-        if (not set(self._stamp_columns(self.vector_column).values()) <= schema.stamp_columns
+        if (self._lacks_stamp_columns(schema)
                 and time.monotonic() - self._schema_read_at > _STAMP_RECHECK_S):
             self._schema_cache = None
             schema = self._schema()
@@ -386,6 +384,10 @@ class PgVectorCollection(Collection):
         before the typed columns has only those)."""
         names = self._stamp_columns(column)
         return {names["origin"], names["stamp"]} <= schema.stamp_columns
+
+    def _lacks_stamp_columns(self, schema: _Schema) -> bool:
+        """Whether some stamp column of this handle's vector column is missing (a table made, or stamped, before)."""
+        return not set(self._stamp_columns(self.vector_column).values()) <= schema.stamp_columns
 
     def _stamp_select(self, schema: _Schema) -> list[sql.Composable]:
         """This field's stamp columns in :data:`pgvector_stamps.ROLES` order, NULL for the ones the table lacks."""
@@ -848,8 +850,8 @@ class PgVectorCollection(Collection):
         written = [vec, *(sql.Identifier(names[r]) for r in fixed), ident,
                    *([sql.Identifier(self.payload_column)] if with_payload else []),
                    *(sql.Identifier(names[r]) for r in rows)]
-        staged = ["v", *(_STAGED[r] for r in fixed), "id", *(["p"] if with_payload else []),
-                  *(_STAGED[r] for r in rows)]
+        # the staging table's columns: v, id, p and each stamp column under its role's name
+        staged = [sql.Identifier(c) for c in ["v", *fixed, "id", *(["p"] if with_payload else []), *rows]]
         columns = sql.SQL(", ").join(written)
         stage = sql.Identifier("_vecbridge_stage")
         shared = stamps.shared if stamps is not None and stamps.shared and \
@@ -872,21 +874,22 @@ class PgVectorCollection(Collection):
             sets += [sql.SQL("{} = NULL").format(c) for c in cleared(cur)]
             return sql.SQL("INSERT INTO {} ({}) SELECT {} FROM {} ON CONFLICT ({}) DO UPDATE SET {}").format(
                 self.table_ident, columns, sql.SQL(", ").join(
-                    sql.SQL("id::{}").format(sql.SQL(schema.id_type)) if c == "id" else sql.SQL(c) for c in staged),
+                    sql.SQL("{}::{}").format(c, sql.SQL(schema.id_type)) if c == sql.Identifier("id") else c
+                    for c in staged),
                 stage, ident, sql.SQL(", ").join(sets))
 
         def update(cur: psycopg.Cursor) -> sql.Composed:
             """An in-place write: rows that exist get the vector (and stamp), and nothing is inserted (an INSERT ...
             ON CONFLICT would bring back rows deleted meanwhile, and fails on any other NOT NULL column before it
             sees the key). Without stamps, a row's stamp is kept."""
-            sets = [sql.SQL("{} = s.{}").format(c, sql.SQL(n)) for c, n in zip(written, staged) if c != ident]
+            sets = [sql.SQL("{} = s.{}").format(c, n) for c, n in zip(written, staged) if c != ident]
             sets += [sql.SQL("{} = NULL").format(c) for c in cleared(cur)] if stamps is not None else []
             return sql.SQL("UPDATE {} t SET {} FROM {} s WHERE t.{} = s.id::{}").format(
                 self.table_ident, sql.SQL(", ").join(sets), stage, ident, sql.SQL(schema.id_type))
 
         any_exists = sql.SQL("SELECT EXISTS (SELECT 1 FROM {} WHERE {} = ANY(%s::{}[]))").format(
             self.table_ident, ident, sql.SQL(schema.id_type))
-        add_columns = stamps is not None and not set(names.values()) <= schema.stamp_columns
+        add_columns = stamps is not None and self._lacks_stamp_columns(schema)
 
         def copy_in(cur: psycopg.Cursor, statement: sql.Composable) -> None:
             """Stream the batch in binary COPY format, encoding (payload JSON included) and formatting each chunk
@@ -921,9 +924,10 @@ class PgVectorCollection(Collection):
                         self._rows_are_new = False  # some ids exist (a resumed or repeated write): merge
                 cur.execute(sql.SQL("CREATE TEMP TABLE {} (v vector({}), id {}, p jsonb, {}) ON COMMIT DROP").format(
                     stage, sql.Literal(dim), sql.SQL("int8" if schema.int_ids else "text"), sql.SQL(", ").join(
-                        sql.SQL(f"{_STAGED[r]} {kind}") for r, kind in stamp_cols.ROLES.items())))
+                        sql.SQL("{} {}").format(sql.Identifier(r), sql.SQL(kind))
+                        for r, kind in stamp_cols.ROLES.items())))
                 copy_in(cur, sql.SQL("COPY {} ({}) FROM STDIN (FORMAT BINARY)").format(
-                    stage, sql.SQL(", ".join(staged))))
+                    stage, sql.SQL(", ").join(staged)))
                 if self.updates_only:
                     return cur.execute(update(cur)).rowcount
                 cur.execute(merge(cur))
@@ -1017,8 +1021,8 @@ def _json_payloads(payloads: list) -> list[bytes]:
 
 
 def _jsonb_fields(texts: list[bytes]) -> list[bytes]:
-    """JSON texts as ``jsonb`` fields of a binary COPY row (length, format version 1, the text)."""
-    return [struct.pack(">ib", len(t) + 1, 1) + t for t in texts]
+    """JSON texts as ``jsonb`` fields of a binary COPY row."""
+    return [stamp_cols.copy_jsonb(t) for t in texts]
 
 
 def _copy_rows(vectors: np.ndarray, keys: list, int_ids: bool, *columns: list[bytes],
@@ -1046,7 +1050,7 @@ def _copy_rows(vectors: np.ndarray, keys: list, int_ids: bool, *columns: list[by
         id_fields = [struct.pack(">iq", 8, k) for k in keys]
     else:
         encoded = [k.encode() for k in keys]
-        id_fields = [struct.pack(">i", len(b)) + b for b in encoded]
+        id_fields = [stamp_cols.copy_field(b) for b in encoded]
     parts: list = []
     for i in range(n):
         parts += (rows[i], id_fields[i], *(c[i] for c in columns))

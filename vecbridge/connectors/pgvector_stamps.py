@@ -42,7 +42,18 @@ ROLES = {"origin": "text", "stamp": "jsonb", "set": "int8", "digest": "text", "r
 TYPED = {"digest": "str", "residual": "float", "hubness": "float"}
 #: the side table (in each collection's schema) of the fields records share
 SETS_TABLE = "vecbridge_stamp_sets"
-_NULL = struct.pack(">i", -1)
+#: a NULL field of a binary COPY row
+NULL = struct.pack(">i", -1)
+
+
+def copy_field(raw: bytes) -> bytes:
+    """A field of a binary COPY row: its length, then its bytes."""
+    return struct.pack(">i", len(raw)) + raw
+
+
+def copy_jsonb(raw: bytes) -> bytes:
+    """A ``jsonb`` field of a binary COPY row: its length, format version 1, then the JSON text."""
+    return struct.pack(">ib", len(raw) + 1, 1) + raw
 
 
 def column_names(field: str | None, max_bytes: int) -> dict[str, str]:
@@ -87,27 +98,27 @@ def copy_fields(stamps) -> CopyFields:
         if "origin" in cols.shared and all(TYPED.get(name) == kind for name, kind in kinds.items()):
             return _typed(cols)
     origins, texts = record_stamp_texts(stamps)
-    known: dict = {None: _NULL}   # an origin's field, made once (most writes share one)
+    known: dict = {None: NULL}   # an origin's field, made once (most writes share one)
     for origin in origins:
         if origin not in known:
-            known[origin] = _text(origin)
+            known[origin] = copy_field(origin.encode())
     return CopyFields({}, {"origin": [known[o] for o in origins],
-                           "stamp": [_NULL if t is None else struct.pack(">ib", len(raw) + 1, 1) + raw
-                                     for t in texts for raw in [None if t is None else t.encode()]]}, None)
+                           "stamp": [NULL if t is None else copy_jsonb(t.encode()) for t in texts]}, None)
 
 
 def _typed(cols: StampColumns) -> CopyFields:
     n = len(cols)
     shared = record_stamp_text(cols.shared)
     ident = set_id(shared)
-    fixed = {"origin": _repeat(_text(cols.shared["origin"]), n), "set": _repeat(struct.pack(">iq", 8, ident), n)}
+    fixed = {"origin": _repeat(copy_field(cols.shared["origin"].encode()), n),
+             "set": _repeat(struct.pack(">iq", 8, ident), n)}
     rows = {}
     for name, values in cols.columns.items():
         if TYPED[name] == "float":
             values = np.asarray(values if isinstance(values, np.ndarray) else
                                 [np.nan if v is None else v for v in values], dtype=np.float64)
             if np.isnan(values).any():
-                rows[name] = [_NULL if v != v else struct.pack(">id", 8, v) for v in values.tolist()]
+                rows[name] = [NULL if v != v else struct.pack(">id", 8, v) for v in values.tolist()]
             else:
                 out = np.empty(n, dtype=[("len", ">i4"), ("value", ">f8")])
                 out["len"], out["value"] = 8, values
@@ -122,13 +133,8 @@ def _typed(cols: StampColumns) -> CopyFields:
             out[:, 4:] = np.frombuffer(b"".join(texts), dtype=np.uint8).reshape(n, width)
             fixed[name] = out
         else:
-            rows[name] = [_NULL if t is None else struct.pack(">i", len(t)) + t for t in texts]
+            rows[name] = [NULL if t is None else copy_field(t) for t in texts]
     return CopyFields(fixed, rows, (ident, shared))
-
-
-def _text(value: str) -> bytes:
-    raw = value.encode()
-    return struct.pack(">i", len(raw)) + raw
 
 
 def _repeat(field: bytes, n: int) -> np.ndarray:
