@@ -278,7 +278,36 @@ def text_gone(d: dict) -> dict:
                     ", ".join(f"{x['init'][0]}{x['restart']}: {x['top1']:.2f} ({x['score']:.2f})" for x in c["starts"]),
                     ", ".join(f"{k}: {v:.2f}" for k, v in c["pairwise_agreement"].items())]
                    for c in d.get("consensus", [])])
-    return {"recall": recall, "why": why, "probe": probe, "consensus": every}
+    gap = []
+    for g in sorted(d.get("gap_probe", []), key=lambda g: (g["corpus"] != "wordnet", g["corpus"], g["pair"])):
+        half, full = g["fits"]
+
+        def fit(f):
+            return f"{f['served']:.3f} ({f['gap']:+.3f})" if f["passed"] else f"refused ({f['served']:.3f})"
+
+        gap.append([g["corpus"], arrow(g["pair"]), f"{g['supervised']:.3f}", f"{g['true_all_pairs']:.3f}", fit(half),
+                    fit(full), f"{full['objective_seen']['fitted']:.3f} / {full['objective_seen']['true']:.3f}",
+                    f"{half['objective_seen']['fitted']:.3f} / {half['objective_seen']['true']:.3f}",
+                    f"{half['objective_unseen']['fitted']:.3f} / {half['objective_unseen']['true']:.3f}",
+                    f"{full['top20_energy']['fitted']:.3f} / {full['top20_energy']['true']:.3f}"])
+    gaps = table(["corpus", "old -> new", "supervised (2,000 pairs)", "true map (all 5,000 pairs)",
+                  "unsupervised, 2,500 rows a side (gap)", "unsupervised, 5,000 rows (gap)",
+                  "matching objective, 5,000-row fit: its rows (fitted / true)",
+                  "2,500-row fit: its rows (fitted / true)", "2,500-row fit: the other 2,500 (fitted / true)",
+                  "top-20 principal directions lined up (fitted / true)"], gap)
+    small = []
+    for r in sorted((r for r in d["rows"] if r["mode"].startswith("unsupervised, ")),
+                    key=lambda r: (r["corpus"] != "wordnet", r["corpus"], r["pair"], r["seed"])):
+        if r["accepted"]:
+            verdict = "accepted" + (f", confirmed by {r['confirmation']['by']}" if r.get("confirmation") else "")
+        else:
+            verdict = "refused: in doubt" if r.get("doubt") else "refused: failed validation"
+        small.append([r["corpus"], arrow(r["pair"]), f"{r['rows']:,}", verdict,
+                      f"{r['top1']:.3f}", f"{r['recall10']:.3f} ({r['gap_to_supervised']:+.3f})",
+                      len(r["starts"]), f"{r['fit_s']:.0f}"])
+    small = table(["corpus", "old -> new", "rows a side", "the tool's verdict", "top-1 of its map",
+                   "served Recall@10 of its map (gap)", "starts run", "fit s"], small)
+    return {"recall": recall, "why": why, "probe": probe, "consensus": every, "gap": gaps, "small": small}
 
 
 def reproduced_starts(d: dict) -> dict:

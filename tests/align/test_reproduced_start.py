@@ -159,3 +159,76 @@ def test_check_map_accepts_a_confirmed_grey_map_with_its_reason_and_refuses_it_u
     assert CONFIRMED_THRESHOLD * GAIN_MIN <= record["gain"] < GAIN_MIN
     assert "independent start of the fit (vecmap start #2) reached the same map (61%" in record["reason"]
     assert record["confirmation"]["by"] == "vecmap start #2"
+
+
+# --- a narrow pass no other start reproduces: more starts, then doubt ---------------------------------------------
+NARROW = 1.1 * GAIN_MIN        # passes the gain rule, short of a clear pass (restart_margin 1.5)
+
+
+def test_a_narrow_pass_nothing_reproduces_runs_more_starts_then_is_in_doubt(planted, monkeypatch):
+    """The best start passes narrowly, the others stand no higher than refined random maps: the schedule continues
+    for ``confirm_starts`` more starts, none confirms it, and the kept start is recorded as in doubt, on the
+    estimator and on the saved orthogonal map."""
+    _grey_judge(monkeypatch, [NARROW, 0.3 * GAIN_MIN])
+    est = MiniVec2Vec(random_state=0, **dict(FAST, n_restarts=2, restart_margin=1.5, confirm_starts=2)).fit(*planted)
+    assert [r["init"] for r in est.restarts_] == ["centroids", "vecmap", "vecmap", "centroids"]
+    assert est.restart_ == 0 and est.confirmation_ is None
+    assert est.doubt_ == {"start": "centroids start #0", "gain": round(NARROW, 4),
+                          "clear_gain": round(1.5 * GAIN_MIN, 4), "starts": 4}
+    assert est.procrustes_.doubt_ == est.doubt_
+
+
+def test_a_narrow_pass_an_extra_start_reproduces_is_confirmed_and_the_search_stops(planted, monkeypatch):
+    """The first extra start finds the planted map again: it reproduces the narrow pass, the search stops there
+    (one of the two extra starts run) and nothing is in doubt."""
+    _grey_judge(monkeypatch, [NARROW, 0.3 * GAIN_MIN, NARROW + 0.001])
+    est = MiniVec2Vec(random_state=0, **dict(FAST, n_restarts=2, restart_margin=1.5, confirm_starts=2)).fit(*planted)
+    assert len(est.restarts_) == 3 and est.restarts_[2]["confirmed_by"] == 0
+    assert est.restart_ == 2 and est.confirmation_["by"] == "centroids start #0" and est.doubt_ is None
+
+
+def test_no_extra_starts_where_the_search_passes_clearly_or_confirm_starts_is_zero(planted, monkeypatch):
+    _grey_judge(monkeypatch, [2 * GAIN_MIN])
+    clear = MiniVec2Vec(random_state=0, **dict(FAST, n_restarts=2, restart_margin=1.5)).fit(*planted)
+    assert len(clear.restarts_) == 1 and clear.doubt_ is None
+    _grey_judge(monkeypatch, [NARROW, 0.3 * GAIN_MIN])
+    none = MiniVec2Vec(random_state=0, **dict(FAST, n_restarts=2, restart_margin=1.5, confirm_starts=0)).fit(*planted)
+    assert len(none.restarts_) == 2 and none.doubt_["starts"] == 2
+    with pytest.raises(InputError, match="confirm_starts"):
+        MiniVec2Vec(confirm_starts=-1).fit(*planted)
+
+
+@pytest.fixture(scope="module")
+def clear_case(tmp_path_factory):
+    """The grey case's mixture with little noise: the true map passes validation on its own."""
+    rng = np.random.default_rng(1)
+    scales = np.exp(-np.arange(32) / 8)
+    centres = rng.normal(size=(12, 32)) * scales * 1.3
+    Q = np.linalg.qr(rng.normal(size=(32, 32)))[0].astype(np.float32)
+    A = _mixture(1000, rng, centres, scales)
+    B = _mixture(1000, rng, centres, scales) @ Q + 0.02 * rng.normal(size=(1000, 32)).astype(np.float32)
+    P = _mixture(1000, rng, centres, scales)
+    root = tmp_path_factory.mktemp("clear")
+    src = write_collection(f"file://{root}/a", [f"a{i}" for i in range(1000)], A)
+    tgt = write_collection(f"file://{root}/b", [f"b{i}" for i in range(1000)], B)
+    return src, tgt, OrthogonalProcrustes(center=False).fit(P, P @ Q)
+
+
+def test_check_map_refuses_a_map_in_doubt_below_a_clear_pass_and_marks_it_when_forced(clear_case):
+    src, tgt, true_map = clear_case
+    true_map.confirmation_ = None
+    true_map.doubt_ = None
+    plain = _check(clear_case, None)
+    assert plain["passed"] and plain["gain"] >= GAIN_MIN and "doubt" not in plain
+    doubt = {"start": "vecmap start #2", "gain": round(plain["gain"], 4), "clear_gain": plain["gain"] + 0.01,
+             "starts": 6}
+    true_map.doubt_ = doubt
+    with pytest.raises(CheckFailed, match=r"is in doubt \(it stands .* none of the fit's other 5 starts reached the "
+                                          r"same map; with 1,000 x 1,000 vectors, more rows per side"):
+        _check(clear_case, None)
+    forced = check_map(true_map, src, tgt, src.sample(1000, seed=0), tgt.sample(1000, seed=1), seed=0, force=True,
+                       what="the unsupervised alignment (mini-vec2vec)", advice="give seed pairs")
+    assert not forced["passed"] and forced["doubt"] == doubt and "short of the" in forced["reason"]
+    true_map.doubt_ = {**doubt, "clear_gain": plain["gain"] - 0.01}   # its own rows clear the bar: no doubt left
+    assert _check(clear_case, None)["passed"]
+    true_map.doubt_ = None

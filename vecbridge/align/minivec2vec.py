@@ -277,6 +277,12 @@ class MiniVec2Vec(LinearTransform):
         map reproduces it: sends at least ``REPRODUCTION_MIN`` of the judged rows to the same nearest target row
         (ours: independent starts reach the true map again, wrong ones did not reach each other's on either corpus;
         docs/design.md). Such a start ends the search; False: the gain rule alone.
+    confirm_starts : int, default 2
+        Ours: when the search ends on a start that passed the gain rule only narrowly (below ``restart_margin *
+        GAIN_MIN``) and no other start reproduced it, up to this many more starts (the schedule continued) look for
+        one that does. A narrow pass none reproduces is kept but recorded in ``doubt_``, and
+        :func:`vecbridge.pairing.learned.check_map` refuses it: the best of several starts can clear the gain rule
+        by chance where the rows are few (a 2,500-row fit of top-1 0.28 did). 0: no extra starts.
     vecmap_sample, vecmap_iter : int, default 3000, 100
         Rows per side and self-learning iterations of a VecMap start.
     polish_iter, polish_sample : int, default 10, 5000
@@ -303,6 +309,8 @@ class MiniVec2Vec(LinearTransform):
         start: its share with each earlier start compared).
     confirmation_ : None, or the evidence that an independent start reproduced the kept one (``start``, ``by``,
         ``reproduction``); ``procrustes_`` carries it to :func:`vecbridge.pairing.learned.check_map`.
+    doubt_ : None, or why the kept start is in doubt: it passed the gain rule only narrowly (``gain`` below
+        ``clear_gain``) and none of the other ``starts`` reproduced it; ``procrustes_`` carries it to ``check_map``.
     anchors_src_, anchors_tgt_, qap_scores_, n_pairs_ : the matched centroids, each run's assignment objective, the
         number of pseudo-pairs of the initial Procrustes.
     refine1_n_iter_, refine1_objective_, refine1_probe_cosine_, kmeans_consistency_, polish_objective_,
@@ -322,7 +330,7 @@ class MiniVec2Vec(LinearTransform):
         "restart_margin": Real(0), "vecmap_sample": Integer(20), "vecmap_iter": Integer(0), "polish_iter": Integer(0),
         "polish_sample": Integer(20), "polish_stochastic_iter": Integer(0), "polish_keep": Real(0, 1, low_open=True),
         "polish_interval": Integer(1), "transport_iter": Integer(0), "transport_beta": Real(0, low_open=True),
-        "n_jobs": optional(Integer(1)), "confirm": Boolean(),
+        "n_jobs": optional(Integer(1)), "confirm": Boolean(), "confirm_starts": Integer(0),
     }
 
     def __init__(self, n_runs: int = 30, n_clusters: int = 20, qap_restarts: int = 30, qap_solver: str = "2opt",
@@ -335,7 +343,8 @@ class MiniVec2Vec(LinearTransform):
                  restart_margin: float = 1.5, vecmap_sample: int = 3000, vecmap_iter: int = 100,
                  polish_iter: int = 10, polish_sample: int = 5000, polish_stochastic_iter: int = 0,
                  polish_keep: float = 0.1, polish_interval: int = 3, transport_iter: int = 10,
-                 transport_beta: float = 20.0, n_jobs: int | None = 2, confirm: bool = True):
+                 transport_beta: float = 20.0, n_jobs: int | None = 2, confirm: bool = True,
+                 confirm_starts: int = 2):
         self.n_runs = n_runs
         self.n_clusters = n_clusters
         self.qap_restarts = qap_restarts
@@ -371,6 +380,7 @@ class MiniVec2Vec(LinearTransform):
         self.transport_beta = transport_beta
         self.n_jobs = n_jobs
         self.confirm = confirm
+        self.confirm_starts = confirm_starts
 
     # --- checks -----------------------------------------------------------------------------------------------------
     def _validate_params(self):
@@ -457,13 +467,30 @@ class MiniVec2Vec(LinearTransform):
             return self._start(i, *schedule[i], A, B, *streams[i], diag[i], judge, stop)
 
         if not decide(start(0)):
-            self._later_starts(start, decide, len(schedule))
+            self._later_starts(start, decide, range(1, len(schedule)))
+        if judge is not None and self.confirm and self.confirm_starts and self._narrow(self._kept(done)):
+            # a narrow pass nothing reproduced: more starts (the schedule continued, streams drawn as a longer
+            # search would draw them next) look for one that reproduces it or passes clearly
+            more = self._schedule(len(schedule) + self.confirm_starts)[len(schedule):]
+            streams += [tuple(rng.spawn(2)) for _ in more]
+            diag += list(rng.spawn(len(more)))
+            first = len(schedule)
+            schedule = schedule + more
+
+            def settled(result) -> bool:
+                decide(result)
+                return not self._narrow(self._kept(done))
+
+            self._later_starts(start, settled, range(first, len(schedule)))
         lap.restart()
-        W, state, chosen = max(done, key=lambda d: _restart_key(d[2]))    # the first of equals, as a search keeps
+        W, state, chosen = self._kept(done)
         self._restore_run_state(state)
         self.restart_ = int(chosen["restart"])
         self.init_ = chosen["init"]
-        self.validation_ = self.confirmation_ = None
+        self.validation_ = self.confirmation_ = self.doubt_ = None
+        if judge is not None and self.confirm and self._narrow((W, state, chosen)):
+            self.doubt_ = {"start": f"{chosen['init']} start #{chosen['restart']}", "gain": round(chosen["gain"], 4),
+                           "clear_gain": round(self.restart_margin * GAIN_MIN, 4), "starts": len(done)}
         if judge is not None:
             self.validation_ = {k: chosen.get(k) for k in ("score", "gain", "agreement", "passed", "confirmed_by",
                                                            "reproduction")}
@@ -474,11 +501,24 @@ class MiniVec2Vec(LinearTransform):
                                       "reproduction": round(float(chosen["reproduction"]), 4)}
         return W, judge is None or _restart_key(chosen)[0] == 1
 
-    def _later_starts(self, start, decide, n_starts: int):
-        """Starts 1, 2, ... until ``decide`` stops the search: side by side with ``n_jobs > 1`` (one BLAS thread
+    def _kept(self, done: list) -> tuple:
+        """The start a search keeps among ``done`` (``(W, state, record)``): :func:`_restart_key`'s best, the first
+        of equals; where that one is a narrow pass no start reproduced, the best start another one reproduced."""
+        best = max(done, key=lambda d: _restart_key(d[2]))
+        sure = [d for d in done if d[2].get("confirmed_by") is not None]
+        return max(sure, key=lambda d: _restart_key(d[2])) if sure and self._narrow(best) else best
+
+    def _narrow(self, kept: tuple) -> bool:
+        """A kept start that passed the gain rule, but not by ``restart_margin``, and that no other start
+        reproduced."""
+        record = kept[2]
+        return bool(record.get("passed")) and record.get("confirmed_by") is None and \
+            record["gain"] < self.restart_margin * GAIN_MIN
+
+    def _later_starts(self, start, decide, rest: range):
+        """The starts ``rest`` until ``decide`` stops the search: side by side with ``n_jobs > 1`` (one BLAS thread
         each; results taken in schedule order, so it stops where one after another would); unneeded starts stop at
         their next check."""
-        rest = range(1, n_starts)
         with contextlib.ExitStack() as side_by_side:
             workers = min(self._workers(), len(rest))
             if workers > 1:
@@ -613,12 +653,13 @@ class MiniVec2Vec(LinearTransform):
     def _workers(self) -> int:
         return max(1, min(int(self.n_jobs or 1), os.cpu_count() or 1))
 
-    def _schedule(self) -> list:
-        """``(init, n_clusters)`` of every start, in order: the paper's start first; ``"auto"`` then alternates
-        two VecMap starts and a centroid matching with other cluster counts (1.5x, 1x, 2x ``n_clusters``)."""
+    def _schedule(self, n_starts: int | None = None) -> list:
+        """``(init, n_clusters)`` of the first ``n_starts`` starts (default ``n_restarts``), in order: the paper's
+        start first; ``"auto"`` then alternates two VecMap starts and a centroid matching with other cluster counts
+        (1.5x, 1x, 2x ``n_clusters``)."""
         counts = [self.n_clusters, int(round(1.5 * self.n_clusters)), self.n_clusters, 2 * self.n_clusters]
         out, c = [], 0
-        for i in range(self.n_restarts):
+        for i in range(self.n_restarts if n_starts is None else n_starts):
             if self.init == "vecmap" or (self.init == "auto" and i % 3 != 0):
                 out.append(("vecmap", None))
             else:
@@ -777,6 +818,7 @@ class MiniVec2Vec(LinearTransform):
         op.rank_ = int(np.sum(svals > svals[0] * max(R.shape) * np.finfo(float).eps))
         op.is_projection_ = self.n_features_in_ > self.n_features_out_
         op.confirmation_ = getattr(self, "confirmation_", None)
+        op.doubt_ = getattr(self, "doubt_", None)
         return op
 
     # --- applying -------------------------------------------------------------------------------------------------

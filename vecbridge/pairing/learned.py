@@ -108,6 +108,16 @@ def check_map(transform, source: Collection, target: Collection, used_source: Ve
     X, Y, in_sample = validation_samples(source, target, used_source, used_target, seed=seed)
     v = validate_map(transform, X, Y, random_state=seed, confirmation=getattr(transform, "confirmation_", None))
     record = {**v.as_dict(), "rows": "the fit's own rows" if in_sample else "rows the fit did not read"}
+    doubt = getattr(transform, "doubt_", None)
+    if v.passed and doubt and v.confirmation is None and v.gain < doubt["clear_gain"]:
+        # the best of several starts passed narrowly and no other start reached it: chance, where rows are few
+        reason = (f"it stands {v.gain:+.3f} above refined random maps, short of the {doubt['clear_gain']:.3f} of a "
+                  f"clear pass, and none of the fit's other {doubt['starts'] - 1} starts reached the same map")
+        record.update(passed=False, reason=reason, doubt=dict(doubt))
+        if not force:
+            raise CheckFailed(f"{what} is in doubt ({reason}; with {len(used_source):,} x {len(used_target):,} "
+                              f"vectors, more rows per side make the fit surer); {advice}; nothing was written "
+                              f"(--force keeps it anyway, marked as failed)")
     if not v.passed and not force:
         raise CheckFailed(f"{what} failed validation (score {v.score:.2f} < {v.threshold:.2f}: {v.reason}); "
                           f"{advice}; nothing was written (--force keeps it anyway, marked as failed)")
