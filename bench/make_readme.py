@@ -297,7 +297,7 @@ def text_gone(d: dict) -> dict:
                   "top-20 principal directions lined up (fitted / true)"], gap)
     small = []
     for r in sorted((r for r in d["rows"] if r["mode"].startswith("unsupervised, ")),
-                    key=lambda r: (r["corpus"] != "wordnet", r["corpus"], r["pair"], r["seed"])):
+                    key=lambda r: (-r["rows"], r["corpus"] != "wordnet", r["corpus"], r["pair"], r["seed"])):
         if r["accepted"]:
             verdict = "accepted" + (f", confirmed by {r['confirmation']['by']}" if r.get("confirmation") else "")
         else:

@@ -273,7 +273,7 @@ def test_starts_side_by_side_keep_what_one_after_another_keeps(small):
 
     A, B, _, _ = small
     kw = dict(FAST, n_restarts=4, init="auto", restart_margin=100.0, vecmap_sample=500, vecmap_iter=10,
-              polish_iter=3)
+              polish_iter=3, confirm_below=0)
     with threadpool_limits(1):   # the side-by-side starts run on one BLAS thread each; so does the rest here
         one = MiniVec2Vec(random_state=0, n_jobs=1, **kw).fit(A, B)
         two = MiniVec2Vec(random_state=0, n_jobs=2, **kw).fit(A, B)
@@ -310,7 +310,8 @@ def test_a_start_abandoned_by_the_search_stops_at_its_first_check(small):
 
 def test_a_clear_pass_stops_the_restarts_early(small):
     A, B, _, _ = small
-    est = MiniVec2Vec(random_state=0, **dict(FAST, n_restarts=4, init="auto", restart_margin=0.0)).fit(A, B)
+    est = MiniVec2Vec(random_state=0, **dict(FAST, n_restarts=4, init="auto", restart_margin=0.0,
+                                             confirm_below=0)).fit(A, B)
     assert len(est.restarts_) == 1 and est.restart_ == 0 and est.restarts_[0]["passed"]
 
 

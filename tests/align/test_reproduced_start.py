@@ -27,7 +27,7 @@ pytestmark = pytest.mark.usefixtures("reuse_nulls")
 
 FAST = dict(n_runs=5, qap_restarts=10, n_neighbors=10, refine1_iter=4, refine1_tol=0, refine1_neighbors=1,
             refine2_clusters=50, init="auto", restart_margin=100.0, vecmap_sample=500, vecmap_iter=10, polish_iter=2,
-            polish_sample=600, transport_iter=2)
+            polish_sample=600, transport_iter=2, confirm_below=0)
 GREY = 0.7 * GAIN_MIN          # a gain short of the rule, above a confirmed map's floor
 
 
@@ -125,21 +125,25 @@ def _mixture(n, rng, centres, scales):
         np.float32)
 
 
-@pytest.fixture(scope="module")
-def grey_case(tmp_path_factory):
-    """An anisotropic Gaussian mixture (12 weakly separated clusters in 32-d), the target an independent sample
-    rotated by Q plus noise: the true map stands only ~0.04 above refined random maps (GAIN_MIN 0.045)."""
-    rng = np.random.default_rng(0)
+def _rotated_mixture(root, seed: int, noise: float):
+    """Two collections of an anisotropic Gaussian mixture (12 weakly separated clusters in 32-d), the target an
+    independent sample rotated by Q plus ``noise``, and the true map (Procrustes on a third sample and its image)."""
+    rng = np.random.default_rng(seed)
     scales = np.exp(-np.arange(32) / 8)
     centres = rng.normal(size=(12, 32)) * scales * 1.3
     Q = np.linalg.qr(rng.normal(size=(32, 32)))[0].astype(np.float32)
     A = _mixture(1000, rng, centres, scales)
-    B = _mixture(1000, rng, centres, scales) @ Q + 0.3 * rng.normal(size=(1000, 32)).astype(np.float32)
+    B = _mixture(1000, rng, centres, scales) @ Q + noise * rng.normal(size=(1000, 32)).astype(np.float32)
     P = _mixture(1000, rng, centres, scales)
-    root = tmp_path_factory.mktemp("grey")
     src = write_collection(f"file://{root}/a", [f"a{i}" for i in range(1000)], A)
     tgt = write_collection(f"file://{root}/b", [f"b{i}" for i in range(1000)], B)
     return src, tgt, OrthogonalProcrustes(center=False).fit(P, P @ Q)
+
+
+@pytest.fixture(scope="module")
+def grey_case(tmp_path_factory):
+    """Noisy enough that the true map stands only ~0.04 above refined random maps (GAIN_MIN 0.045)."""
+    return _rotated_mixture(tmp_path_factory.mktemp("grey"), 0, 0.3)
 
 
 def _check(case, confirmation):
@@ -174,7 +178,7 @@ def test_a_narrow_pass_nothing_reproduces_runs_more_starts_then_is_in_doubt(plan
     assert [r["init"] for r in est.restarts_] == ["centroids", "vecmap", "vecmap", "centroids"]
     assert est.restart_ == 0 and est.confirmation_ is None
     assert est.doubt_ == {"start": "centroids start #0", "gain": round(NARROW, 4),
-                          "clear_gain": round(1.5 * GAIN_MIN, 4), "starts": 4}
+                          "clear_gain": round(1.5 * GAIN_MIN, 4), "starts": 4, "rows": len(planted[0])}
     assert est.procrustes_.doubt_ == est.doubt_
 
 
@@ -200,18 +204,8 @@ def test_no_extra_starts_where_the_search_passes_clearly_or_confirm_starts_is_ze
 
 @pytest.fixture(scope="module")
 def clear_case(tmp_path_factory):
-    """The grey case's mixture with little noise: the true map passes validation on its own."""
-    rng = np.random.default_rng(1)
-    scales = np.exp(-np.arange(32) / 8)
-    centres = rng.normal(size=(12, 32)) * scales * 1.3
-    Q = np.linalg.qr(rng.normal(size=(32, 32)))[0].astype(np.float32)
-    A = _mixture(1000, rng, centres, scales)
-    B = _mixture(1000, rng, centres, scales) @ Q + 0.02 * rng.normal(size=(1000, 32)).astype(np.float32)
-    P = _mixture(1000, rng, centres, scales)
-    root = tmp_path_factory.mktemp("clear")
-    src = write_collection(f"file://{root}/a", [f"a{i}" for i in range(1000)], A)
-    tgt = write_collection(f"file://{root}/b", [f"b{i}" for i in range(1000)], B)
-    return src, tgt, OrthogonalProcrustes(center=False).fit(P, P @ Q)
+    """Little noise: the true map passes validation on its own."""
+    return _rotated_mixture(tmp_path_factory.mktemp("clear"), 1, 0.02)
 
 
 def test_check_map_refuses_a_map_in_doubt_below_a_clear_pass_and_marks_it_when_forced(clear_case):
@@ -223,12 +217,52 @@ def test_check_map_refuses_a_map_in_doubt_below_a_clear_pass_and_marks_it_when_f
     doubt = {"start": "vecmap start #2", "gain": round(plain["gain"], 4), "clear_gain": plain["gain"] + 0.01,
              "starts": 6}
     true_map.doubt_ = doubt
-    with pytest.raises(CheckFailed, match=r"is in doubt \(it stands .* none of the fit's other 5 starts reached the "
-                                          r"same map; with 1,000 x 1,000 vectors, more rows per side"):
+    with pytest.raises(CheckFailed, match=r"is in doubt \(it stands .* short of the .* none of the fit's other 5 "
+                                          r"starts reached it; with 1,000 x 1,000 vectors, more rows per side"):
         _check(clear_case, None)
     forced = check_map(true_map, src, tgt, src.sample(1000, seed=0), tgt.sample(1000, seed=1), seed=0, force=True,
                        what="the unsupervised alignment (mini-vec2vec)", advice="give seed pairs")
     assert not forced["passed"] and forced["doubt"] == doubt and "short of the" in forced["reason"]
-    true_map.doubt_ = {**doubt, "clear_gain": plain["gain"] - 0.01}   # its own rows clear the bar: no doubt left
-    assert _check(clear_case, None)["passed"]
+    true_map.doubt_ = {**doubt, "clear_gain": plain["gain"] - 0.01}   # its gain clears the bar, on the fit's rows:
+    with pytest.raises(CheckFailed, match="is in doubt"):               # not enough
+        _check(clear_case, None)
+
+    def fresh():   # a fit that read 200 rows a side: the other 800 judge it
+        return check_map(true_map, src, tgt, src.sample(200, seed=0), tgt.sample(200, seed=1), seed=0, force=False,
+                         what="the unsupervised alignment (mini-vec2vec)", advice="give seed pairs")
+
     true_map.doubt_ = None
+    unseen = fresh()
+    assert unseen["passed"] and unseen["rows"] == "rows the fit did not read"
+    true_map.doubt_ = {**doubt, "clear_gain": unseen["gain"] - 0.01}      # rows it did not read clear the bar
+    assert fresh()["passed"]
+    true_map.doubt_ = {**doubt, "clear_gain": unseen["gain"] + 0.01}
+    with pytest.raises(CheckFailed, match="is in doubt"):
+        fresh()
+    true_map.doubt_ = None
+
+
+def test_with_few_rows_a_clear_pass_counts_only_when_another_start_reproduces_it(planted, monkeypatch):
+    """Fewer rows a side than ``confirm_below``: a clear first pass does not end the search; the next start that
+    reproduces it does, and a clear pass that nothing reproduces is in doubt whatever its gain (``check_map`` then
+    refuses it: no gain clears it)."""
+    few = dict(FAST, n_restarts=2, restart_margin=1.5, confirm_below=len(planted[0]) + 1)
+    _grey_judge(monkeypatch, [2 * GAIN_MIN, 2 * GAIN_MIN])
+    est = MiniVec2Vec(random_state=0, **few).fit(*planted)
+    assert len(est.restarts_) == 2 and est.restarts_[1]["confirmed_by"] == 0 and est.doubt_ is None
+    _grey_judge(monkeypatch, [2 * GAIN_MIN, 0.3 * GAIN_MIN])
+    est = MiniVec2Vec(random_state=0, **few).fit(*planted)
+    assert len(est.restarts_) == 4 and est.confirmation_ is None
+    assert est.doubt_["clear_gain"] is None and est.doubt_["rows"] == len(planted[0]) and est.doubt_["starts"] == 4
+
+
+def test_check_map_refuses_a_map_in_doubt_for_few_rows_whatever_its_gain(clear_case):
+    src, tgt, true_map = clear_case
+    true_map.confirmation_ = None
+    true_map.doubt_ = {"start": "centroids start #0", "gain": 0.09, "clear_gain": None, "starts": 4, "rows": 1000}
+    try:
+        with pytest.raises(CheckFailed, match="with so few rows a side a pass needs another start to reach the same "
+                                              "map, and none of the fit's other 3 starts reached it"):
+            _check(clear_case, None)
+    finally:
+        true_map.doubt_ = None

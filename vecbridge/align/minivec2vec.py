@@ -283,6 +283,10 @@ class MiniVec2Vec(LinearTransform):
         one that does. A narrow pass none reproduces is kept but recorded in ``doubt_``, and
         :func:`vecbridge.pairing.learned.check_map` refuses it: the best of several starts can clear the gain rule
         by chance where the rows are few (a 2,500-row fit of top-1 0.28 did). 0: no extra starts.
+    confirm_below : int, default 2500
+        Ours: with fewer rows a side than this, every pass is narrow: it counts only when another start reproduces it
+        (on 1,000 rows a side, wrong starts cleared even ``restart_margin * GAIN_MIN`` on the fit's own rows and
+        never reproduced each other). 0: off.
     vecmap_sample, vecmap_iter : int, default 3000, 100
         Rows per side and self-learning iterations of a VecMap start.
     polish_iter, polish_sample : int, default 10, 5000
@@ -331,6 +335,7 @@ class MiniVec2Vec(LinearTransform):
         "polish_sample": Integer(20), "polish_stochastic_iter": Integer(0), "polish_keep": Real(0, 1, low_open=True),
         "polish_interval": Integer(1), "transport_iter": Integer(0), "transport_beta": Real(0, low_open=True),
         "n_jobs": optional(Integer(1)), "confirm": Boolean(), "confirm_starts": Integer(0),
+        "confirm_below": Integer(0),
     }
 
     def __init__(self, n_runs: int = 30, n_clusters: int = 20, qap_restarts: int = 30, qap_solver: str = "2opt",
@@ -344,7 +349,7 @@ class MiniVec2Vec(LinearTransform):
                  polish_iter: int = 10, polish_sample: int = 5000, polish_stochastic_iter: int = 0,
                  polish_keep: float = 0.1, polish_interval: int = 3, transport_iter: int = 10,
                  transport_beta: float = 20.0, n_jobs: int | None = 2, confirm: bool = True,
-                 confirm_starts: int = 2):
+                 confirm_starts: int = 2, confirm_below: int = 2500):
         self.n_runs = n_runs
         self.n_clusters = n_clusters
         self.qap_restarts = qap_restarts
@@ -381,6 +386,7 @@ class MiniVec2Vec(LinearTransform):
         self.n_jobs = n_jobs
         self.confirm = confirm
         self.confirm_starts = confirm_starts
+        self.confirm_below = confirm_below
 
     # --- checks -----------------------------------------------------------------------------------------------------
     def _validate_params(self):
@@ -445,6 +451,7 @@ class MiniVec2Vec(LinearTransform):
         if min(len(A), len(B)) < MIN_ROWS:
             schedule = schedule[:1]          # too few rows to validate: one start, no choice to make
         judge = _Judge(A, B, rng.spawn(1)[0], self.backend) if len(schedule) > 1 else None
+        self._few = bool(self.confirm and min(len(A), len(B)) < self.confirm_below)
         if judge is not None:
             lap("validation")
         # every start's random streams, drawn up front in the order a one-after-another search draws them, so that
@@ -461,6 +468,8 @@ class MiniVec2Vec(LinearTransform):
             self.restarts_.append(record)
             newly = (judge is not None and self.confirm and _confirm(record, W, [(d[0], d[2]) for d in done], judge))
             done.append((W, state, record))
+            if self._few:    # few rows: only a reproduced pass settles the search
+                return judge is None or newly or (record["passed"] and record.get("confirmed_by") is not None)
             return judge is None or newly or (record["passed"] and record["gain"] >= self.restart_margin * GAIN_MIN)
 
         def start(i, stop=None):
@@ -490,7 +499,8 @@ class MiniVec2Vec(LinearTransform):
         self.validation_ = self.confirmation_ = self.doubt_ = None
         if judge is not None and self.confirm and self._narrow((W, state, chosen)):
             self.doubt_ = {"start": f"{chosen['init']} start #{chosen['restart']}", "gain": round(chosen["gain"], 4),
-                           "clear_gain": round(self.restart_margin * GAIN_MIN, 4), "starts": len(done)}
+                           "clear_gain": None if self._few else round(self.restart_margin * GAIN_MIN, 4),
+                           "starts": len(done), "rows": int(min(len(A), len(B)))}
         if judge is not None:
             self.validation_ = {k: chosen.get(k) for k in ("score", "gain", "agreement", "passed", "confirmed_by",
                                                            "reproduction")}
@@ -513,7 +523,7 @@ class MiniVec2Vec(LinearTransform):
         reproduced."""
         record = kept[2]
         return bool(record.get("passed")) and record.get("confirmed_by") is None and \
-            record["gain"] < self.restart_margin * GAIN_MIN
+            (self._few or record["gain"] < self.restart_margin * GAIN_MIN)
 
     def _later_starts(self, start, decide, rest: range):
         """The starts ``rest`` until ``decide`` stops the search: side by side with ``n_jobs > 1`` (one BLAS thread
@@ -645,6 +655,7 @@ class MiniVec2Vec(LinearTransform):
         return W, run._run_state(), record, lap.seconds
 
     _stop = None   # the event a start running beside others checks (set on its copy of the estimator)
+    _few = False   # fewer rows a side than ``confirm_below``: a pass counts only when reproduced
 
     def _check_stop(self):
         if self._stop is not None and self._stop.is_set():

@@ -109,10 +109,14 @@ def check_map(transform, source: Collection, target: Collection, used_source: Ve
     v = validate_map(transform, X, Y, random_state=seed, confirmation=getattr(transform, "confirmation_", None))
     record = {**v.as_dict(), "rows": "the fit's own rows" if in_sample else "rows the fit did not read"}
     doubt = getattr(transform, "doubt_", None)
-    if v.passed and doubt and v.confirmation is None and v.gain < doubt["clear_gain"]:
-        # the best of several starts passed narrowly and no other start reached it: chance, where rows are few
-        reason = (f"it stands {v.gain:+.3f} above refined random maps, short of the {doubt['clear_gain']:.3f} of a "
-                  f"clear pass, and none of the fit's other {doubt['starts'] - 1} starts reached the same map")
+    few = doubt is not None and doubt.get("clear_gain") is None
+    if v.passed and doubt and v.confirmation is None and (few or in_sample or v.gain < doubt["clear_gain"]):
+        # the best of several starts passed narrowly and no other start reached it: chance, where rows are few;
+        # only rows the fit did not read may clear it (on its own rows the polish lifts a wrong map's gain too)
+        bar = ("with so few rows a side a pass needs another start to reach the same map" if few else
+               f"short of the {doubt['clear_gain']:.3f} of a clear pass")
+        reason = (f"it stands {v.gain:+.3f} above refined random maps, {bar}, and none of the fit's other "
+                  f"{doubt['starts'] - 1} starts reached it")
         record.update(passed=False, reason=reason, doubt=dict(doubt))
         if not force:
             raise CheckFailed(f"{what} is in doubt ({reason}; with {len(used_source):,} x {len(used_target):,} "
