@@ -140,7 +140,11 @@ def test_the_token_is_asked_for_and_never_shown(service):
     assert TOKEN not in log and "Traceback" not in log
 
 
-def test_metrics_count_requests_and_show_the_stage(service):
+def test_metrics_count_requests_and_show_the_stage(service, sample):
+    # the requests counted below, made here: with the tests spread over workers, no other test's may reach this service
+    assert service.call("/v1/embeddings", {"input": _texts(sample, 50, 2)})[0] == 200
+    assert service.call("/v1/embeddings", {"input": "x"}, token="wrong-token")[0] == 401
+    assert service.call("/search", {"texts": _texts(sample, 52, 2), "k": 3})[0] == 200
     assert service.call("/metrics", token=None)[0] == 401
     status, text, headers = service.call("/metrics")
     assert status == 200 and headers["content-type"].startswith("text/plain")
