@@ -29,17 +29,20 @@ WORDNET = ROOT.parent / "shared" / "data" / "wordnet" / "items.jsonl"
 CPU_PRECISION, CPU_BATCH = "fp32", 32
 
 
-def texts(n: int) -> tuple[list[str], str]:
-    if WORDNET.exists():
-        with WORDNET.open(encoding="utf-8") as fh:
+def texts(n: int, path: str | None = None) -> tuple[list[str], str]:
+    """The first ``n`` documents (repeated where there are fewer) of a JSONL file of items with a "doc" field: the
+    one given, else WordNet's glosses (../shared/data, else the bundled sample)."""
+    chosen = Path(path) if path else WORDNET if WORDNET.exists() else None
+    if chosen is not None:
+        with chosen.open(encoding="utf-8") as fh:
             docs = [json.loads(line)["doc"] for line in fh]
-        source = "../shared/data/wordnet/items.jsonl"
+        source = str(path) if path else "../shared/data/wordnet/items.jsonl"
     else:
         from vecbridge.sample import load_wordnet_sample
 
         docs, source = [it["doc"] for it in load_wordnet_sample().items], "the bundled sample"
     docs = (docs * (n // len(docs) + 1))[:n]
-    return docs, f"the first {n:,} WordNet glosses of {source}"
+    return docs, f"the first {n:,} documents of {source}"
 
 
 def models(extra: list[str]) -> dict[str, str]:
@@ -87,6 +90,9 @@ def main(argv=None) -> int:
                     help="batch sizes [default: 32 64 128 256 512 on a GPU, 16 32 64 on the CPU]")
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--model", action="append", default=[], help="also this local model directory (repeatable)")
+    ap.add_argument("--texts", default=None, help="a JSONL file of items with a \"doc\" field [default: WordNet's "
+                    "glosses]")
+    ap.add_argument("--name", default=None, help="what the texts are called in the results [default: the file]")
     ap.add_argument("--out", default=str(ROOT / "bench" / "results" / "gpu_embed.json"))
     args = ap.parse_args(argv)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -97,13 +103,15 @@ def main(argv=None) -> int:
     n = args.n or (20_000 if gpu else 512)
     batches = args.batches or ([32, 64, 128, 256, 512] if gpu else [16, 32, 64])
     precisions = ["fp32", "fp16"] if gpu else ["fp32"]
-    docs, described = texts(max(n, args.cpu_n))
+    docs, described = texts(max(n, args.cpu_n), args.texts)
+    if args.name:
+        described = f"the first {max(n, args.cpu_n):,} documents of {args.name}"
     import torch
 
     result = {"device": device, "gpu": torch.cuda.get_device_name(0) if device.startswith("cuda") else None,
               "torch": torch.__version__, "cpu_threads": torch.get_num_threads(), "cores": os.cpu_count(),
               "load_average": os.getloadavg()[0], "python": platform.python_version(), "texts": described,
-              "repeats": args.repeats, "models": []}
+              "mean_chars": sum(map(len, docs[:n])) / n, "repeats": args.repeats, "models": []}
     for name, path in models(args.model).items():
         print(f"{name}: CPU reference ({CPU_PRECISION}, batch {CPU_BATCH}, {args.cpu_n:,} texts)", flush=True)
         cpu = measure(path, docs[:args.cpu_n], device="cpu", precision=CPU_PRECISION, batch=CPU_BATCH,

@@ -772,7 +772,7 @@ def gpu_embed(d: dict) -> dict:
             rows.append([m["model"], r["device"] + (" (CPU reference)" if r.get("reference") else ""),
                          r["precision"], r["batch"], f"{r['texts']:,}", f"{r['texts_per_s']:,.0f} ({runs})",
                          "1.0x" if r["vs_cpu"] is None else f"{r['vs_cpu']:.1f}x",
-                         "" if cos is None else f"{cos:.5f}"])
+                         "" if cos is None else f"{cos:.6f}"])
     return {"throughput": table(["model", "device", "precision", "batch", "texts", "texts/s (runs)", "vs CPU",
                                  "lowest cosine to fp32"], rows)}
 
@@ -862,7 +862,7 @@ RENDERERS = {"serve": serve, "align_real": align_real, "geh": geh, "geh_calibrat
              "rowwise": rowwise,
              "report_calibration": report_calibration, "connectors": connectors,
              "upgrade_curve": upgrade_curve, "map_validation": map_validation, "ray_scale": ray_scale,
-             "record_stamps": record_stamps, "upgrade_stamps": upgrade_stamps, "cascade": cascade, "gpu_embed": gpu_embed,
+             "record_stamps": record_stamps, "upgrade_stamps": upgrade_stamps, "cascade": cascade, "gpu_embed": gpu_embed, "gpu_embed_cuda": gpu_embed,
              "continuous_refit": continuous_refit, "zipf_priorities": zipf_priorities,
              "plan_calibration": plan_calibration}
 

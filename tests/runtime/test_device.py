@@ -234,3 +234,32 @@ def test_link_and_search_say_how_fast_their_model_ran(tmp_path, sample):
             "--rerank-model", LOOKUP, "--candidates", 20, "-k", 3)
     assert r.exit_code == 0, r.output
     assert "embedded " in r.output and "texts/s" in r.output
+
+
+def test_a_pass_is_the_batch_given_else_the_devices(gpu, fake_library):
+    assert ModelOptions("auto").texts_per_pass(fake_library) == 256
+    assert ModelOptions("cpu").texts_per_pass(fake_library) == 32
+    assert ModelOptions("auto", 100).texts_per_pass(fake_library) == 100
+    assert ModelOptions("auto").texts_per_pass(LOOKUP) is None and ModelOptions("cuda", 8).texts_per_pass(LOOKUP) == 8
+
+
+def test_reembed_hands_the_model_batches_as_large_as_its_pass(tmp_path, sample, monkeypatch):
+    """Records per batch: 64, or the model's pass where larger (on a GPU, 256: smaller calls leave it idle), or
+    ``--batch-size``; each batch is one call to the model."""
+    seen = []
+    import tests.embedders as embedders
+
+    monkeypatch.setattr(embedders, "spy", lambda texts: seen.append(len(texts)) or embedders.mpnet_lookup(texts),
+                        raising=False)
+    old = write_collection(f"file://{tmp_path}/old", sample.ids[:400], sample.docs_old[:400],
+                           [{"text": it["doc"]} for it in sample.items[:400]])
+    state = tmp_path / "u.upgrade.sqlite"
+    r = run("upgrade", "start", old.url, "--to-model", "tests.embedders:spy", "--to", f"file://{tmp_path}/new",
+            "--state", state, "--fit-sample", 60)
+    assert r.exit_code == 0, r.output
+    for args, calls in ((["--limit", 150, "--model-batch-size", 100], [100, 50]), (["--limit", 100], [64, 36]),
+                        (["--limit", 60, "--batch-size", 30, "--model-batch-size", 100], [30, 30])):
+        seen.clear()
+        r = run("upgrade", "reembed", "--state", state, "--no-refit", *args)
+        assert r.exit_code == 0, r.output
+        assert seen == calls, args

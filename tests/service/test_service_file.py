@@ -57,7 +57,9 @@ def test_a_second_service_as_the_upstream_model(serve, upgrade, sample):
     assert status == 200 and [r["ids"] for r in doc["results"]] == ids
     assert same_bits([r["scores"] for r in doc["results"]], scores)
     status, doc, _ = front.call("/status")
-    assert doc["service"]["upstream"] == f"{MODEL} at {upstream.url}/v1"
+    assert doc["service"]["upstream"] == f"{MODEL} at {upstream.url}/v1" and doc["service"]["model_run"] is None
+    run = upstream.call("/status")[1]["service"]["model_run"]   # a function model: it runs where its code puts it
+    assert run["device"] is None and run["precision"] is None and {"texts", "seconds", "texts_per_s"} <= set(run)
 
     # the upstream's counts, added up over its two workers: every embeddings call made to it
     text = upstream.call("/metrics")[1]

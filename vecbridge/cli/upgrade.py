@@ -110,9 +110,9 @@ def upgrade_start(source_url, model, text_field, field, target_url, alignment_pa
               help="Order of re-embedding: a fixed shuffle; the mapped vectors expected to be worst (residual) or "
                    "attracting the most queries (hubs) first; the records a query log retrieves most (queries; "
                    "after `upgrade query-log`).")
-@click.option("--batch-size", type=POSITIVE_INT, default=64, show_default=True,
-              help="Records per batch: texts per call to the model and records per store write (on a GPU, give "
-                   "at least --model-batch-size, 256 by default there).")
+@click.option("--batch-size", type=POSITIVE_INT, default=None,
+              help="Records per batch: texts per call to the model and records per store write [default: 64, or "
+                   "the model's batch when larger: --model-batch-size, 256 on a GPU].")
 @click.option("--max-per-second", type=click.FloatRange(min=0, min_open=True), default=None,
               help="Rate limit (texts per second), e.g. for an API model.")
 @click.option("--price-per-1k", type=click.FloatRange(min=0), default=None,

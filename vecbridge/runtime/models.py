@@ -178,6 +178,15 @@ class ModelOptions:
     def __getstate__(self) -> dict:
         return {**self.__dict__, "loaded": []}
 
+    def texts_per_pass(self, spec: str) -> int | None:
+        """The texts model ``spec`` loaded here runs per forward pass: the batch size given, else the default of
+        the device it will run on (256 on a GPU, 32 on the CPU; None for a ``module:function``, which takes what
+        it is given). A job that hands the model its texts in chunks makes them at least this large, or a GPU
+        idles between small calls."""
+        if self.batch_size or _is_function(spec):
+            return self.batch_size
+        return CPU_BATCH if resolve_device(self.device) == "cpu" else GPU_BATCH
+
     def summary(self) -> dict | None:
         """The throughput of the models loaded here that embedded something (several: their texts and seconds
         added up), or None."""
@@ -207,6 +216,11 @@ def _batched(fn: Callable, batch_size: int | None) -> Callable[[list[str]], np.n
     return call
 
 
+def _is_function(spec: str) -> bool:
+    """``package.module:function`` (not a path, not a URL)."""
+    return ":" in spec and not Path(spec).exists() and not spec.startswith(("http:", "https:"))
+
+
 def load_model(spec: str, *, device: str | None = "auto", batch_size: int | None = None,
                precision: str | None = "auto") -> Model:
     """An embedding model from a spec.
@@ -220,7 +234,7 @@ def load_model(spec: str, *, device: str | None = "auto", batch_size: int | None
       ``batch_size`` texts per forward pass (default 256 on a GPU, 32 on the CPU); outputs are returned as the
       model produces them (no extra normalisation), exactly as they would be at serve time.
     """
-    if ":" in spec and not Path(spec).exists() and not spec.startswith(("http:", "https:")):
+    if _is_function(spec):
         module_name, _, fn_name = spec.partition(":")
         try:
             with _quiet_model_library(only_if_loaded=True):  # a module that loads a model when imported

@@ -130,7 +130,9 @@ class Backend:
     def status(self) -> dict:
         """The upgrade's status (as ``vecbridge upgrade status --json``), else what is served."""
         served = {"mode": self.mode, "model": self.model_name, "old_model": self.config.old_model,
-                  "upstream": getattr(self.model, "name", None) if self.config.upstream else None}
+                  "upstream": getattr(self.model, "name", None) if self.config.upstream else None,
+                  # where the local model runs and how fast it has embedded so far (an upstream one: None)
+                  "model_run": None if self.config.upstream else self.model.run()}
         if self.mode == "upgrade":
             return {**self._upgrade().status(), "service": served}
         space = self.space()

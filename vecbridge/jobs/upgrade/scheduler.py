@@ -37,13 +37,15 @@ from .sync import Syncing
 
 #: batches queued per Ray actor: one being embedded, the others on their way (hides the driver's round trips)
 IN_FLIGHT = 3
+#: records per batch when none is given, unless the model's forward pass is larger
+RECORDS_PER_BATCH = 64
 
 
 class Scheduling(Syncing):
     """:meth:`reembed` and :meth:`learn_queries`."""
 
     def reembed(self, *, limit: int | None = None, until: float | None = None, budget_seconds: float | None = None,
-                priority: str = "random", batch_size: int = 64, max_per_second: float | None = None,
+                priority: str = "random", batch_size: int | None = None, max_per_second: float | None = None,
                 price_per_1k: float | None = None, spend_cap: float | None = None,
                 on_progress: Callable[[int], None] | None = None,
                 on_start: Callable[[int], None] | None = None, engine=None,
@@ -62,8 +64,12 @@ class Scheduling(Syncing):
 
         ``models`` says where the model runs (each Ray actor chooses its own ``auto`` device); here, the result's
         ``model_run`` is its throughput. A model call gets at most ``batch_size`` texts, whatever the model's batch
-        size."""
+        size; without one, a batch is 64 records, or the model's forward pass where that is larger (256 on a GPU:
+        smaller calls leave it idle)."""
         self.run_models(models)
+        if batch_size is not None and batch_size < 1:
+            raise InputError("a batch is at least 1 record")
+        batch_size = batch_size or max(RECORDS_PER_BATCH, self.models.texts_per_pass(self.meta["model"]) or 0)
         if until is not None and not 0 < until <= 1:
             raise InputError("until is a fraction of the collection in (0, 1]")
         if spend_cap is not None and price_per_1k is None:
