@@ -125,7 +125,7 @@ def test_forced_failed_map_is_saved_marked_and_migrate_warns(stores, sample):
     assert "validation FAILED" in out_text
     art = Alignment.load(out)
     v, anchors = art.metadata["validation"], art.metadata["anchors"]
-    assert v["passed"] is False and v["score"] < v["threshold"] and v["reason"]
+    assert v["passed"] is False and v["score"] < v["threshold"] and v["reason"] and "note" not in v
     assert anchors["method"] == "unsupervised mini-vec2vec" and anchors["pseudo_pairs"] is True
     target = f"file://{stores['root']}/migrated_forced"
     r = run("migrate", stores["old"], "--alignment", out, "--to", target)
@@ -147,6 +147,8 @@ def test_fit_unsupervised_that_works_passes_validation(stores, sample):
     assert "from 1,500 pairs" not in text(r) and "without pairs" in text(r) and "validation passed" in text(r)
     art = Alignment.load(out)
     assert art.metadata["validation"]["passed"] is True and art.metadata["anchors"]["pseudo_pairs"] is True
+    # what an unpaired map costs, and what closes most of it, said beside the pass
+    assert "known id pairs (--pairs geh:FILE)" in art.metadata["validation"]["note"] and "note:" in text(r)
     target = f"file://{stores['root']}/migrated_works"
     r = run("migrate", stores["old"], "--alignment", out, "--to", target)
     assert r.exit_code == 0 and "warning:" not in r.output, r.output   # a validated map migrates without a warning

@@ -67,6 +67,7 @@ def test_unsupervised_start_without_texts_maps_every_record_for_good(spaces, tmp
     out = json.loads(r.output)
     assert out["counts"] == {"mapped": 0, "native": 0, "pending": 0, "no-text": N}, out["counts"]
     assert out["map_validation"]["passed"] and out["map_validation"]["score"] >= 1.0
+    assert "known id pairs (--pairs geh:FILE)" in out["map_validation"]["note"]
     assert out["texts_gone"] == "no texts: the mapped vectors are final"
     # every record written by the validated map, which finds most items' partners in the hidden rotation, and
     # stamped in the store as final

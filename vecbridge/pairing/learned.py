@@ -76,6 +76,10 @@ MIN_GROWN_LINKS = 50
 #: what to do about a map that fails validation (the end of the one-line error)
 ADVICE_UNSUPERVISED = ("the unsupervised alignment is likely wrong: give seed pairs (--pairs geh:FILE or file:PATH) or "
                        "re-embed a sample of texts with the new model (--pairs reembed --model NEW)")
+#: what a map fitted without any pair costs, said beside every one that passes (the gap measured on both developers'
+#: corpora, every sentence-encoder pair the validation accepted; GEH from 15 seeds left at most 0.012 of it)
+NOTE_UNSUPERVISED = ("a map fitted without pairs retrieves below one fitted on true pairs (Recall@10 0.03-0.09 lower "
+                     "on the corpora measured); 15-30 known id pairs (--pairs geh:FILE) close most of that")
 ADVICE_GEH = ("the links grown from the seeds are likely wrong: check that the seed pairs are true pairs, give more "
               "of them, or re-embed a sample of texts with the new model (--pairs reembed --model NEW)")
 
@@ -98,11 +102,11 @@ def validation_samples(source: Collection, target: Collection, used_source: Vect
 
 
 def check_map(transform, source: Collection, target: Collection, used_source: VectorBatch, used_target: VectorBatch,
-              *, seed: int, force: bool, what: str, advice: str) -> dict:
+              *, seed: int, force: bool, what: str, advice: str, note: str | None = None) -> dict:
     """Validate a map fitted without true pairs (:func:`vecbridge.align.validation.validate_map`, label-free) and
     refuse it with :class:`CheckFailed` when it fails, unless ``force``. A map the fit saw an independent start
     reproduce (its ``confirmation_``, set by ``MiniVec2Vec``) passes at the lower gain of a confirmed map, the reason
-    saying which start confirmed it. Returns the validation for the record."""
+    saying which start confirmed it. Returns the validation for the record, with ``note`` when the map passed."""
     from ..align.validation import validate_map
 
     X, Y, in_sample = validation_samples(source, target, used_source, used_target, seed=seed)
@@ -125,6 +129,8 @@ def check_map(transform, source: Collection, target: Collection, used_source: Ve
     if not v.passed and not force:
         raise CheckFailed(f"{what} failed validation (score {v.score:.2f} < {v.threshold:.2f}: {v.reason}); "
                           f"{advice}; nothing was written (--force keeps it anyway, marked as failed)")
+    if record["passed"] and note:
+        record["note"] = note
     return record
 
 
