@@ -109,6 +109,10 @@ def test_a_grey_start_no_other_start_confirms_is_refused(planted, monkeypatch):
     assert est.restart_ == 0 and _restart_key(est.restarts_[0])[0] == 0
     assert est.confirmation_ is None and est.procrustes_.confirmation_ is None
     assert "transport" not in est.stage_matrices_
+    # no start passed: the best failure is kept in doubt, for check_map (its polish may lift it past the rule)
+    assert est.doubt_ == {"start": "centroids start #0", "gain": round(GREY, 4), "clear_gain": round(100 * GAIN_MIN, 4),
+                          "starts": 3, "rows": 1000, "passed": False}
+    assert est.procrustes_.doubt_ == est.doubt_
 
 
 def test_confirm_false_keeps_the_gain_rule_alone(planted, monkeypatch):
@@ -178,7 +182,8 @@ def test_a_narrow_pass_nothing_reproduces_runs_more_starts_then_is_in_doubt(plan
     assert [r["init"] for r in est.restarts_] == ["centroids", "vecmap", "vecmap", "centroids"]
     assert est.restart_ == 0 and est.confirmation_ is None
     assert est.doubt_ == {"start": "centroids start #0", "gain": round(NARROW, 4),
-                          "clear_gain": round(1.5 * GAIN_MIN, 4), "starts": 4, "rows": len(planted[0])}
+                          "clear_gain": round(1.5 * GAIN_MIN, 4), "starts": 4, "rows": len(planted[0]),
+                          "passed": True}
     assert est.procrustes_.doubt_ == est.doubt_
 
 
@@ -266,3 +271,55 @@ def test_check_map_refuses_a_map_in_doubt_for_few_rows_whatever_its_gain(clear_c
             _check(clear_case, None)
     finally:
         true_map.doubt_ = None
+
+
+def test_check_map_refuses_the_polished_best_of_failed_starts_unless_unseen_rows_clear_it(clear_case):
+    """No start passed during the search; the polish lifted the best one past the gain rule on the fit's own rows
+    (a wrong map on 2,000 rows a side was accepted so)."""
+    src, tgt, true_map = clear_case
+    true_map.confirmation_ = None
+    true_map.doubt_ = None
+    plain = _check(clear_case, None)
+    failed = {"start": "vecmap start #2", "gain": 0.043, "clear_gain": plain["gain"] - 0.01, "starts": 4,
+              "rows": 1000, "passed": False}
+    true_map.doubt_ = failed
+    with pytest.raises(CheckFailed, match=r"is in doubt \(none of the fit's 4 starts passed, the best standing "
+                                          r"\+0\.043 above refined random maps; polished, it stands .*, but on the "
+                                          r"fit's own rows"):
+        _check(clear_case, None)
+    true_map.doubt_ = {**failed, "clear_gain": None}
+    with pytest.raises(CheckFailed, match="with so few rows a side only a pass that another start reproduces counts"):
+        _check(clear_case, None)
+
+    def fresh():   # a fit that read 200 rows a side: the other 800 judge it
+        return check_map(true_map, src, tgt, src.sample(200, seed=0), tgt.sample(200, seed=1), seed=0, force=False,
+                         what="the unsupervised alignment (mini-vec2vec)", advice="give seed pairs")
+
+    true_map.doubt_ = None
+    unseen = fresh()["gain"]
+    true_map.doubt_ = {**failed, "clear_gain": unseen - 0.01}
+    assert fresh()["passed"]                                          # unseen rows clear the bar
+    true_map.doubt_ = {**failed, "clear_gain": unseen + 0.01}
+    with pytest.raises(CheckFailed, match=r"polished, it stands .*, short of the"):
+        fresh()
+    true_map.doubt_ = None
+
+
+def test_a_passing_map_without_pairs_says_what_it_costs_and_warns_below_5000_rows_a_side(clear_case, monkeypatch):
+    import vecbridge.pairing.learned as learned
+
+    src, tgt, true_map = clear_case
+    true_map.confirmation_ = true_map.doubt_ = None
+
+    def judged(unpaired=True):
+        return check_map(true_map, src, tgt, src.sample(1000, seed=0), tgt.sample(1000, seed=1), seed=0,
+                         force=False, what="the unsupervised alignment (mini-vec2vec)", advice="give seed pairs",
+                         unpaired=unpaired)
+
+    few = judged()
+    assert few["passed"] and "known id pairs (--pairs geh:FILE)" in few["note"]
+    assert few["warning"].startswith("fitted on only 1,000 x 1,000 vectors: with fewer than 5,000 a side")
+    monkeypatch.setattr(learned, "FEW_ROWS_WARNING", 1000)   # as many rows a side as the bar: the note alone
+    enough = judged()
+    assert enough["passed"] and enough["note"] and "warning" not in enough
+    assert {"note", "warning"}.isdisjoint(judged(unpaired=False))   # seed-grown (GEH) maps have true pairs

@@ -64,7 +64,7 @@ def test_unsupervised_start_without_texts_maps_every_record_for_good(spaces, tmp
     r, state, to = _start(spaces, tmp_path, "--pairs", "unsupervised", "--new-vectors", spaces["hidden"], *FAST_ARGS,
                           "--json")
     assert r.exit_code == 0, r.output
-    out = json.loads(r.output)
+    out = json.loads(r.stdout)
     assert out["counts"] == {"mapped": 0, "native": 0, "pending": 0, "no-text": N}, out["counts"]
     assert out["map_validation"]["passed"] and out["map_validation"]["score"] >= 1.0
     assert "known id pairs (--pairs geh:FILE)" in out["map_validation"]["note"]
@@ -80,7 +80,7 @@ def test_unsupervised_start_without_texts_maps_every_record_for_good(spaces, tmp
     assert metrics.pair_quality(art.transform(spaces["X"]), spaces["X"] @ spaces["Q"]).top1 > 0.8
 
     r = run("upgrade", "reembed", "--state", state, "--json")
-    done = json.loads(r.output)
+    done = json.loads(r.stdout)
     assert r.exit_code == 0 and done["reembedded"] == 0 and done["counts"]["no-text"] == N, r.output
     r = run("upgrade", "reembed", "--state", state)
     said = " ".join(r.output.split())
@@ -90,9 +90,9 @@ def test_unsupervised_start_without_texts_maps_every_record_for_good(spaces, tmp
     r = run("upgrade", "status", "--state", state)
     assert r.exit_code == 0 and "the mapped vectors are final" in " ".join(r.output.split()), r.output
     r = run("upgrade", "cutover", "--state", state, "--json")
-    assert r.exit_code == 0 and json.loads(r.output)["serving"] == "new", r.output
+    assert r.exit_code == 0 and json.loads(r.stdout)["serving"] == "new", r.output
     r = run("upgrade", "finalize", "--state", state, "--json")
-    assert r.exit_code == 0 and json.loads(r.output)["stage"] == "finalized", r.output
+    assert r.exit_code == 0 and json.loads(r.stdout)["stage"] == "finalized", r.output
     assert {s["origin"] for s in connect(to).get(spaces["ids"]).stamps} == {"no-text"}
 
 
@@ -127,7 +127,7 @@ def test_geh_from_true_seed_pairs_maps_a_collection_without_texts(spaces, tmp_pa
     seeds.write_text("source_id,target_id\n" + "".join(f"{spaces['ids'][i]},h{i}\n" for i in chosen))
     r, state, to = _start(spaces, tmp_path, "--pairs", f"geh:{seeds}", "--new-vectors", spaces["hidden"], "--json")
     assert r.exit_code == 0, r.output
-    out = json.loads(r.output)
+    out = json.loads(r.stdout)
     assert out["counts"]["no-text"] == N and out["map_validation"]["passed"], out
     art = Alignment.load(out["alignment"])
     assert art.metadata["anchors"]["method"] == "geh" and art.metadata["validation"]["grown_links"] >= 50
@@ -142,7 +142,7 @@ def test_a_given_alignment_maps_a_collection_without_texts(spaces, tmp_path):
     path = Alignment.from_estimator(est, target_model=MODEL, metric="cosine").save(tmp_path / "given.vb")
     r, state, to = _start(spaces, tmp_path, "--alignment", path, "--json")
     assert r.exit_code == 0, r.output
-    out = json.loads(r.output)
+    out = json.loads(r.stdout)
     assert out["counts"]["no-text"] == N and out["texts_gone"] and "map_validation" not in out
 
 

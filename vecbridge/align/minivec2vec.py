@@ -314,7 +314,9 @@ class MiniVec2Vec(LinearTransform):
     confirmation_ : None, or the evidence that an independent start reproduced the kept one (``start``, ``by``,
         ``reproduction``); ``procrustes_`` carries it to :func:`vecbridge.pairing.learned.check_map`.
     doubt_ : None, or why the kept start is in doubt: it passed the gain rule only narrowly (``gain`` below
-        ``clear_gain``) and none of the other ``starts`` reproduced it; ``procrustes_`` carries it to ``check_map``.
+        ``clear_gain``) and none of the other ``starts`` reproduced it, or no start passed at all (``passed``
+        False: the best of the failures is kept, and its polish can lift it past the rule on the fit's own rows);
+        ``procrustes_`` carries it to ``check_map``.
     anchors_src_, anchors_tgt_, qap_scores_, n_pairs_ : the matched centroids, each run's assignment objective, the
         number of pseudo-pairs of the initial Procrustes.
     refine1_n_iter_, refine1_objective_, refine1_probe_cosine_, kmeans_consistency_, polish_objective_,
@@ -497,10 +499,11 @@ class MiniVec2Vec(LinearTransform):
         self.restart_ = int(chosen["restart"])
         self.init_ = chosen["init"]
         self.validation_ = self.confirmation_ = self.doubt_ = None
-        if judge is not None and self.confirm and self._narrow((W, state, chosen)):
+        failed = judge is not None and _restart_key(chosen)[0] == 0   # no start passed: the best of the failures
+        if failed or (judge is not None and self.confirm and self._narrow((W, state, chosen))):
             self.doubt_ = {"start": f"{chosen['init']} start #{chosen['restart']}", "gain": round(chosen["gain"], 4),
                            "clear_gain": None if self._few else round(self.restart_margin * GAIN_MIN, 4),
-                           "starts": len(done), "rows": int(min(len(A), len(B)))}
+                           "starts": len(done), "rows": int(min(len(A), len(B))), "passed": not failed}
         if judge is not None:
             self.validation_ = {k: chosen.get(k) for k in ("score", "gain", "agreement", "passed", "confirmed_by",
                                                            "reproduction")}

@@ -84,13 +84,17 @@ def plan_migration(src: Collection, alignment: Alignment, tgt: Collection, *, ba
 
 def warn_failed_validation(alignment: Alignment, path: Path | None = None):
     """Warn (before anything is written) when the alignment was saved with ``--force`` after failing its label-free
-    validation (``metadata["validation"]``, :mod:`vecbridge.align.validation`)."""
+    validation (``metadata["validation"]``, :mod:`vecbridge.align.validation`), or passed it with a warning (a map
+    fitted without pairs on few vectors)."""
     v = alignment.metadata.get("validation")
     if isinstance(v, dict) and v.get("passed") is False:
         name = path.name if path is not None else "the alignment"
         warnings.warn(f"{name} failed its validation when it was fitted (score {v.get('score', float('nan')):.2f} < "
                       f"{v.get('threshold', float('nan')):.2f}: {v.get('reason', 'no reason recorded')}) and was "
                       f"saved with --force: the migrated vectors are likely wrong", UserWarning, stacklevel=3)
+    elif isinstance(v, dict) and v.get("passed") and v.get("warning"):
+        name = path.name if path is not None else "the alignment"
+        warnings.warn(f"{name} was {v['warning']}", UserWarning, stacklevel=3)
 
 
 def migrate(source, alignment, target=None, *, field: str | None = None, batch_size: int | None = None,

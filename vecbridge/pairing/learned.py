@@ -81,6 +81,9 @@ ADVICE_UNSUPERVISED = ("the unsupervised alignment is likely wrong: give seed pa
 NOTE_UNSUPERVISED = ("a map fitted without pairs retrieves below one fitted on true pairs: on the corpora measured, "
                      "Recall@10 0.02-0.11 lower with 5,000 vectors a side and 0.12-0.21 lower with 2,500; 15-30 "
                      "known id pairs (--pairs geh:FILE) close most of that")
+#: vectors a side below which a map fitted without pairs that passes is marked with a warning (at 5,000 its served
+#: Recall@10 was 0.02-0.11 below a supervised map's on both developers' corpora; with fewer, far more: bench notes)
+FEW_ROWS_WARNING = 5000
 ADVICE_GEH = ("the links grown from the seeds are likely wrong: check that the seed pairs are true pairs, give more "
               "of them, or re-embed a sample of texts with the new model (--pairs reembed --model NEW)")
 
@@ -103,11 +106,13 @@ def validation_samples(source: Collection, target: Collection, used_source: Vect
 
 
 def check_map(transform, source: Collection, target: Collection, used_source: VectorBatch, used_target: VectorBatch,
-              *, seed: int, force: bool, what: str, advice: str, note: str | None = None) -> dict:
+              *, seed: int, force: bool, what: str, advice: str, unpaired: bool = False) -> dict:
     """Validate a map fitted without true pairs (:func:`vecbridge.align.validation.validate_map`, label-free) and
     refuse it with :class:`CheckFailed` when it fails, unless ``force``. A map the fit saw an independent start
     reproduce (its ``confirmation_``, set by ``MiniVec2Vec``) passes at the lower gain of a confirmed map, the reason
-    saying which start confirmed it. Returns the validation for the record, with ``note`` when the map passed."""
+    saying which start confirmed it. Returns the validation for the record; a map fitted without any pair
+    (``unpaired``) that passes carries a ``note`` on what such maps cost, and a ``warning`` when it read fewer than
+    :data:`FEW_ROWS_WARNING` vectors a side."""
     from ..align.validation import validate_map
 
     X, Y, in_sample = validation_samples(source, target, used_source, used_target, seed=seed)
@@ -116,12 +121,20 @@ def check_map(transform, source: Collection, target: Collection, used_source: Ve
     doubt = getattr(transform, "doubt_", None)
     few = doubt is not None and doubt.get("clear_gain") is None
     if v.passed and doubt and v.confirmation is None and (few or in_sample or v.gain < doubt["clear_gain"]):
-        # the best of several starts passed narrowly and no other start reached it: chance, where rows are few;
-        # only rows the fit did not read may clear it (on its own rows the polish lifts a wrong map's gain too)
-        bar = ("with so few rows a side a pass needs another start to reach the same map" if few else
-               f"short of the {doubt['clear_gain']:.3f} of a clear pass")
-        reason = (f"it stands {v.gain:+.3f} above refined random maps, {bar}, and none of the fit's other "
-                  f"{doubt['starts'] - 1} starts reached it")
+        # the best of several starts passed narrowly and no other start reached it (chance, where rows are few), or
+        # none passed; only rows the fit did not read may clear it (on its own rows the polish lifts a wrong map's
+        # gain too)
+        if doubt.get("passed", True):
+            bar = ("with so few rows a side a pass needs another start to reach the same map" if few else
+                   f"short of the {doubt['clear_gain']:.3f} of a clear pass")
+            reason = (f"it stands {v.gain:+.3f} above refined random maps, {bar}, and none of the fit's other "
+                      f"{doubt['starts'] - 1} starts reached it")
+        else:   # no start passed during the search: the best failure, polished
+            bar = ("and with so few rows a side only a pass that another start reproduces counts" if few else
+                   "but on the fit's own rows, where the polish lifts a wrong map's gain too" if in_sample else
+                   f"short of the {doubt['clear_gain']:.3f} of a clear pass")
+            reason = (f"none of the fit's {doubt['starts']} starts passed, the best standing {doubt['gain']:+.3f} "
+                      f"above refined random maps; polished, it stands {v.gain:+.3f}, {bar}")
         record.update(passed=False, reason=reason, doubt=dict(doubt))
         if not force:
             raise CheckFailed(f"{what} is in doubt ({reason}; with {len(used_source):,} x {len(used_target):,} "
@@ -130,8 +143,14 @@ def check_map(transform, source: Collection, target: Collection, used_source: Ve
     if not v.passed and not force:
         raise CheckFailed(f"{what} failed validation (score {v.score:.2f} < {v.threshold:.2f}: {v.reason}); "
                           f"{advice}; nothing was written (--force keeps it anyway, marked as failed)")
-    if record["passed"] and note:
-        record["note"] = note
+    if record["passed"] and unpaired:
+        record["note"] = NOTE_UNSUPERVISED
+        if min(len(used_source), len(used_target)) < FEW_ROWS_WARNING:
+            record["warning"] = (f"fitted on only {len(used_source):,} x {len(used_target):,} vectors: with fewer "
+                                 f"than {FEW_ROWS_WARNING:,} a side, maps fitted without pairs served far below maps "
+                                 f"fitted on true pairs on the corpora measured (Recall@10 0.12-0.30 lower with "
+                                 f"2,000-2,500 a side); give more vectors a side or 15-30 known id pairs "
+                                 f"(--pairs geh:FILE)")
     return record
 
 

@@ -45,6 +45,8 @@ def validation(con, validation) -> None:
     if validation.get("passed"):
         con.print(f"  validation passed: score {validation['score']:.2f} >= {validation['threshold']:.2f} "
                   f"({escape(validation['reason'])})")
+        if validation.get("warning"):
+            con.print(f"  [bold yellow]warning:[/] {escape(validation['warning'])}", markup=True)
         if validation.get("note"):
             con.print(f"  [yellow]note:[/] {escape(validation['note'])}", markup=True)
     else:

@@ -32,6 +32,8 @@ def state(status: dict, headline: str | None = None) -> None:
         verdict = "passed" if v.get("passed") else "[bold red]FAILED[/] (kept with --force: its vectors may be wrong)"
         con.print(f"  map validated without labels: score {v.get('score', float('nan')):.2f} (threshold "
                   f"{v.get('threshold', float('nan')):.2f}) {verdict}", markup=True)
+        if v.get("passed") and v.get("warning"):
+            con.print(f"  [bold yellow]warning:[/] {escape(v['warning'])}", markup=True)
         if v.get("passed") and v.get("note"):
             con.print(f"  [yellow]note:[/] {escape(v['note'])}", markup=True)
     if status.get("serving_via"):
