@@ -777,6 +777,14 @@ def gpu_embed(d: dict) -> dict:
                                  "lowest cosine to fp32"], rows)}
 
 
+def reembed_overhead(d: dict) -> dict:
+    """`upgrade reembed`'s own seconds with an instant model: the refit's sums per batch against in blocks."""
+    rows = [[f"{r['blas_threads']}", f"{r['per_batch_s']:.2f}", f"{r['in_blocks_s']:.2f}", f"{r['ratio']:.2f}x",
+             f"{1000 * r['in_blocks_s'] / d['records']:.2f}"] for r in d["rows"]]
+    return {"table": table(["BLAS threads", "sums per batch of 64 (before), s", f"in blocks of {d['fold_rows']:,}, s",
+                            "ratio", "ms per record now"], rows)}
+
+
 def serve(d: dict) -> dict:
     """``vecbridge serve`` under load: each phase's rate and latency beside the store's own search, then the stage
     switches and the restart under load."""
@@ -863,6 +871,7 @@ RENDERERS = {"serve": serve, "align_real": align_real, "geh": geh, "geh_calibrat
              "report_calibration": report_calibration, "connectors": connectors,
              "upgrade_curve": upgrade_curve, "map_validation": map_validation, "ray_scale": ray_scale,
              "record_stamps": record_stamps, "upgrade_stamps": upgrade_stamps, "cascade": cascade, "gpu_embed": gpu_embed, "gpu_embed_cuda": gpu_embed,
+             "reembed_overhead": reembed_overhead,
              "continuous_refit": continuous_refit, "zipf_priorities": zipf_priorities,
              "plan_calibration": plan_calibration}
 

@@ -146,7 +146,7 @@ def test_the_map_installed_is_judged_with_the_held_out_pairs_it_joins(tmp_path, 
     probe, start = _started_pairs(tmp_path / "probe.npz", sample)
     _, measured = probe.refit(start)
     pairs, start = _started_pairs(tmp_path / "p.npz", sample)
-    n_current, n_judged, n_all = 400, pairs.moments.n, pairs.n
+    n_current, n_judged, n_all = 400, pairs.n - len(pairs.held_old), pairs.n   # the sums: all but the held out
     assert pairs.fitted_at == n_current and n_current < n_judged < n_all
     factor = (1 / n_current - 1 / n_all) / (1 / n_current - 1 / n_judged)
     # the candidate judged has not seen the held-out pairs; the map installed is fitted on them too: a bar between

@@ -43,6 +43,9 @@ GROWTH = 1.25
 MIN_GAIN = 0.003
 #: the stamp origins whose vector the map made (re-mapped by a new map)
 MAPPED = ("mapped", "pending", "no-text")
+#: pairs gathered before they join the sums: each addition costs d x d work whatever its rows (64 pairs took as long
+#: as 2,048), so batches are added in blocks; the sums are the same up to float64 rounding
+FOLD_ROWS = 2048
 
 
 class RefitPairs:
@@ -56,6 +59,7 @@ class RefitPairs:
         self.held_old = np.zeros((0, src_dim), np.float32)
         self.held_new = np.zeros((0, tgt_dim), np.float32)
         self.tried_at = self.fitted_at = 0
+        self._waiting: list[tuple[np.ndarray, np.ndarray]] = []   # pairs on their way to the sums (FOLD_ROWS)
         if self.path.exists():
             self._load()
 
@@ -75,7 +79,15 @@ class RefitPairs:
             raise InputError(f"{self.path} (the continuous refit's pairs) is damaged ({exc}): remove it to start "
                              f"counting pairs again") from None
 
+    def _fold(self) -> None:
+        """Add the waiting pairs to the sums, in one block."""
+        if self._waiting:
+            old, new = (np.concatenate(side).astype(np.float64) for side in zip(*self._waiting))
+            self._waiting = []
+            self.moments.update(old, new)
+
     def save(self) -> None:
+        self._fold()
         m = self.moments
         tmp = self.path.with_name(f".{self.path.name}.tmp-{os.getpid()}")
         with open(tmp, "wb") as f:
@@ -86,8 +98,8 @@ class RefitPairs:
 
     @property
     def n(self) -> int:
-        """Pairs seen: in the sums and held out."""
-        return self.moments.n + len(self.held_old)
+        """Pairs seen: in the sums (or on their way there) and held out."""
+        return self.moments.n + sum(len(o) for o, _ in self._waiting) + len(self.held_old)
 
     def seed(self, old, new) -> "RefitPairs":
         """Start from the pairs the map in use was fitted on (the start's re-embedded sample)."""
@@ -109,7 +121,9 @@ class RefitPairs:
         rest = np.ones(len(ids), bool)
         rest[rows] = False
         if rest.any():
-            self.moments.update(old[rest].astype(np.float64), new[rest].astype(np.float64))
+            self._waiting.append((old[rest], new[rest]))
+            if sum(len(o) for o, _ in self._waiting) >= FOLD_ROWS:
+                self._fold()
 
     def due(self) -> bool:
         """A refit is worth trying: the pairs grew by :data:`GROWTH` since the last try, enough are held out."""
@@ -123,6 +137,7 @@ class RefitPairs:
         if not chosen.streams:
             raise InputError(f"continuous refit needs a map fitted on sums of pairs (orthogonal, linear, ridge); "
                              f"this upgrade's map is {method!r}")
+        self._fold()
         self.tried_at = self.n
         with warnings.catch_warnings():   # few pairs or not, the candidate is judged on held-out pairs
             warnings.simplefilter("ignore", FewPairsWarning)
