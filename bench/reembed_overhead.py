@@ -3,9 +3,10 @@ lookup of the corpus's recorded all-MiniLM-L6-v2 vectors), so that what remains 
 batches in the file store, the continuous refit's sums and its refits. On a GPU this is most of the job (bench
 README: 14 of 21.5 s for 9,500 records on an H200).
 
-Baseline in the same run: the refit's sums updated batch by batch (``FOLD_ROWS = 1``, as before) against pairs
-added to them in blocks of ``FOLD_ROWS`` (the default), each with the BLAS library's own threads (as a command runs)
-and with one (threadpoolctl). Alternating, medians of ``--repeats``; each run starts a fresh upgrade (old vectors:
+Baseline in the same run: the job as it was (the refit's sums updated batch by batch, ``FOLD_ROWS = 1``, and its
+small algebra and the hub scores of each batch on every BLAS thread) against the job now (pairs added in blocks of
+``FOLD_ROWS``, that work on one thread), each with the BLAS library's own threads (as a command runs) and with one
+(threadpoolctl). Alternating, medians of ``--repeats``; each run starts a fresh upgrade (old vectors:
 paraphrase-MiniLM-L3-v2's of the corpus) and re-embeds every record but the start's sample. A benchmark, not a
 test.
 
@@ -54,18 +55,37 @@ def lookup_model(corpus: str) -> tuple[list[str], np.ndarray]:
     return [items[i]["doc"] for i in rows], old[rows]
 
 
-def one_run(folder: Path, texts: list[str], old: np.ndarray, fold_rows: int, fit_sample: int) -> dict:
+def as_before(on: bool) -> None:
+    """The job as it was (``on``): no block, no thread pins in the refit and the stamps; else as it is."""
+    import contextlib
+
+    from vecbridge import _blas
+    from vecbridge.runtime import record_stamps
+
+    refit_module.FOLD_ROWS = 1 if on else DEFAULT_FOLD
+    unpinned = lambda *a, **k: contextlib.nullcontext()  # noqa: E731
+    refit_module.one_blas_thread = unpinned if on else _blas.one_blas_thread
+    record_stamps.thread_limit = unpinned if on else _blas.thread_limit
+
+
+DEFAULT_FOLD = refit_module.FOLD_ROWS
+
+
+def one_run(folder: Path, texts: list[str], old: np.ndarray, before: bool, fit_sample: int) -> dict:
     url = f"file://{folder}/old"
     coll = connect(url).create(dim=old.shape[1], metric="cosine")
     coll.upsert(VectorBatch([f"d{i}" for i in range(len(texts))], old, [{"text": t} for t in texts]))
     state = folder / "u.upgrade.sqlite"
     start(url, model=MODEL, text_field="text", state_path=state, to=f"file://{folder}/new", fit_sample=fit_sample)
-    refit_module.FOLD_ROWS = fold_rows
-    with open_upgrade(state) as up:
-        t0 = time.perf_counter()
-        result = up.reembed()
-        seconds = time.perf_counter() - t0
-    return {"fold_rows": fold_rows, "records": result["reembedded"], "seconds": seconds,
+    as_before(before)
+    try:
+        with open_upgrade(state) as up:
+            t0 = time.perf_counter()
+            result = up.reembed()
+            seconds = time.perf_counter() - t0
+    finally:
+        as_before(False)
+    return {"job": "before" if before else "now", "records": result["reembedded"], "seconds": seconds,
             "ms_per_record": 1000 * seconds / max(result["reembedded"], 1), "refits": len(result["refits"])}
 
 
@@ -79,33 +99,31 @@ def main(argv=None) -> int:
     texts, old = lookup_model(args.corpus)
     from threadpoolctl import threadpool_info, threadpool_limits
 
-    default = refit_module.FOLD_ROWS
     blas_threads = max((p.get("num_threads") or 1 for p in threadpool_info() if p.get("user_api") == "blas"),
                        default=1)
     runs, load = [], os.getloadavg()[0]
     for rep in range(args.repeats):
         for threads in (None, 1):
-            for fold in (1, default):
+            for before in (True, False):
                 with tempfile.TemporaryDirectory(prefix="vecbridge-reembed-overhead-") as tmp, \
                         threadpool_limits(limits=threads, user_api="blas"):
-                    run = one_run(Path(tmp), texts, old, fold, args.fit_sample)
+                    run = one_run(Path(tmp), texts, old, before, args.fit_sample)
                 run["blas_threads"] = threads or blas_threads
                 runs.append(run)
                 print(json.dumps(run), flush=True)
-    refit_module.FOLD_ROWS = default
 
-    def median(fold, threads):
-        return statistics.median(r["seconds"] for r in runs if r["fold_rows"] == fold and r["blas_threads"] == threads)
+    def median(job, threads):
+        return statistics.median(r["seconds"] for r in runs if r["job"] == job and r["blas_threads"] == threads)
 
-    rows = [{"blas_threads": t, "per_batch_s": median(1, t), "in_blocks_s": median(default, t),
-             "ratio": median(1, t) / median(default, t)} for t in dict.fromkeys((blas_threads, 1))]
-    result = {"corpus": args.corpus, "records": runs[0]["records"], "repeats": args.repeats, "fold_rows": default,
+    rows = [{"blas_threads": t, "before_s": median("before", t), "now_s": median("now", t),
+             "ratio": median("before", t) / median("now", t)} for t in dict.fromkeys((blas_threads, 1))]
+    result = {"corpus": args.corpus, "records": runs[0]["records"], "repeats": args.repeats, "fold_rows": DEFAULT_FOLD,
               "cores": os.cpu_count(), "load_average": load, "load_average_end": os.getloadavg()[0], "rows": rows,
               "runs": runs}
     Path(args.out).write_text(json.dumps(result, indent=2) + "\n")
     for r in rows:
-        print(f"{r['blas_threads']} BLAS threads: median {r['per_batch_s']:.2f} s per batch, {r['in_blocks_s']:.2f} s "
-              f"in blocks ({r['ratio']:.2f}x)")
+        print(f"{r['blas_threads']} BLAS threads: median {r['before_s']:.2f} s as before, {r['now_s']:.2f} s now "
+              f"({r['ratio']:.2f}x)")
     print(f"wrote {args.out}")
     return 0
 

@@ -22,6 +22,7 @@ from typing import Callable, Iterable
 
 import numpy as np
 
+from .._blas import thread_limit
 from ..align.artifact import Alignment
 from ..connectors.base import Collection, VectorBatch
 from ..errors import InputError
@@ -94,7 +95,10 @@ class NativeStamps:
         self.stamp, self.text_field, self.reference, self.k = stamp, text_field, reference, k
 
     def __call__(self, batch: VectorBatch, vectors: np.ndarray) -> list[dict]:
-        hub = None if self.reference is None or not len(vectors) else hub_penalty(vectors, self.reference, self.k)
+        hub = None
+        if self.reference is not None and len(vectors):
+            with thread_limit(1):   # one batch's neighbours: threads would only wait on each other
+                hub = hub_penalty(vectors, self.reference, self.k)
         return self.stamp(len(batch), digests=digests_of(batch, self.text_field), hubness=hub)
 
 

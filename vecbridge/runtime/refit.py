@@ -17,6 +17,7 @@ from typing import Callable
 
 import numpy as np
 
+from .._blas import one_blas_thread
 from ..align.artifact import Alignment
 from ..align.methods import method as method_of
 from ..align.moments import PairMoments
@@ -84,7 +85,8 @@ class RefitPairs:
         if self._waiting:
             old, new = (np.concatenate(side).astype(np.float64) for side in zip(*self._waiting))
             self._waiting = []
-            self.moments.update(old, new)
+            with one_blas_thread():   # d x d work on a few thousand rows: threads only wait on each other
+                self.moments.update(old, new)
 
     def save(self) -> None:
         self._fold()
@@ -137,6 +139,10 @@ class RefitPairs:
         if not chosen.streams:
             raise InputError(f"continuous refit needs a map fitted on sums of pairs (orthogonal, linear, ridge); "
                              f"this upgrade's map is {method!r}")
+        with one_blas_thread():   # fits and checks of d x d maps: small algebra, one thread (bench notes)
+            return self._refit(current, chosen)
+
+    def _refit(self, current: Alignment, chosen) -> tuple[Alignment | None, dict]:
         self._fold()
         self.tried_at = self.n
         with warnings.catch_warnings():   # few pairs or not, the candidate is judged on held-out pairs
