@@ -139,7 +139,7 @@ class RefitPairs:
         if not chosen.streams:
             raise InputError(f"continuous refit needs a map fitted on sums of pairs (orthogonal, linear, ridge); "
                              f"this upgrade's map is {method!r}")
-        with one_blas_thread():   # fits and checks of d x d maps: small algebra, one thread (bench notes)
+        with one_blas_thread():   # fits and checks of d x d maps: small algebra, faster on one thread
             return self._refit(current, chosen)
 
     def _refit(self, current: Alignment, chosen) -> tuple[Alignment | None, dict]:
