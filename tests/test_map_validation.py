@@ -150,7 +150,7 @@ def test_fit_unsupervised_that_works_passes_validation(stores, sample):
     # what an unpaired map costs, and what closes most of it, said beside the pass; fitted on 1,500 vectors a side, it
     # passes with a warning, repeated by the migration that uses it
     v = art.metadata["validation"]
-    assert "known id pairs (--pairs geh:FILE)" in v["note"] and "note:" in text(r)
+    assert "known id pairs (--pairs geh:FILE)" in v["note"] and "note:" not in text(r)   # the warning says it
     assert v["warning"].startswith("fitted on only 1,500 x 1,500 vectors") and "warning: fitted on only" in text(r)
     target = f"file://{stores['root']}/migrated_works"
     r = run("migrate", stores["old"], "--alignment", out, "--to", target)
@@ -189,3 +189,17 @@ def test_report_says_no_go_when_the_unsupervised_map_fails(stores):
     v = rep["correspondences"]["validation"]
     assert v["passed"] is False
     assert rep["verdict"]["verdict"] == "NO-GO" and "failed their label-free validation" in rep["verdict"]["reason"]
+
+
+def test_a_pass_shows_its_note_or_the_louder_warning_that_says_it_too():
+    from rich.console import Console
+
+    from vecbridge.render.alignment import validation
+
+    passed = {"passed": True, "score": 1.05, "threshold": 1.0, "reason": "refined", "note": "what it costs"}
+    for doc, shown, hidden in ((passed, "note: what it costs", "warning:"),
+                               ({**passed, "warning": "few rows"}, "warning: few rows", "note:")):
+        con = Console(record=True, width=200)
+        validation(con, doc)
+        out = con.export_text()
+        assert "validation passed" in out and shown in out and hidden not in out

@@ -45,9 +45,9 @@ def validation(con, validation) -> None:
     if validation.get("passed"):
         con.print(f"  validation passed: score {validation['score']:.2f} >= {validation['threshold']:.2f} "
                   f"({escape(validation['reason'])})")
-        if validation.get("warning"):
+        if validation.get("warning"):   # few rows: it says what the note says, louder
             con.print(f"  [bold yellow]warning:[/] {escape(validation['warning'])}", markup=True)
-        if validation.get("note"):
+        elif validation.get("note"):
             con.print(f"  [yellow]note:[/] {escape(validation['note'])}", markup=True)
     else:
         con.print(f"  [bold red]validation FAILED[/] (kept because of --force): score {validation['score']:.2f} < "

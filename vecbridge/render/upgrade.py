@@ -32,9 +32,9 @@ def state(status: dict, headline: str | None = None) -> None:
         verdict = "passed" if v.get("passed") else "[bold red]FAILED[/] (kept with --force: its vectors may be wrong)"
         con.print(f"  map validated without labels: score {v.get('score', float('nan')):.2f} (threshold "
                   f"{v.get('threshold', float('nan')):.2f}) {verdict}", markup=True)
-        if v.get("passed") and v.get("warning"):
+        if v.get("passed") and v.get("warning"):   # few rows: it says what the note says, louder
             con.print(f"  [bold yellow]warning:[/] {escape(v['warning'])}", markup=True)
-        if v.get("passed") and v.get("note"):
+        elif v.get("passed") and v.get("note"):
             con.print(f"  [yellow]note:[/] {escape(v['note'])}", markup=True)
     if status.get("serving_via"):
         con.print(f"  served through: {escape(status['serving_via'])}")
