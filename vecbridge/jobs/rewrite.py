@@ -82,6 +82,11 @@ def plan_migration(src: Collection, alignment: Alignment, tgt: Collection, *, ba
                          info.metric, batch_size, field, per_record * info.count, size, notes)
 
 
+class MapValidationWarning(UserWarning):
+    """A map fitted without true pairs that failed its validation (kept with ``--force``) or passed it with a
+    warning: said again by every migration that uses it."""
+
+
 def warn_failed_validation(alignment: Alignment, path: Path | None = None):
     """Warn (before anything is written) when the alignment was saved with ``--force`` after failing its label-free
     validation (``metadata["validation"]``, :mod:`vecbridge.align.validation`), or passed it with a warning (a map
@@ -91,10 +96,10 @@ def warn_failed_validation(alignment: Alignment, path: Path | None = None):
         name = path.name if path is not None else "the alignment"
         warnings.warn(f"{name} failed its validation when it was fitted (score {v.get('score', float('nan')):.2f} < "
                       f"{v.get('threshold', float('nan')):.2f}: {v.get('reason', 'no reason recorded')}) and was "
-                      f"saved with --force: the migrated vectors are likely wrong", UserWarning, stacklevel=3)
+                      f"saved with --force: the migrated vectors are likely wrong", MapValidationWarning, stacklevel=3)
     elif isinstance(v, dict) and v.get("passed") and v.get("warning"):
         name = path.name if path is not None else "the alignment"
-        warnings.warn(f"{name} was {v['warning']}", UserWarning, stacklevel=3)
+        warnings.warn(f"{name} was {v['warning']}", MapValidationWarning, stacklevel=3)
 
 
 def migrate(source, alignment, target=None, *, field: str | None = None, batch_size: int | None = None,
