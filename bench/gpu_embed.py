@@ -128,8 +128,12 @@ def main(argv=None) -> int:
                 print(f"  {device} {precision} batch {batch}: {r['texts_per_s']:,.0f} texts/s "
                       f"({r['vs_cpu']:.1f}x the CPU)", flush=True)
                 rows.append({k: v for k, v in r.items() if k != "vectors"})
+                Path(args.out).write_text(json.dumps({**result, "models": result["models"] + [
+                    {"model": name, "cpu": {k: v for k, v in cpu.items() if k != "vectors"}, "rows": rows,
+                     "unfinished": True}]}, indent=2) + "\n")
         result["models"].append({"model": name, "cpu": {k: v for k, v in cpu.items() if k != "vectors"},
                                  "rows": rows})
+        Path(args.out).write_text(json.dumps(result, indent=2) + "\n")   # what finished, if the time runs out
     result["load_average_end"] = os.getloadavg()[0]
     Path(args.out).write_text(json.dumps(result, indent=2) + "\n")
     print(f"wrote {args.out}")
