@@ -34,15 +34,13 @@ def _fit_unsupervised(source, target, *, n: int, seed: int, params: dict, source
     """mini-vec2vec on a sample of each side, validated without labels (:func:`vecbridge.pairing.learned.check_map`):
     a map that fails is refused (:class:`~vecbridge.errors.CheckFailed`) unless ``force``, and the artifact records
     the validation either way (``metadata["validation"]``) and that its anchors are pseudo-pairs."""
-    from ..pairing.learned import ADVICE_UNSUPERVISED, check_map, unsupervised_fit
+    from ..pairing.learned import check_unsupervised, unsupervised_fit
 
     if source is None or target is None:
         raise InputError("the unsupervised pairing needs a source and a target collection")
     src, tgt = open_collection(source), open_collection(target)
     a, b, est = unsupervised_fit(src, tgt, sample=n, seed=seed, params=params)
-    validation = check_map(est.procrustes_, src, tgt, a, b, seed=seed, force=force,
-                           what="the unsupervised alignment (mini-vec2vec)", advice=ADVICE_UNSUPERVISED,
-                           unpaired=True)
+    validation = check_unsupervised(est.procrustes_, src, tgt, a, b, seed=seed, force=force)
     info_s, info_t = src.info(), tgt.info()
     alignment = Alignment.from_estimator(
         est.procrustes_, source_model=source_model, target_model=target_model, metric=info_t.metric,

@@ -124,17 +124,7 @@ def check_map(transform, source: Collection, target: Collection, used_source: Ve
         # the best of several starts passed narrowly and no other start reached it (chance, where rows are few), or
         # none passed; only rows the fit did not read may clear it (on its own rows the polish lifts a wrong map's
         # gain too)
-        if doubt.get("passed", True):
-            bar = ("with so few rows a side a pass needs another start to reach the same map" if few else
-                   f"short of the {doubt['clear_gain']:.3f} of a clear pass")
-            reason = (f"it stands {v.gain:+.3f} above refined random maps, {bar}, and none of the fit's other "
-                      f"{doubt['starts'] - 1} starts reached it")
-        else:   # no start passed during the search: the best failure, polished
-            bar = ("and with so few rows a side only a pass that another start reproduces counts" if few else
-                   "but on the fit's own rows, where the polish lifts a wrong map's gain too" if in_sample else
-                   f"short of the {doubt['clear_gain']:.3f} of a clear pass")
-            reason = (f"none of the fit's {doubt['starts']} starts passed, the best standing {doubt['gain']:+.3f} "
-                      f"above refined random maps; polished, it stands {v.gain:+.3f}, {bar}")
+        reason = _doubt_reason(doubt, v.gain, few=few, in_sample=in_sample)
         record.update(passed=False, reason=reason, doubt=dict(doubt))
         if not force:
             raise CheckFailed(f"{what} is in doubt ({reason}; with {len(used_source):,} x {len(used_target):,} "
@@ -152,6 +142,29 @@ def check_map(transform, source: Collection, target: Collection, used_source: Ve
                                  f"2,000-2,500 a side); give more vectors a side or 15-30 known id pairs "
                                  f"(--pairs geh:FILE)")
     return record
+
+
+def _doubt_reason(doubt: dict, gain: float, *, few: bool, in_sample: bool) -> str:
+    """Why a map in doubt (:attr:`MiniVec2Vec.doubt_`) is refused: a narrow pass nothing reproduced, or the polished
+    best of starts that all failed."""
+    if doubt.get("passed", True):
+        bar = ("with so few rows a side a pass needs another start to reach the same map" if few else
+               f"short of the {doubt['clear_gain']:.3f} of a clear pass")
+        return (f"it stands {gain:+.3f} above refined random maps, {bar}, and none of the fit's other "
+                f"{doubt['starts'] - 1} starts reached it")
+    bar = ("and with so few rows a side only a pass that another start reproduces counts" if few else
+           "but on the fit's own rows, where the polish lifts a wrong map's gain too" if in_sample else
+           f"short of the {doubt['clear_gain']:.3f} of a clear pass")
+    return (f"none of the fit's {doubt['starts']} starts passed, the best standing {doubt['gain']:+.3f} above "
+            f"refined random maps; polished, it stands {gain:+.3f}, {bar}")
+
+
+def check_unsupervised(transform, source: Collection, target: Collection, a: VectorBatch, b: VectorBatch, *,
+                       seed: int, force: bool) -> dict:
+    """:func:`check_map` for a mini-vec2vec map (``transform``: the estimator or its orthogonal part), fitted on the
+    unpaired samples ``a`` and ``b``: a pass carries what such maps cost."""
+    return check_map(transform, source, target, a, b, seed=seed, force=force,
+                     what="the unsupervised alignment (mini-vec2vec)", advice=ADVICE_UNSUPERVISED, unpaired=True)
 
 
 def geh_map(a: VectorBatch, b: VectorBatch, geh):

@@ -239,14 +239,12 @@ def _geh_sample(source, target, spec, request: Request, engine=None) -> Anchors:
 def _unsupervised_sample(source, target, spec, request: Request, engine=None) -> Anchors:
     """mini-vec2vec on a sample of each side, then the mutual nearest neighbours under its map as pseudo-pairs; a
     map that fails validation is refused unless ``force``."""
-    from .learned import ADVICE_UNSUPERVISED, check_map, pseudo_pairs, unsupervised_fit
+    from .learned import check_unsupervised, pseudo_pairs, unsupervised_fit
 
     request.on_step(f"unsupervised alignment (mini-vec2vec) of up to {request.n:,} vectors per side")
     a, b, est = unsupervised_fit(source, target, sample=request.n, seed=request.seed, params=request.params)
     request.on_step("validating the unsupervised map (label-free)")
-    validation = check_map(est, source, target, a, b, seed=request.seed, force=request.force,
-                           what="the unsupervised alignment (mini-vec2vec)", advice=ADVICE_UNSUPERVISED,
-                           unpaired=True)
+    validation = check_unsupervised(est, source, target, a, b, seed=request.seed, force=request.force)
     pairs, scores = pseudo_pairs(est, a, b)
     frac = len(pairs) / max(min(len(a), len(b)), 1)
     diag = {"mutual_pairs": int(len(pairs)), "mutual_fraction": float(frac),

@@ -45,10 +45,18 @@ def validation(con, validation) -> None:
     if validation.get("passed"):
         con.print(f"  validation passed: score {validation['score']:.2f} >= {validation['threshold']:.2f} "
                   f"({escape(validation['reason'])})")
-        if validation.get("warning"):   # few rows: it says what the note says, louder
-            con.print(f"  [bold yellow]warning:[/] {escape(validation['warning'])}", markup=True)
-        elif validation.get("note"):
-            con.print(f"  [yellow]note:[/] {escape(validation['note'])}", markup=True)
+        caveat(con, validation)
     else:
         con.print(f"  [bold red]validation FAILED[/] (kept because of --force): score {validation['score']:.2f} < "
                   f"{validation['threshold']:.2f} ({escape(validation['reason'])})", markup=True)
+
+
+def caveat(con, validation: dict) -> None:
+    """What a map that passed without true pairs costs: its warning (few rows), else its note (they say the same,
+    the warning louder); nothing for other maps."""
+    from rich.markup import escape
+
+    if validation.get("warning"):
+        con.print(f"  [bold yellow]warning:[/] {escape(validation['warning'])}", markup=True)
+    elif validation.get("note"):
+        con.print(f"  [yellow]note:[/] {escape(validation['note'])}", markup=True)

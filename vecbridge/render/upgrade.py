@@ -1,6 +1,7 @@
 """An upgrade on the terminal: its stage and counts, each step's headline, the plan, the tuned weights."""
 from __future__ import annotations
 
+from .alignment import caveat
 from .console import console
 from .models import print_throughput
 
@@ -32,10 +33,8 @@ def state(status: dict, headline: str | None = None) -> None:
         verdict = "passed" if v.get("passed") else "[bold red]FAILED[/] (kept with --force: its vectors may be wrong)"
         con.print(f"  map validated without labels: score {v.get('score', float('nan')):.2f} (threshold "
                   f"{v.get('threshold', float('nan')):.2f}) {verdict}", markup=True)
-        if v.get("passed") and v.get("warning"):   # few rows: it says what the note says, louder
-            con.print(f"  [bold yellow]warning:[/] {escape(v['warning'])}", markup=True)
-        elif v.get("passed") and v.get("note"):
-            con.print(f"  [yellow]note:[/] {escape(v['note'])}", markup=True)
+        if v.get("passed"):
+            caveat(con, v)
     if status.get("serving_via"):
         con.print(f"  served through: {escape(status['serving_via'])}")
     if status.get("switching"):

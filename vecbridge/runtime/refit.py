@@ -101,7 +101,11 @@ class RefitPairs:
     @property
     def n(self) -> int:
         """Pairs seen: in the sums (or on their way there) and held out."""
-        return self.moments.n + sum(len(o) for o, _ in self._waiting) + len(self.held_old)
+        return self.moments.n + self._waiting_rows + len(self.held_old)
+
+    @property
+    def _waiting_rows(self) -> int:
+        return sum(len(o) for o, _ in self._waiting)
 
     def seed(self, old, new) -> "RefitPairs":
         """Start from the pairs the map in use was fitted on (the start's re-embedded sample)."""
@@ -124,7 +128,7 @@ class RefitPairs:
         rest[rows] = False
         if rest.any():
             self._waiting.append((old[rest], new[rest]))
-            if sum(len(o) for o, _ in self._waiting) >= FOLD_ROWS:
+            if self._waiting_rows >= FOLD_ROWS:
                 self._fold()
 
     def due(self) -> bool:
