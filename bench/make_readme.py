@@ -761,6 +761,30 @@ def cascade(d: dict) -> dict:
             "growth": table(["corpus", "pair"] + marks + ["collection native at the end"], growth)}
 
 
+def cascade_cost(d: dict) -> dict:
+    """Per corpus and phase: the search's median and 90th-percentile milliseconds per query, its ratio to the plain
+    search, the texts embedded per query and Recall@10 of the queries served."""
+    names = {"plain": "plain search (no cascade)", "cold": "cascade, first time served",
+             "warm": "cascade, same queries again", "plain_again": "plain search, after the cascades"}
+    rows = []
+    for corpus, r in d["corpora"].items():
+        for name, p in r["phases"].items():
+            rows.append([corpus, names[name], f"{p['median_ms']:.1f}", f"{p['p90_ms']:.1f}",
+                         f"{p['ratio_to_plain']:.1f}x", f"{p['texts_per_query']:.1f}", f"{p['recall_at_10']:.2f}"])
+        rows.append([corpus, "the new model encoding the query (each phase adds it)",
+                     f"{r['query_encode_median_ms']:.1f}", "", "", "", ""])
+    return {"phases": table(["corpus", "phase", "median ms per query", "p90 ms", "vs plain (medians)",
+                             "texts embedded per query", "Recall@10"], rows)}
+
+
+def file_search(d: dict) -> dict:
+    """Per size and segment count: the first search's and the median search's milliseconds, now and as before."""
+    rows = [[f"{r['records']:,}", f"{r['segments']:,}", f"{r['first_ms_before']:.1f}", f"{r['first_ms_now']:.1f}",
+             f"{r['median_ms_before']:.2f}", f"{r['median_ms_now']:.2f}", f"{r['ratio']:.1f}x"] for r in d["rows"]]
+    return {"table": table(["records", "segments", "first search, as before (ms)", "first search, now (ms)",
+                            "median search, as before (ms)", "median search, now (ms)", "as before / now"], rows)}
+
+
 def gpu_embed(d: dict) -> dict:
     """Texts per second per model, device, precision and batch (medians, each run in brackets), against the CPU
     reference measured in the same run."""
@@ -869,7 +893,7 @@ RENDERERS = {"serve": serve, "align_real": align_real, "geh": geh, "geh_calibrat
              "rowwise": rowwise,
              "report_calibration": report_calibration, "connectors": connectors,
              "upgrade_curve": upgrade_curve, "map_validation": map_validation, "ray_scale": ray_scale,
-             "record_stamps": record_stamps, "upgrade_stamps": upgrade_stamps, "cascade": cascade, "gpu_embed": gpu_embed, "gpu_embed_cuda": gpu_embed,
+             "record_stamps": record_stamps, "upgrade_stamps": upgrade_stamps, "cascade": cascade, "cascade_cost": cascade_cost, "file_search": file_search, "gpu_embed": gpu_embed, "gpu_embed_cuda": gpu_embed,
              "reembed_overhead": reembed_overhead,
              "continuous_refit": continuous_refit, "zipf_priorities": zipf_priorities,
              "plan_calibration": plan_calibration}

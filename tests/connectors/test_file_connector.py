@@ -129,3 +129,56 @@ def test_stale_temporaries_of_dead_writers_are_removed(tmp_path):
     reread = connect(f"file://{tmp_path}/c")
     assert sorted(i for b in reread.scan(10) for i in b.ids) == ["a", "b", "c"]
     np.testing.assert_array_equal(reread.get(["a", "c"]).vectors, [[1, 0, 0, 0], [1, 1, 1, 1]])
+
+
+@pytest.mark.parametrize("metric", ["cosine", "dot", "l2"])
+def test_search_keeps_its_vectors_only_while_the_records_are_the_same(tmp_path, metric):
+    """A search keeps the live vectors it read for the next one: a write or a delete, through this handle or
+    another (another process), is seen by the very next search, and every answer is the exact one."""
+    from vecbridge.metrics import top_k
+
+    rng = np.random.default_rng(0)
+    url = f"file://{tmp_path}/c"
+    c = connect(url).create(dim=8, metric=metric)
+    other = connect(url)
+    live = {f"r{i}": v for i, v in enumerate(rng.standard_normal((300, 8)).astype(np.float32))}
+    c.upsert(VectorBatch(list(live), np.stack(list(live.values()))))
+    Q = rng.standard_normal((5, 8)).astype(np.float32)
+
+    def check(handle):
+        ids, scores = handle.search(Q, 7)
+        names = list(live)
+        want = top_k(Q, np.stack([live[i] for i in names]), 7, metric=metric)
+        assert ids == [[names[j] for j in row] for row in want]
+        assert scores.shape == (5, 7)
+
+    check(c)
+    check(c)                                        # the kept vectors
+    assert c._searched is not None
+    moved = rng.standard_normal((40, 8)).astype(np.float32) * 3
+    ids = [f"r{i}" for i in range(40)] + [f"n{i}" for i in range(10)]
+    other.upsert(VectorBatch(ids, np.concatenate([moved, rng.standard_normal((10, 8)).astype(np.float32)])))
+    live.update(zip(ids, other.get(ids).vectors))
+    check(c)                                        # another handle's write
+    c.upsert(VectorBatch(["r50"], -live["r50"][None] * 5))
+    live["r50"] = -live["r50"] * 5
+    check(c)                                        # this handle's write
+    other.delete(["r1", "n3", "r200"])
+    for i in ("r1", "n3", "r200"):
+        del live[i]
+    check(c)                                        # another handle's delete
+    check(other)
+
+
+def test_a_collection_over_the_kept_size_is_read_block_by_block(tmp_path, monkeypatch):
+    from vecbridge.connectors import file as file_store
+    from vecbridge.metrics import top_k
+
+    monkeypatch.setattr(file_store, "SEARCH_CACHE_BYTES", 1000)
+    monkeypatch.setattr(file_store, "SEARCH_BLOCK", 64)
+    X = np.random.default_rng(1).standard_normal((300, 8)).astype(np.float32)
+    c = connect(f"file://{tmp_path}/c").create(dim=8)
+    c.upsert(VectorBatch([f"r{i}" for i in range(300)], X))
+    ids, _ = c.search(X[:4], 5)
+    assert ids == [[f"r{j}" for j in row] for row in top_k(X[:4], X, 5)]
+    assert c._searched is None

@@ -64,6 +64,11 @@ FORMAT = "vecbridge.file"
 #: the version of new directories: 2 keeps record stamps in columns of each segment, 1 in each record's payload
 VERSION = 2
 VERSIONS = (1, 2)
+#: a search keeps the live records' vectors, prepared for the metric, between calls up to this size (a collection
+#: larger than this is read block by block at every search, as before)
+SEARCH_CACHE_BYTES = 256 * 2**20
+#: records a search scores at once
+SEARCH_BLOCK = 100_000
 _SEG = re.compile(r"^(\d{6,})\.meta\.npz$")
 
 
@@ -308,6 +313,7 @@ class FileCollection(Collection):
         self.path = Path(unquote(path) if is_url else path).expanduser()  # a URL's %20 is a space; a bare path as is
         self.params = known_params(url, OPTIONS, "file")
         self._cache_key = None
+        self._searched = None   # (live segments, live rows, blocks) of the last search: :meth:`_search_blocks`
         self._plain = self.path.suffix == ".npy" or (self.path / "vectors.npy").is_file()
         if self._plain:
             self.read_only = True
@@ -630,25 +636,57 @@ class FileCollection(Collection):
 
     def search(self, vectors, k: int = 10) -> tuple[list[list], np.ndarray]:
         """Exact search (brute force, block by block) with the collection's metric."""
-        from ..metrics import top_k
+        from ..metrics import prepare_vectors, score_block
+        from ..numeric.ranking import top_k_rows
 
         info = self.info()
         Q = np.asarray(vectors, dtype=np.float32)
         if Q.ndim != 2 or Q.shape[1] != info.dim:
             raise InputError(f"query vectors must have dimension {info.dim}, got shape {Q.shape}")
-        seg_idx, rows = self._live()
+        Q = prepare_vectors(Q, info.metric)
         ids: list = []
         best_s = np.zeros((len(Q), 0), dtype=np.float32)
         best_i = np.zeros((len(Q), 0), dtype=np.int64)
-        block = 100_000
-        for lo in range(0, len(rows), block):
-            b = self._gather(seg_idx[lo:lo + block], rows[lo:lo + block])
-            idx, sc = top_k(Q, b.vectors, k, metric=info.metric, return_scores=True)
+        for block_ids, D, d_sq in self._search_blocks(info.metric):
+            idx, sc = top_k_rows(score_block(Q, D, info.metric, d_sq), min(k, len(block_ids)))
             cat_s, cat_i = np.concatenate([best_s, sc], 1), np.concatenate([best_i, idx + len(ids)], 1)
             order = np.argsort(-cat_s, axis=1, kind="stable")[:, :k]
             best_s, best_i = np.take_along_axis(cat_s, order, 1), np.take_along_axis(cat_i, order, 1)
-            ids.extend(b.ids)
+            ids.extend(block_ids)
         return [[ids[j] for j in row] for row in best_i], best_s
+
+    def _search_blocks(self, metric: str):
+        """``(ids, vectors, squared norms or None)`` of the live records, :data:`SEARCH_BLOCK` at a time, the vectors
+        prepared for ``metric``: what a search reads (no payloads, no stamps). Kept for the next search while the
+        records are the same (any write or delete, here or by another process, makes new live arrays) and the
+        collection is at most :data:`SEARCH_CACHE_BYTES`."""
+        from ..metrics import prepare_vectors
+
+        seg_idx, rows = self._live()
+        kept = self._searched
+        if kept is not None and kept[0] is seg_idx and kept[1] is rows and kept[2] == metric:
+            return kept[3]
+        segs = self._segs   # as _live() just read them
+
+        def blocks():
+            for lo in range(0, len(rows), SEARCH_BLOCK):
+                s_idx, r = seg_idx[lo:lo + SEARCH_BLOCK], rows[lo:lo + SEARCH_BLOCK]
+                ids: list = [None] * len(r)
+                V = np.empty((len(r), self._manifest()["dim"]), dtype=np.float32)
+                for s in np.unique(s_idx):
+                    pos = np.flatnonzero(s_idx == s)
+                    V[pos] = segs[s].vectors[r[pos]]
+                    seg_ids = segs[s].ids
+                    for p, row in zip(pos.tolist(), r[pos].tolist()):
+                        ids[p] = seg_ids[row]
+                D = prepare_vectors(V, metric)
+                yield ids, D, np.einsum("ij,ij->i", D, D) if metric == "l2" else None
+
+        if len(rows) * self._manifest()["dim"] * 4 > SEARCH_CACHE_BYTES:
+            return blocks()
+        out = list(blocks())
+        self._searched = (seg_idx, rows, metric, out)
+        return out
 
     # --- stamp: in the manifest ---------------------------------------------------------------------------------------
     def _load_stamp(self) -> str | None:
