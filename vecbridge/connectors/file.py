@@ -313,7 +313,7 @@ class FileCollection(Collection):
         self.path = Path(unquote(path) if is_url else path).expanduser()  # a URL's %20 is a space; a bare path as is
         self.params = known_params(url, OPTIONS, "file")
         self._cache_key = None
-        self._searched = None   # (live segments, live rows, blocks) of the last search: :meth:`_search_blocks`
+        self._searched = None   # (live segments, live rows, metric, blocks) of the last search: _search_blocks
         self._plain = self.path.suffix == ".npy" or (self.path / "vectors.npy").is_file()
         if self._plain:
             self.read_only = True
@@ -505,21 +505,30 @@ class FileCollection(Collection):
             return np.zeros(n, dtype=np.int64), np.arange(n, dtype=np.int64)
         return self._live_seg, self._live_row
 
-    def _gather(self, seg_idx: np.ndarray, rows: np.ndarray) -> VectorBatch:
-        """Records at (segment, row) positions, in the order given; one pass per segment involved."""
-        segs = self._segments()
-        dim = self._manifest()["dim"]
+    def _ids_and_vectors(self, seg_idx: np.ndarray, rows: np.ndarray, dim: int) -> tuple[list, np.ndarray]:
+        """The ids and vectors at (segment, row) positions, in the order given; one pass per segment involved."""
+        segs = self._segs
         vectors = np.empty((len(rows), dim), dtype=np.float32)
         ids: list = [None] * len(rows)
-        payloads: list = [None] * len(rows)
-        columns: dict[int, dict | None] = {}   # position -> stamp, for rows of segments that keep them in columns
         for s in np.unique(seg_idx):
             pos = np.flatnonzero(seg_idx == s)
             r = rows[pos]
             vectors[pos] = segs[s].vectors[r]
             seg_ids = segs[s].ids
-            for p, row, pay in zip(pos.tolist(), r.tolist(), segs[s].payloads(r)):
+            for p, row in zip(pos.tolist(), r.tolist()):
                 ids[p] = seg_ids[row]
+        return ids, vectors
+
+    def _gather(self, seg_idx: np.ndarray, rows: np.ndarray) -> VectorBatch:
+        """Records at (segment, row) positions, in the order given, whole: ids, vectors, payloads and stamps."""
+        segs = self._segments()
+        ids, vectors = self._ids_and_vectors(seg_idx, rows, self._manifest()["dim"])
+        payloads: list = [None] * len(rows)
+        columns: dict[int, dict | None] = {}   # position -> stamp, for rows of segments that keep them in columns
+        for s in np.unique(seg_idx):
+            pos = np.flatnonzero(seg_idx == s)
+            r = rows[pos]
+            for p, pay in zip(pos.tolist(), segs[s].payloads(r)):
                 payloads[p] = pay
             if segs[s].stamped:
                 columns.update(zip(pos.tolist(), segs[s].stamps(r)))
@@ -647,7 +656,7 @@ class FileCollection(Collection):
         ids: list = []
         best_s = np.zeros((len(Q), 0), dtype=np.float32)
         best_i = np.zeros((len(Q), 0), dtype=np.int64)
-        for block_ids, D, d_sq in self._search_blocks(info.metric):
+        for block_ids, D, d_sq in self._search_blocks(info.metric, info.dim):
             idx, sc = top_k_rows(score_block(Q, D, info.metric, d_sq), min(k, len(block_ids)))
             cat_s, cat_i = np.concatenate([best_s, sc], 1), np.concatenate([best_i, idx + len(ids)], 1)
             order = np.argsort(-cat_s, axis=1, kind="stable")[:, :k]
@@ -655,7 +664,7 @@ class FileCollection(Collection):
             ids.extend(block_ids)
         return [[ids[j] for j in row] for row in best_i], best_s
 
-    def _search_blocks(self, metric: str):
+    def _search_blocks(self, metric: str, dim: int):
         """``(ids, vectors, squared norms or None)`` of the live records, :data:`SEARCH_BLOCK` at a time, the vectors
         prepared for ``metric``: what a search reads (no payloads, no stamps). Kept for the next search while the
         records are the same (any write or delete, here or by another process, makes new live arrays) and the
@@ -666,23 +675,14 @@ class FileCollection(Collection):
         kept = self._searched
         if kept is not None and kept[0] is seg_idx and kept[1] is rows and kept[2] == metric:
             return kept[3]
-        segs = self._segs   # as _live() just read them
 
         def blocks():
             for lo in range(0, len(rows), SEARCH_BLOCK):
-                s_idx, r = seg_idx[lo:lo + SEARCH_BLOCK], rows[lo:lo + SEARCH_BLOCK]
-                ids: list = [None] * len(r)
-                V = np.empty((len(r), self._manifest()["dim"]), dtype=np.float32)
-                for s in np.unique(s_idx):
-                    pos = np.flatnonzero(s_idx == s)
-                    V[pos] = segs[s].vectors[r[pos]]
-                    seg_ids = segs[s].ids
-                    for p, row in zip(pos.tolist(), r[pos].tolist()):
-                        ids[p] = seg_ids[row]
+                ids, V = self._ids_and_vectors(seg_idx[lo:lo + SEARCH_BLOCK], rows[lo:lo + SEARCH_BLOCK], dim)
                 D = prepare_vectors(V, metric)
                 yield ids, D, np.einsum("ij,ij->i", D, D) if metric == "l2" else None
 
-        if len(rows) * self._manifest()["dim"] * 4 > SEARCH_CACHE_BYTES:
+        if len(rows) * dim * 4 > SEARCH_CACHE_BYTES:
             return blocks()
         out = list(blocks())
         self._searched = (seg_idx, rows, metric, out)
