@@ -1,8 +1,9 @@
 """What the cascade costs per query through the real search path: `Upgrade.search_vectors` with and without
 ``rerank``, a real new model embedding the candidates' stored texts and the upgrade writing them back native.
 
-Protocol, per corpus (../shared/data/wordnet, ../shared/data/foldoc; the first ``--n`` items): the old collection
-(a file store) holds the corpus's recorded paraphrase-MiniLM-L3-v2 vectors of the documents with their texts;
+Protocol, per corpus (../shared/data/wordnet, ../shared/data/foldoc; the first ``--n`` items) and store
+(``--store``: ``file``, the new vectors in a new collection; ``pgvector``, a private PostgreSQL 18 + pgvector started
+here, the new vectors in a second vector column of the same table, both HNSW-indexed): the old collection holds the corpus's recorded paraphrase-MiniLM-L3-v2 vectors of the documents with their texts;
 ``upgrade start`` moves it to a real all-MiniLM-L6-v2 (``--model``, run with ``--device``) on ``--fit-sample``
 re-embedded records. Then ``--queries`` of the corpus's queries (a fixed random draw), one per call as a service
 answers them, each encoded by the new model and given with the old model's recorded vector of the same query
@@ -18,7 +19,7 @@ Each query's seconds are timed alone (the query's own encoding apart, reported b
 and 90th percentiles, the texts embedded per query, the ratio of each median to the plain search's, and Recall@10
 of these queries for each (query i asks for document i). A benchmark, not a test; no network.
 
-    HF_HUB_OFFLINE=1 python bench/cascade_cost.py [--device auto] [--queries 60] [--rerank 100]
+    HF_HUB_OFFLINE=1 python bench/cascade_cost.py [--device auto] [--queries 60] [--rerank 100] [--store file pgvector]
 Writes bench/results/cascade_cost.json (``--out``).
 """
 from __future__ import annotations
@@ -80,19 +81,27 @@ def phase(up: Upgrade, q_new, q_old, rows, rerank: int) -> dict:
             "texts_per_query": float(np.mean(embedded)), "recall_at_10": hits / len(rows), "ms": s.round(2).tolist()}
 
 
-def run_corpus(corpus: str, args, model: str) -> dict:
+def collections(store: str, tmp: str, corpus: str, server) -> tuple[str, dict]:
+    """The old collection's URL and where ``upgrade start`` writes the new vectors."""
+    if store == "file":
+        return f"file://{tmp}/old", {"to": f"file://{tmp}/new"}
+    return server.url(f"cascade_{corpus}"), {"field": "v_new"}
+
+
+def run_corpus(corpus: str, store: str, args, model: str, server=None) -> dict:
     docs = items(corpus, args.n)
     X = embeddings(DATA / corpus, OLD, "docs")[:len(docs)]
     Qo = embeddings(DATA / corpus, OLD, "queries")[:len(docs)]
     rows = np.sort(np.random.default_rng(0).choice(len(docs), args.queries, replace=False))
     with tempfile.TemporaryDirectory(prefix="vecbridge-cascade-cost-") as tmp:
-        old = connect(f"file://{tmp}/old").create(dim=X.shape[1], metric="cosine")
+        url, target = collections(store, tmp, corpus, server)
+        old = connect(url).create(dim=X.shape[1], metric="cosine")
         old.upsert(VectorBatch([f"d{i}" for i in range(len(docs))], X, [{"text": d["doc"]} for d in docs]))
         state = Path(tmp) / "up.sqlite"
         options = ModelOptions(device=args.device)
         t0 = time.perf_counter()
-        upgrade_job.start(old.url, model=model, text_field="text", state_path=state, to=f"file://{tmp}/new",
-                          fit_sample=args.fit_sample, models=options)
+        upgrade_job.start(old.url, model=model, text_field="text", state_path=state, fit_sample=args.fit_sample,
+                          models=options, **target)
         start_s = time.perf_counter() - t0
         with Upgrade.open(state) as up:
             up.run_models(ModelOptions(device=args.device))
@@ -110,7 +119,7 @@ def run_corpus(corpus: str, args, model: str) -> dict:
         base = phases["plain"]["median_ms"]
         for p in phases.values():
             p["ratio_to_plain"] = p["median_ms"] / base
-        return {"records": len(docs), "queries": len(rows), "rerank": args.rerank, "start_s": start_s,
+        return {"store": store, "records": len(docs), "queries": len(rows), "rerank": args.rerank, "start_s": start_s,
                 "query_encode_median_ms": float(np.median(encode)), "model_run": run, "phases": phases}
 
 
@@ -123,6 +132,7 @@ def main(argv=None) -> int:
     ap.add_argument("--queries", type=int, default=60, help="queries served in each phase")
     ap.add_argument("--rerank", type=int, default=100, help="candidates the cascade re-scores (K)")
     ap.add_argument("--corpus", nargs="+", default=list(CORPORA), choices=CORPORA)
+    ap.add_argument("--store", nargs="+", default=["file"], choices=["file", "pgvector"])
     ap.add_argument("--out", type=Path, default=ROOT / "bench" / "results" / "cascade_cost.json")
     args = ap.parse_args(argv)
     model = args.model or default_model()
@@ -130,15 +140,25 @@ def main(argv=None) -> int:
               "machine": {"python": platform.python_version(), "cpus": os.cpu_count(),
                           "load_avg_at_start": [round(x, 2) for x in os.getloadavg()]},
               "model": Path(model).name if Path(model).exists() else model, "corpora": {}}
-    for corpus in args.corpus:
-        r = run_corpus(corpus, args, model)
-        result["corpora"][corpus] = r
-        print(corpus, f"start {r['start_s']:.0f} s, query encode {r['query_encode_median_ms']:.1f} ms, "
-              + ", ".join(f"{name} {p['median_ms']:.1f} ms (p90 {p['p90_ms']:.1f}, x{p['ratio_to_plain']:.1f}, "
-                          f"{p['texts_per_query']:.1f} texts, R@10 {p['recall_at_10']:.2f})"
-                          for name, p in r["phases"].items()), flush=True)
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(json.dumps(result, indent=1) + "\n")   # what finished, if time runs out
+    server = None
+    if "pgvector" in args.store:
+        from tests.connectors.engines.pgvector import PgServer
+        pg_dir = tempfile.mkdtemp(prefix="vecbridge-cascade-cost-pg-")
+        server = PgServer(Path(pg_dir)).start()
+    try:
+        for store in args.store:
+            for corpus in args.corpus:
+                r = run_corpus(corpus, store, args, model, server)
+                result["corpora"][f"{corpus} ({store})" if len(args.store) > 1 or store != "file" else corpus] = r
+                print(corpus, store, f"start {r['start_s']:.0f} s, query encode {r['query_encode_median_ms']:.1f} ms, "
+                      + ", ".join(f"{name} {p['median_ms']:.1f} ms (p90 {p['p90_ms']:.1f}, x{p['ratio_to_plain']:.1f}"
+                                  f", {p['texts_per_query']:.1f} texts, R@10 {p['recall_at_10']:.2f})"
+                                  for name, p in r["phases"].items()), flush=True)
+                args.out.parent.mkdir(parents=True, exist_ok=True)
+                args.out.write_text(json.dumps(result, indent=1) + "\n")   # what finished, if time runs out
+    finally:
+        if server is not None:
+            server.stop()
     return 0
 
 

@@ -773,7 +773,7 @@ def cascade_cost(d: dict) -> dict:
                          f"{p['ratio_to_plain']:.1f}x", f"{p['texts_per_query']:.1f}", f"{p['recall_at_10']:.2f}"])
         rows.append([corpus, "the new model encoding the query (each phase adds it)",
                      f"{r['query_encode_median_ms']:.1f}", "", "", "", ""])
-    return {"phases": table(["corpus", "phase", "median ms per query", "p90 ms", "vs plain (medians)",
+    return {"phases": table(["corpus (store)", "phase", "median ms per query", "p90 ms", "vs plain (medians)",
                              "texts embedded per query", "Recall@10"], rows)}
 
 
