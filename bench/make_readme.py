@@ -623,6 +623,22 @@ def upgrade_curve(d: dict) -> dict:
                                   for o in ("mapped", "+ hub penalty", "fused", "fused + hub penalty")]
                                + ["full re-embed"], rows)
 
+    if all("cascade_stages" in d["corpora"][c][p] for c in corpora for p in pairs):
+        rows = []
+        for c in corpora:
+            for pair in pairs:
+                r = d["corpora"][c][pair]
+                best = max(r["staying"]["half_b"], r["full_reembed"]["half_b"])
+                st = r["cascade_stages"]
+                rows.append([c, arrow(pair), f"{r['staying']['half_b']:.3f}", f"{r['full_reembed']['half_b']:.3f}"]
+                            + [f"{x['tuned'] - best:+.4f} / {x['cascade'] - best:+.4f}" for x in st]
+                            + [f"{sum(x['tuned'] >= best for x in st)} / {sum(x['cascade'] >= best for x in st)} / "
+                               f"{sum(x['cascade'] >= best + 0.01 for x in st)} of {len(st)}"])
+        fractions = [f"{x['fraction']:.0%}" for x in d["corpora"][corpora[0]][pairs[0]]["cascade_stages"]]
+        out["cascade_stages"] = table(["corpus", "pair", "staying", "full re-embed"] + fractions
+                                      + ["stages: tuned fusion >= both / cascade >= both / cascade >= both + 0.01"],
+                                      rows)
+
     def hours(h):
         return f"{h * 60:.0f} min" if h < 1 else f"{h:.1f} h"
 

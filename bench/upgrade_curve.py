@@ -45,9 +45,15 @@ Times: the map's transform rate, the fit, and the fused re-scoring of ``Upgrade.
 (old-model) search is timed as an exact numpy search and scaled to 1M vectors (an upper bound: a store's ANN index is
 faster); re-embedding and old-model query encoding rates are the data sets' README figures (same 2-core machine kind).
 
+The cascade at every stage (``cascade_stages`` in the JSON; ``random`` order, half B): the served ranking, fused with
+the beta tuned on half A, has its top ``K_CAND`` re-scored with both models' own vectors of the candidates,
+``cos(q_new, y) + c cos(q_old, x)``, c tuned on half A from the grid ``upgrade tune --rerank`` uses (the old model
+alone included): ``upgrade search --rerank 100`` on a collection at that stage, before its write-back.
+
 Run: ``python bench/upgrade_curve.py`` (one BLAS thread unless OPENBLAS_NUM_THREADS is set; ~5-8 minutes on the
 shared 2-core machine); writes bench/results/upgrade_curve.json and prints the Markdown tables of
-bench/make_readme.py.
+bench/make_readme.py. ``--cascade-only`` adds the cascade at every stage to the results of a full run, which it
+keeps as they are.
 """
 from __future__ import annotations
 
@@ -85,6 +91,8 @@ FRACTIONS = (0.0, 0.01, 0.05, 0.10, 0.25, 0.50, 1.0)
 PRIORITIES = ("random", "residual", "hubs", "queries", "oracle")
 LOGGED = ("hubs", "queries")   # priorities that read a query log (half A): measured on half B
 BETAS = (0.0, 0.25, 0.5, 0.75, 1.0, 1.5, 2.0, 3.0, 5.0, 10.0)
+#: the cascade's old-model weights ``upgrade tune --rerank`` tries (inf: the old model alone over the candidates)
+CASCADE_BETAS = FUSION_BETAS
 HUB_K = 10
 BLOCK = 500  # query rows per block of the score matrices
 
@@ -240,6 +248,7 @@ def run_pair(corpus: str, old: str, new: str, halves) -> dict:
             pts.append({"fraction": f, "n_native": int(p.mask(prio, f).sum()), **pt})
         res["curves"][prio] = pts
     res["serving"] = serving_options(p)
+    res["cascade_stages"] = cascade_stages(p)
     # cross-checks of the fast path against vecbridge.metrics on explicit served collections
     served0 = np.where(p.mask("random", 0.0)[:, None], p.Y_raw, p.M_raw)
     served100 = np.where(p.mask("random", 1.0)[:, None], p.Y_raw, p.M_raw)
@@ -257,6 +266,41 @@ def run_pair(corpus: str, old: str, new: str, halves) -> dict:
     res["checks"] = checks(res)
     res["seconds"] = time.perf_counter() - t0
     return res
+
+
+def cascade_hits(p: Pair, native: np.ndarray, beta: float) -> dict:
+    """Per cascade weight of ``CASCADE_BETAS``: whether each query's relevant doc is in the top K after the served
+    ranking's top ``K_CAND`` (fused at ``beta``) are re-scored with both models' own vectors,
+    ``cos(q_new, y) + c cos(q_old, x)`` (``c = inf``: the old model alone), as ``upgrade search --rerank`` does."""
+    out = {c: np.empty(p.n, dtype=bool) for c in CASCADE_BETAS}
+    for lo in range(0, p.n, BLOCK):
+        sl = slice(lo, min(lo + BLOCK, p.n))
+        rel = np.arange(sl.start, sl.stop)
+        served = np.where(native[None, :], p.S_nat[sl], p.S_map[sl]) + np.float32(beta) * p.S_old[sl]
+        cand = np.argpartition(-served, K_CAND - 1, axis=1)[:, :K_CAND]
+        sn, so = np.take_along_axis(p.S_nat[sl], cand, 1), np.take_along_axis(p.S_old[sl], cand, 1)
+        is_rel = cand == rel[:, None]
+        found = is_rel.any(axis=1)
+        for c in CASCADE_BETAS:
+            s = so if np.isinf(c) else sn + np.float32(c) * so
+            true = np.where(found, (s * is_rel).sum(axis=1), -np.inf)
+            out[c][sl] = found & ((s >= true[:, None]).sum(axis=1) <= K)
+    return {c: h & p.valid for c, h in out.items()}
+
+
+def cascade_stages(p: Pair) -> list[dict]:
+    """The cascade at every stage of the ``random`` order, on half B: the served ranking fused with the beta tuned
+    on half A, its top ``K_CAND`` re-scored with the cascade weight tuned on half A (``upgrade tune --rerank``)."""
+    out = []
+    for f in FRACTIONS:
+        native = p.mask("random", f)
+        hits = p.ranks(native)
+        beta = best_beta(hits, p.A)
+        ch = cascade_hits(p, native, beta)
+        c = max(CASCADE_BETAS, key=lambda b: (recall(ch[b], p.A), -b))
+        out.append({"fraction": f, "tuned": recall(hits[beta], p.B), "tuned_beta": beta,
+                    "cascade": recall(ch[c], p.B), "cascade_beta": "inf" if np.isinf(c) else c})
+    return out
 
 
 def serving_options(p: Pair) -> dict:
@@ -406,6 +450,8 @@ def main() -> int:
     t0 = time.perf_counter()
     perm = np.random.default_rng(1).permutation(10_000)
     halves = (np.sort(perm[:5000]), np.sort(perm[5000:]))
+    if "--cascade-only" in sys.argv[1:]:
+        return cascade_only(halves)
     result = {"command": "python bench/upgrade_curve.py", "argv": " ".join(shlex.quote(a) for a in sys.argv),
               "machine": machine(),
               "protocol": {"n_fit": N_FIT, "k": K, "fractions": list(FRACTIONS), "priorities": list(PRIORITIES),
@@ -441,6 +487,23 @@ def main() -> int:
     from make_readme import upgrade_curve  # noqa: E402  (the README's own tables)
     for name, text in upgrade_curve(result).items():
         print(f"### {name}\n\n{text}\n")
+    return 0
+
+
+def cascade_only(halves) -> int:
+    """``--cascade-only``: the cascade at every stage (:func:`cascade_stages`) added to the results of a full run,
+    which are kept as they are."""
+    out = ROOT / "bench" / "results" / "upgrade_curve.json"
+    result = json.loads(out.read_text())
+    for corpus in CORPORA:
+        for old, new in PAIRS:
+            r = result["corpora"][corpus][f"{old}->{new}"]
+            r["cascade_stages"] = cascade_stages(Pair(corpus, old, new, halves))
+            best = max(r["staying"]["half_b"], r["full_reembed"]["half_b"])
+            print(corpus, r["pair"], " ".join(f"{x['fraction']:.0%}: {x['tuned'] - best:+.4f}/{x['cascade'] - best:+.4f}"
+                                             for x in r["cascade_stages"]), flush=True)
+    result["cascade_stages_command"] = "python bench/upgrade_curve.py --cascade-only"
+    out.write_text(json.dumps(result, indent=1) + "\n")
     return 0
 
 
