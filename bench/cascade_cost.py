@@ -1,13 +1,14 @@
 """What the cascade costs per query through the real search path: `Upgrade.search_vectors` with and without
 ``rerank``, a real new model embedding the candidates' stored texts and the upgrade writing them back native.
 
-Protocol, per corpus (../shared/data/wordnet, ../shared/data/foldoc; the first ``--n`` items) and store
-(``--store``: ``file``, the new vectors in a new collection; ``pgvector``, a private PostgreSQL 18 + pgvector started
-here, the new vectors in a second vector column of the same table, both HNSW-indexed): the old collection holds the corpus's recorded paraphrase-MiniLM-L3-v2 vectors of the documents with their texts;
-``upgrade start`` moves it to a real all-MiniLM-L6-v2 (``--model``, run with ``--device``) on ``--fit-sample``
-re-embedded records. Then ``--queries`` of the corpus's queries (a fixed random draw), one per call as a service
-answers them, each encoded by the new model and given with the old model's recorded vector of the same query
-(the old model is not run here: its vectors are the recorded ones):
+Protocol, per corpus (../shared/data/wordnet, ../shared/data/foldoc; the first ``--n`` items) and store (``--store``:
+``file``, the new vectors in a new collection; ``pgvector``, a private PostgreSQL 18 + pgvector started here, the new
+vectors in a second vector column of the same table, both HNSW-indexed): the old collection holds the corpus's
+recorded paraphrase-MiniLM-L3-v2 vectors of the documents with their texts; ``upgrade start`` moves it to a real
+all-MiniLM-L6-v2 (``--model``, run with ``--device``) on ``--fit-sample`` re-embedded records. Then ``--queries`` of
+the corpus's queries (a fixed random draw), one per call as a service answers them, each encoded by the new model and
+given with the old model's recorded vector of the same query (the old model is not run here: its vectors are the
+recorded ones):
 
 * **plain**: the served search without the cascade (its top 10; before any tuning: the old model alone);
 * **cold**: ``rerank=K``, the first time each query is served: its candidates are mostly mapped, so the new model
@@ -19,7 +20,8 @@ Each query's seconds are timed alone (the query's own encoding apart, reported b
 and 90th percentiles, the texts embedded per query, the ratio of each median to the plain search's, and Recall@10
 of these queries for each (query i asks for document i). A benchmark, not a test; no network.
 
-    HF_HUB_OFFLINE=1 python bench/cascade_cost.py [--device auto] [--queries 60] [--rerank 100] [--store file pgvector]
+    HF_HUB_OFFLINE=1 python bench/cascade_cost.py [--device auto] [--queries 60] [--rerank 100]
+        [--store file pgvector]
 Writes bench/results/cascade_cost.json (``--out``).
 """
 from __future__ import annotations
@@ -31,6 +33,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 import argparse  # noqa: E402
 import json  # noqa: E402
 import platform  # noqa: E402
+import shutil  # noqa: E402
 import sys  # noqa: E402
 import tempfile  # noqa: E402
 import time  # noqa: E402
@@ -159,6 +162,7 @@ def main(argv=None) -> int:
     finally:
         if server is not None:
             server.stop()
+            shutil.rmtree(pg_dir, ignore_errors=True)
     return 0
 
 
