@@ -113,12 +113,22 @@ def test_with_old_model_queries_the_cascade_fuses_both_models_own_vectors(starte
 def test_tune_rerank_picks_the_cascade_weight_and_search_uses_it(started, sample, tmp_path):
     qn = write_collection(f"file://{tmp_path}/qn", sample.ids[1000:1100], sample.queries_new[:100])
     qo = write_collection(f"file://{tmp_path}/qo", sample.ids[1000:1100], sample.queries_old[:100])
+    first = CliRunner().invoke(main, ["upgrade", "tune", "--state", str(started), "--queries", qn.url,
+                                      "--old-queries", qo.url])   # the fusion's weights: the tuning's ranking
+    assert first.exit_code == 0, first.output
+    with Upgrade.open(started) as up:   # its top 20, the candidates the cascade's tuning re-scores
+        served, _ = up.search_vectors(sample.queries_new[:100], 20, old_queries=sample.queries_old[:100])
+    held = np.mean([rel in row for rel, row in zip(sample.ids[1000:1100], served)])
     r = CliRunner().invoke(main, ["upgrade", "tune", "--state", str(started), "--queries", qn.url, "--old-queries",
                                   qo.url, "--rerank", "20", "--json"])
     assert r.exit_code == 0, r.output
     c = json.loads(r.output)["cascade"]
     assert c["rerank"] == 20 and c["recall"] == max(c["recall_by_beta"].values()) and c["written_back"] > 0
+    assert c["candidates_hold_relevant"] == pytest.approx(held) and c["recall"] <= held < 1
     with Upgrade.open(started) as up:
         assert up.status()["cascade_beta"] == (c["cascade_beta"] if c["cascade_beta"] != "old model alone" else "inf")
         chosen = up._cascade_beta()
         assert chosen == (np.inf if c["cascade_beta"] == "old model alone" else c["cascade_beta"])
+    shown = CliRunner().invoke(main, ["upgrade", "tune", "--state", str(started), "--queries", qn.url,
+                                      "--old-queries", qo.url, "--rerank", "20"])
+    assert shown.exit_code == 0 and "candidates held the relevant record for" in shown.output, shown.output

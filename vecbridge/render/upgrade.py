@@ -167,3 +167,6 @@ def tuned(result: dict, k: int) -> None:
         console().print(f"cascade (top {c['rerank']}): old-model weight {c['cascade_beta']}, Recall@{k} "
                         f"{c['recall']:.3f}; {c['written_back']:,} candidates embedded and written back native; "
                         f"`upgrade search --rerank {c['rerank']}` uses it")
+        console().print(f"  the top {c['rerank']} candidates held the relevant record for "
+                        f"{c['candidates_hold_relevant']:.1%} of the queries: no weight ranks the others, a larger "
+                        f"--rerank can")

@@ -115,9 +115,11 @@ class Serving(UpgradeBase):
         best = max(FUSION_BETAS, key=lambda b: (recall[b], -abs(np.log1p(b)) if np.isfinite(b) else -np.inf))
         self.meta = self.state.update(cascade_beta="inf" if np.isinf(best) else best, cascade_k=rerank)
         self.state.event("tuned-cascade", f"cascade beta {best} on {len(relevant):,} queries, top {rerank}")
+        # no weight ranks a record the candidates lack: this bounds the cascade, and a larger K raises it
+        held = sum(rel in set(row) for rel, row in zip(relevant, rows)) / len(relevant)
         return {"cascade_beta": "old model alone" if np.isinf(best) else best, "rerank": rerank,
                 "recall": recall[best], "recall_by_beta": {("inf" if np.isinf(b) else b): r for b, r in recall.items()},
-                "written_back": self.written_back}
+                "candidates_hold_relevant": held, "written_back": self.written_back}
 
     def _cascade_beta(self) -> float:
         """The cascade's old-model weight :meth:`tune_cascade` chose, else :data:`CASCADE_BETA`."""
