@@ -62,6 +62,21 @@ def test_interrupting_a_resumable_command_says_how_to_resume(monkeypatch, tmp_pa
     assert r.exit_code == 130 and r.stderr.strip() == "error: interrupted"
 
 
+def test_warnings_are_lines_but_a_collected_open_file_is_not_shown(monkeypatch, tmp_path):
+    import warnings
+
+    import vecbridge.jobs
+
+    def warns(*args, **options):
+        warnings.warn("the map is in doubt", UserWarning)
+        warnings.warn("unclosed file <_io.BufferedReader name=21>", ResourceWarning)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(vecbridge.jobs, "verify", warns)
+    r = run("verify", "file:///x", "file:///y", "--alignment", tmp_path / "a.vb")
+    assert r.stderr.splitlines() == ["warning: the map is in doubt", "error: interrupted"], r.stderr
+
+
 def _engine_probe():
     seen = []
 

@@ -56,6 +56,9 @@ def reported(ctx: click.Context):
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("default")
+            # a file some library left open, noticed when it is collected: the interpreter's hygiene, not the
+            # user's (Python hides these by default), and it would interleave with the command's output
+            warnings.simplefilter("ignore", ResourceWarning)
             warnings.showwarning = lambda msg, cat, *a, **k: print_warning(redacted(str(msg)))
             yield
     except VecbridgeError as exc:
