@@ -248,7 +248,7 @@ def run_pair(corpus: str, old: str, new: str, halves) -> dict:
             pts.append({"fraction": f, "n_native": int(p.mask(prio, f).sum()), **pt})
         res["curves"][prio] = pts
     res["serving"] = serving_options(p)
-    res["cascade_stages"] = cascade_stages(p)
+    res["cascade_stages"] = cascade_stages(p, {f: cache[f if f in (0.0, 1.0) else ("random", f)] for f in FRACTIONS})
     # cross-checks of the fast path against vecbridge.metrics on explicit served collections
     served0 = np.where(p.mask("random", 0.0)[:, None], p.Y_raw, p.M_raw)
     served100 = np.where(p.mask("random", 1.0)[:, None], p.Y_raw, p.M_raw)
@@ -288,13 +288,14 @@ def cascade_hits(p: Pair, native: np.ndarray, beta: float) -> dict:
     return {c: h & p.valid for c, h in out.items()}
 
 
-def cascade_stages(p: Pair) -> list[dict]:
+def cascade_stages(p: Pair, ranked: dict | None = None) -> list[dict]:
     """The cascade at every stage of the ``random`` order, on half B: the served ranking fused with the beta tuned
-    on half A, its top ``K_CAND`` re-scored with the cascade weight tuned on half A (``upgrade tune --rerank``)."""
+    on half A, its top ``K_CAND`` re-scored with the cascade weight tuned on half A (``upgrade tune --rerank``).
+    ``ranked``: each fraction's :meth:`Pair.ranks` where the curves computed them already."""
     out = []
     for f in FRACTIONS:
         native = p.mask("random", f)
-        hits = p.ranks(native)
+        hits = ranked[f] if ranked else p.ranks(native)
         beta = best_beta(hits, p.A)
         ch = cascade_hits(p, native, beta)
         c = max(CASCADE_BETAS, key=lambda b: (recall(ch[b], p.A), -b))

@@ -223,6 +223,12 @@ def _remove_stale_temporaries(*dirs: Path) -> None:
                     pass  # gone already, or a read-only directory: the write itself will say so
 
 
+def _by_segment(seg_idx: np.ndarray):
+    """``(segment, positions)`` for each segment among ``seg_idx``: reads go one segment at a time."""
+    for s in np.unique(seg_idx):
+        yield int(s), np.flatnonzero(seg_idx == s)
+
+
 def _claim_segment(seg_dir: Path, first: int) -> str:
     """The first free segment number from ``first``, claimed by creating its vectors file exclusively: writers in
     other processes or on other nodes (a distributed migration) each get a name of their own, without a lock. A
@@ -510,8 +516,7 @@ class FileCollection(Collection):
         segs = self._segs
         vectors = np.empty((len(rows), dim), dtype=np.float32)
         ids: list = [None] * len(rows)
-        for s in np.unique(seg_idx):
-            pos = np.flatnonzero(seg_idx == s)
+        for s, pos in _by_segment(seg_idx):
             r = rows[pos]
             vectors[pos] = segs[s].vectors[r]
             seg_ids = segs[s].ids
@@ -525,8 +530,7 @@ class FileCollection(Collection):
         ids, vectors = self._ids_and_vectors(seg_idx, rows, self._manifest()["dim"])
         payloads: list = [None] * len(rows)
         columns: dict[int, dict | None] = {}   # position -> stamp, for rows of segments that keep them in columns
-        for s in np.unique(seg_idx):
-            pos = np.flatnonzero(seg_idx == s)
+        for s, pos in _by_segment(seg_idx):
             r = rows[pos]
             for p, pay in zip(pos.tolist(), segs[s].payloads(r)):
                 payloads[p] = pay
