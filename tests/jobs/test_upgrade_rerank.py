@@ -132,3 +132,36 @@ def test_tune_rerank_picks_the_cascade_weight_and_search_uses_it(started, sample
     shown = CliRunner().invoke(main, ["upgrade", "tune", "--state", str(started), "--queries", qn.url,
                                       "--old-queries", qo.url, "--rerank", "20"])
     assert shown.exit_code == 0 and "candidates held the relevant record for" in shown.output, shown.output
+
+
+def test_the_cascade_pays_the_hub_penalty_it_was_given(started, sample):
+    q = sample.queries_new[:40]
+    by_text = {it["doc"]: v for it, v in zip(sample.items, sample.docs_new)}
+    with Upgrade.open(started) as up:
+        up.search_vectors(q, 10, rerank=K)          # writes the candidates back native, each hub score stamped
+        served, _ = up.search_vectors(q, K)         # (which moved some candidates in or out)
+        plain, _ = up.search_vectors(q, 10, rerank=K)
+        up.meta = up.state.update(cascade_hub_weight=1.0)
+        assert up.status()["cascade_hub_weight"] == 1.0
+        ids, scores = up.search_vectors(q, 10, rerank=K)
+        got = up.target.get(list({i for row in served for i in row}))
+        stamps, texts = dict(zip(got.ids, got.stamps)), {i: p["text"] for i, p in zip(got.ids, got.payloads)}
+    assert all(s["origin"] == "native" and s.get("hubness") for s in stamps.values())
+    for qi, cand in enumerate(served):
+        cos = l2_normalize(np.stack([by_text[texts[i]] for i in cand])) @ l2_normalize(q[qi:qi + 1])[0]
+        score = cos - np.array([stamps[i]["hubness"] for i in cand], dtype=np.float32)
+        assert ids[qi] == [cand[j] for j in np.argsort(-score, kind="stable")[:10]]
+        np.testing.assert_allclose(scores[qi], np.sort(score)[::-1][:10], atol=1e-5)
+    assert ids != plain, "the penalty moved some ranking"
+
+
+def test_tune_rerank_tries_the_hub_penalty_and_the_cascade_keeps_its_choice(started, sample):
+    from vecbridge.jobs.upgrade import HUB_WEIGHTS
+
+    rel = sample.ids[1000:1100]
+    with Upgrade.open(started) as up:
+        c = up.tune_cascade(sample.queries_new[:100], sample.queries_old[:100], rel, rerank=20)
+        assert c["hub_weight"] in HUB_WEIGHTS and c["recall"] >= c["recall_without_penalty"]
+        assert up.status()["cascade_hub_weight"] == c["hub_weight"]
+        ids, _ = up.search_vectors(sample.queries_new[:100], 10, old_queries=sample.queries_old[:100], rerank=20)
+    assert np.mean([r in row for r, row in zip(rel, ids)]) == pytest.approx(c["recall"])

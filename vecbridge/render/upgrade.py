@@ -164,8 +164,10 @@ def tuned(result: dict, k: int) -> None:
                     f"`upgrade search --old-model` uses it")
     c = result.get("cascade")
     if c:
-        console().print(f"cascade (top {c['rerank']}): old-model weight {c['cascade_beta']}, Recall@{k} "
-                        f"{c['recall']:.3f}; {c['written_back']:,} candidates embedded and written back native; "
+        console().print(f"cascade (top {c['rerank']}): old-model weight {c['cascade_beta']}, hub penalty weight "
+                        f"{c.get('hub_weight', 0.0)}, Recall@{k} {c['recall']:.3f} (without the penalty "
+                        f"{c.get('recall_without_penalty', c['recall']):.3f}); {c['written_back']:,} candidates "
+                        f"embedded and written back native; "
                         f"`upgrade search --rerank {c['rerank']}` uses it")
         console().print(f"  the top {c['rerank']} candidates held the relevant record for "
                         f"{c['candidates_hold_relevant']:.1%} of the queries: no weight ranks the others, a larger "

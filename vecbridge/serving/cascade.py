@@ -5,7 +5,10 @@ is written back as native, so what users retrieve is re-embedded first.
 The new model's vector of a candidate is the stored one where the record is native already, else the model run on
 its stored text now; that vector is upserted with its ``native`` stamp (one write), so the next query finds it
 stored and ``reembed`` skips it. With old-model queries the score fuses the two exact cosines,
-``(cos(q_new, y) + beta cos(q_old, x)) / (1 + beta)``; without, it is the new model's cosine alone.
+``(cos(q_new, y) + beta cos(q_old, x)) / (1 + beta)``; without, it is the new model's cosine alone. A hub weight ``w``
+subtracts ``w r(y)``, the candidate's hub score as its stamp keeps it (the mean cosine of its native vector to its
+nearest queries of the upgrade's log: the hub penalty of "Word Translation Without Parallel Data", Conneau et al.,
+2018, on the document side), a signal the two cosines lack.
 """
 from __future__ import annotations
 
@@ -44,13 +47,15 @@ def paired_candidates(target: Collection, source: Collection, q_new: np.ndarray,
 
 
 class CandidateVectors:
-    """Both models' vectors of a set of candidates: ``new`` (native, stored or embedded and written back here) and
-    ``old`` (normalised; only when asked). ``written``: the records this embedded and wrote back."""
+    """Both models' vectors of a set of candidates: ``new`` (native, stored or embedded and written back here),
+    ``old`` (normalised; only when asked) and ``hub`` (each one's hub score from its stamp, where it has one).
+    ``written``: the records this embedded and wrote back."""
 
     def __init__(self, target: Collection, source: Collection, ids: Sequence, *, text_field: str, embed: Callable,
                  stamps: Callable, with_old: bool):
         held = target.get(list(ids))
         self.new = dict(zip(held.ids, held.vectors))
+        self.hub = {i: st.get("hubness") for i, st in zip(held.ids, held.stamps or []) if st}
         self.old = {}
         if with_old:
             got = source.get(list(ids))
@@ -65,17 +70,33 @@ class CandidateVectors:
         if has:   # a record without text keeps the vector it has
             part = records.take(np.asarray(has))
             native = np.asarray(embed([p[text_field] for p in part.payloads]), dtype=np.float32)
-            target.upsert(part.with_vectors(native, stamps(part, native)))
+            made = stamps(part, native)
+            target.upsert(part.with_vectors(native, made))
             self.written = len(part)
             self.new.update(zip(part.ids, native))
+            self.hub.update((i, st.get("hubness")) for i, st in zip(part.ids, made))
 
-    def rank(self, q_new: np.ndarray, q_old: np.ndarray | None, row: Sequence, beta: float, k: int):
-        """``(ids, scores)``: the best ``k`` of ``row`` by the cascade's score (the query vectors normalised)."""
+    @property
+    def has_hub(self) -> bool:
+        """Whether any candidate has a hub score (the penalty is worth tuning)."""
+        return any(self.hub.values())
+
+    def rank(self, q_new: np.ndarray, q_old: np.ndarray | None, row: Sequence, beta: float, k: int,
+             weight: float = 0.0):
+        """``(ids, scores)``: the best ``k`` of ``row`` by the cascade's score (the query vectors normalised), less
+        ``weight`` times each candidate's hub score (0 where it has none)."""
         cand = [i for i in row if i in self.new and (q_old is None or i in self.old)]
         if not cand:
             return [], np.zeros(0, dtype=np.float32)
         cos = l2_normalize(np.stack([self.new[i] for i in cand])) @ q_new
-        if q_old is not None:
-            cos = fuse(cos, np.stack([self.old[i] for i in cand]) @ q_old, beta, mean=True)
+        cos_old = None if q_old is None else np.stack([self.old[i] for i in cand]) @ q_old
+        hub = np.array([self.hub.get(i) or 0.0 for i in cand], dtype=np.float32) if weight else None
+        cos = fuse(cos, cos_old, beta if q_old is not None else 0.0, hub, weight, mean=True)
         order = np.argsort(-cos, kind="stable")[:k]
         return [cand[j] for j in order], cos[order]
+
+    def recalls(self, q_new: np.ndarray, q_old: np.ndarray, rows: list, relevant: list, settings, k: int) -> dict:
+        """Recall@k of each ``(beta, hub weight)`` setting: how often ``relevant[i]`` is in the best ``k`` of query
+        i's candidates ``rows[i]``."""
+        return {(beta, w): sum(relevant[qi] in self.rank(q_new[qi], q_old[qi], row, beta, k, w)[0]
+                               for qi, row in enumerate(rows)) / len(relevant) for beta, w in settings}

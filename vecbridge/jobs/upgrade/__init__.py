@@ -15,11 +15,11 @@ The parts: :mod:`.stages` (the stage table every verb checks), :mod:`.state` (th
 :mod:`.cutover` (cutover, rollback, finalize), :mod:`.serving` (search, tune, measure) and :mod:`.core`
 (:class:`Upgrade`, with every verb).
 """
+from ...serving.weights import FUSION_BETAS, HUB_WEIGHTS
 from .base import HUB_K, open_target
 from .core import Upgrade, learn_queries, measure, open_upgrade, tune
 from .planning import PLAN_FIT_SAMPLE, PLAN_FRACTIONS, PLAN_POOL, plan, plan_sizes, predict_stages
 from .scheduler import IN_FLIGHT, embed_and_write
-from .serving import FUSION_BETAS, HUB_WEIGHTS
 from .stages import STAGES, TRANSITIONS
 from .starting import default_state_path, start, url_without_secrets
 

@@ -172,6 +172,7 @@ class UpgradeBase:
                 "fusion_beta": self._fusion_shown(),
                 "hub_weight": self.meta.get("hub_weight", 0.0),
                 "cascade_beta": self.meta.get("cascade_beta"),
+                "cascade_hub_weight": self.meta.get("cascade_hub_weight", 0.0),
                 "hub_reference": self.meta.get("hub_reference"), "dropped": self.meta.get("dropped"),
                 "dropping": self.meta.get("dropping"),
                 "probe": self.meta.get("probe"), "maps": self.meta.get("maps"), **about_map(self.meta),

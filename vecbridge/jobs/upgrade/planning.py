@@ -13,7 +13,8 @@ from ...errors import InputError
 from ...pairing.reembed import _texts
 from ...runtime.models import ModelOptions
 from ...runtime.open import open_collection
-from .serving import FUSION_BETAS, query_pairs
+from ...serving.weights import FUSION_BETAS
+from .serving import query_pairs
 
 #: native fractions at which :func:`plan` predicts what the upgrade serves
 PLAN_FRACTIONS = (0.0, 0.1, 0.25, 0.5, 1.0)

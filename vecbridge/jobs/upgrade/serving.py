@@ -13,16 +13,9 @@ from ...errors import InputError
 from ...quality.scoring import fuse
 from ...runtime.open import open_collection
 from ...serving.cascade import CandidateVectors, paired_candidates
+from ...serving.weights import CASCADE_BETA, best_setting, by_beta, weight_grid
 from ...vectors import l2_normalize
 from .base import UpgradeBase
-
-#: the old query's weights tried by :meth:`Serving.tune_fusion` (``inf``: the old model alone, i.e. staying)
-FUSION_BETAS = (0.0, 0.25, 0.5, 1.0, 2.0, 3.0, 5.0, 10.0, float("inf"))
-#: the old model's weight when the cascade re-scores candidates with both models' own vectors (both cosines are
-#: exact there, unlike the mapped vectors fusion corrects for: equal weights; bench/cascade.py)
-CASCADE_BETA = 1.0
-#: the hub penalty's weights tried by :meth:`Serving.tune_fusion` (0: no penalty)
-HUB_WEIGHTS = (0.0, 0.25, 0.5, 1.0)
 
 
 def query_pairs(queries, old_queries) -> tuple[VectorBatch, VectorBatch]:
@@ -62,9 +55,8 @@ class Serving(UpgradeBase):
         query i's relevant record), all from one candidate pool per query."""
         q_new, q_old = _probes(queries_new, queries_old, relevant)
         cands = self._candidates(q_new, q_old, k_candidates)
-        has_hub = any(h.any() for _, _, _, h in cands)
         out = {}
-        for beta, w in settings(has_hub):
+        for beta, w in settings(any(h.any() for _, _, _, h in cands)):
             hits = 0
             for (ids, cn, co, hub), rel in zip(cands, relevant):
                 order = np.argsort(-self._score(cn, co, hub, beta, w), kind="stable")[:k]
@@ -78,47 +70,41 @@ class Serving(UpgradeBase):
         so the choice serves at least as well as staying on the old model on these queries. Saved in the state;
         ``search`` uses them by default. The penalty is tried once records have hub scores (from the start's
         re-embedded sample, or a query log: :meth:`learn_queries`)."""
-        weights = []
-
-        def grid(has_hub):
-            weights.extend(HUB_WEIGHTS if has_hub else (0.0,))
-            return [(b, w) for b in FUSION_BETAS for w in (weights if np.isfinite(b) else (0.0,))]
-
-        recall = self._recalls(queries_new, queries_old, relevant, grid, k=k, k_candidates=k_candidates)
-        # ties: the lightest penalty, then the smallest old-model weight (the old model alone last)
-        best_beta, best_w = max(recall, key=lambda bw: (recall[bw], -bw[1], -bw[0] if np.isfinite(bw[0]) else -1e9))
+        recall = self._recalls(queries_new, queries_old, relevant, weight_grid, k=k, k_candidates=k_candidates)
+        best_beta, best_w = best_setting(recall)
         stays = bool(np.isinf(best_beta))
         self.meta = self.state.update(fusion_beta=None if stays else best_beta, fusion_stays=stays,
                                       hub_weight=best_w)
         self.state.event("tuned", f"beta {best_beta}, hub weight {best_w} on {len(relevant):,} queries")
-        by_beta = {("inf" if np.isinf(b) else b): max(r for (bb, _), r in recall.items() if bb == b)
-                   for b in FUSION_BETAS}
         return {"beta": "old model alone" if stays else best_beta, "hub_weight": best_w,
                 "recall": recall[best_beta, best_w], "staying": recall[np.inf, 0.0],
-                "new_model_only": recall[0.0, 0.0], "n_queries": len(relevant), "recall_by_beta": by_beta,
-                "hub_weights_tried": list(weights)}
+                "new_model_only": recall[0.0, 0.0], "n_queries": len(relevant), "recall_by_beta": by_beta(recall),
+                "hub_weights_tried": sorted({w for _, w in recall})}
 
     def tune_cascade(self, queries_new, queries_old, relevant: list, *, k: int = 10, rerank: int = 100,
                      embed=None) -> dict:
-        """Choose the old model's weight in the cascade (``search --rerank``) on queries with known answers: each
-        query's top ``rerank`` candidates of the served ranking get their native vectors (embedded and written back
-        where they have none yet, as a served cascade would), then every weight of the fusion grid (the old model
-        alone included) ranks them. Saved in the state; the cascade uses it from then on."""
+        """Choose the old model's weight and the hub penalty's in the cascade (``search --rerank``) on queries with
+        known answers: each query's top ``rerank`` candidates of the served ranking get their native vectors
+        (embedded and written back where they have none yet, as a served cascade would), then every setting of the
+        fusion's grid (the old model alone included; the penalty where the candidates have hub scores) ranks them.
+        Saved in the state; the cascade uses them from then on."""
         if rerank < 1:
             raise InputError("the cascade re-scores at least one candidate per query")
         q_new, q_old = _probes(queries_new, queries_old, relevant)
         rows, _ = self._ranked(q_new, rerank, old_queries=q_old, beta=None, hub_weight=None,
                                k_candidates=max(rerank, 100))
         got = self._candidate_vectors(rows, embed or self.model, with_old=True)   # all native from here on
-        recall = {beta: sum(relevant[qi] in got.rank(q_new[qi], q_old[qi], row, beta, k)[0]
-                            for qi, row in enumerate(rows)) / len(relevant) for beta in FUSION_BETAS}
-        best = max(FUSION_BETAS, key=lambda b: (recall[b], -abs(np.log1p(b)) if np.isfinite(b) else -np.inf))
-        self.meta = self.state.update(cascade_beta="inf" if np.isinf(best) else best, cascade_k=rerank)
-        self.state.event("tuned-cascade", f"cascade beta {best} on {len(relevant):,} queries, top {rerank}")
+        recall = got.recalls(q_new, q_old, rows, relevant, weight_grid(got.has_hub), k)
+        best, w = best_setting(recall)
+        self.meta = self.state.update(cascade_beta="inf" if np.isinf(best) else best, cascade_hub_weight=w,
+                                      cascade_k=rerank)
+        self.state.event("tuned-cascade", f"cascade beta {best}, hub weight {w} on {len(relevant):,} queries, "
+                                          f"top {rerank}")
         # no weight ranks a record the candidates lack: this bounds the cascade, and a larger K raises it
         held = sum(rel in set(row) for rel, row in zip(relevant, rows)) / len(relevant)
-        return {"cascade_beta": "old model alone" if np.isinf(best) else best, "rerank": rerank,
-                "recall": recall[best], "recall_by_beta": {("inf" if np.isinf(b) else b): r for b, r in recall.items()},
+        return {"cascade_beta": "old model alone" if np.isinf(best) else best, "hub_weight": w, "rerank": rerank,
+                "recall": recall[best, w], "recall_by_beta": by_beta(recall),
+                "recall_without_penalty": max(r for (_, ww), r in recall.items() if ww == 0),
                 "candidates_hold_relevant": held, "written_back": self.written_back}
 
     def _cascade_beta(self) -> float:
@@ -180,7 +166,7 @@ class Serving(UpgradeBase):
         ``rerank`` K > 0: the cascade. The search's top K candidates are scored again with the new model's own
         vectors of their stored texts (``embed``, the upgrade's model by default): by the new model alone, or, with
         old-model queries, fused with the old model's cosine (the weight :meth:`tune_cascade` chose, else
-        :data:`CASCADE_BETA`). Each candidate embedded for
+        :data:`CASCADE_BETA`), less the hub penalty it chose (none before). Each candidate embedded for
         it is written back as its native vector, stamped ``native`` in the same upsert, so the records users
         retrieve become native first and ``reembed`` skips them."""
         if rerank < 0:
@@ -198,9 +184,9 @@ class Serving(UpgradeBase):
         """Candidates re-scored with both models' own vectors (:mod:`vecbridge.serving.cascade`)."""
         got = self._candidate_vectors(rows, embed, with_old=q_old is not None)
         out_ids, out_scores = [], np.full((len(q_new), k), -np.inf, dtype=np.float32)
-        beta = self._cascade_beta()
+        beta, w = self._cascade_beta(), float(self.meta.get("cascade_hub_weight") or 0.0)
         for qi, row in enumerate(rows):
-            ids, scores = got.rank(q_new[qi], None if q_old is None else q_old[qi], row, beta, k)
+            ids, scores = got.rank(q_new[qi], None if q_old is None else q_old[qi], row, beta, k, w)
             out_ids.append(ids)
             out_scores[qi, :len(ids)] = scores
         return out_ids, out_scores

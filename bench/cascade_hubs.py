@@ -1,0 +1,172 @@
+"""The cascade with the hub penalty: does a query log's hub score, on the candidates' native vectors, lift the cascade
+above re-scoring by the two models' cosines alone?
+
+Re-scoring a candidate by ``(cos(q_new, y) + beta cos(q_old, x)) / (1 + beta)`` is bounded by what the two models'
+cosines can rank (``bench/cascade.py``: +0.007 at best on foldoc minilm6 <-> minilm3). The hub penalty ("Word
+Translation Without Parallel Data", Conneau et al., ICLR 2018, CSLS, on the document side) subtracts ``w r(y)``, the
+mean cosine of the candidate's native vector to its 10 nearest queries of a log: a third signal, and one the upgrade
+keeps already (each record's stamp holds its hub score against the query log).
+
+Protocol (numpy with the package's pieces, no store), per corpus (../shared/data/wordnet, ../shared/data/foldoc) and
+sentence-encoder pair old -> new. The query log must not hold the collection's own answers, or the penalty demotes
+the distractors of the evaluated queries because they are the log's answers (a leak that doubled the penalty's gain
+in a trial run). So the items are split in two fixed halves:
+
+* **collection**: the 5,000 docs of half B. Day one: the map is ``OrthogonalProcrustes`` fitted on 2,000 of them (the
+  upgrade's re-embedded fit sample, native), the other 3,000 are mapped;
+* **query log**: the new model's vectors of half A's 5,000 queries (other questions of the same kind: their answers
+  are not in the collection). Every record's hub score is ``hub_penalty`` of its vector (mapped or native) against
+  the log, k = 10, as ``upgrade query-log`` stamps it;
+* **evaluated queries**: half B's 5,000, cross-fitted: every setting is picked on one half of them (B1) and scores the
+  other (B2), and the other way round; Recall@10 is over all 5,000, so no query picks its own setting;
+* **served**: the tuned fusion ``upgrade tune`` picks, beta from its grid and the hub weight from ``HUB_WEIGHTS``
+  (``fuse``, penalty on the served vector's hub score);
+* **cascade**: that ranking's top K re-scored with both models' own vectors, without the penalty (beta tuned, as
+  ``upgrade tune --rerank`` did) and with it (beta and the weight tuned together, on the native vectors' hub
+  scores);
+* **bound**: both models' own vectors of every item, fused over the whole collection, without and with the penalty
+  (cross-fitted as above);
+* **repeated queries**: half of half B's queries (B1) were asked before: the log is half A's queries and B1's, and
+  B1's are evaluated (cross-fitted on its two halves). Each evaluated query's own answer pays the penalty of being
+  its log query's answer, while half of its distractors (B2's items) pay none: the penalty's worst case. Real
+  traffic mixes both cases.
+
+Run: ``python bench/cascade_hubs.py [--k 100]`` (one BLAS thread unless OPENBLAS_NUM_THREADS is set; ~5 minutes);
+writes bench/results/cascade_hubs.json.
+"""
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+import argparse  # noqa: E402
+import json  # noqa: E402
+import platform  # noqa: E402
+import sys  # noqa: E402
+import time  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+import numpy as np  # noqa: E402
+from _corpora import DATA, embeddings  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from vecbridge.align import OrthogonalProcrustes  # noqa: E402
+from vecbridge.jobs.upgrade import FUSION_BETAS, HUB_K, HUB_WEIGHTS  # noqa: E402
+from vecbridge.quality.scoring import fuse, hub_penalty  # noqa: E402
+from vecbridge.vectors import l2_normalize  # noqa: E402
+
+CORPORA = ("wordnet", "foldoc")
+PAIRS = [("minilm6", "mpnet"), ("mpnet", "minilm6"), ("minilm6", "minilm3"), ("minilm3", "minilm6")]
+N_FIT, K = 2000, 10
+SETTINGS = [(b, w) for b in FUSION_BETAS for w in (HUB_WEIGHTS if np.isfinite(b) else (0.0,))]
+
+
+def hits(S: np.ndarray, rows: np.ndarray) -> np.ndarray:
+    """Per query: is its own item (column ``rows[j]``) among the top K of row j (ties against it)?"""
+    rel = S[np.arange(len(rows)), rows]
+    return (S > rel[:, None]).sum(axis=1) < K
+
+
+def cross_fitted(score, settings, halves) -> tuple[float, list]:
+    """Recall@K over both halves, each scored with the setting best on the other; and the settings picked."""
+    got, picked = [], []
+    for tune, test in (halves, halves[::-1]):
+        best = max(settings, key=lambda s: (hits(score(tune, *s), tune).mean(), -s[1]))
+        picked.append([("inf" if np.isinf(best[0]) else best[0]), best[1]])
+        got.append(hits(score(test, *best), test))
+    return float(np.concatenate(got).mean()), picked
+
+
+def run_pair(corpus: str, old: str, new: str, k_c: int) -> dict:
+    t0 = time.perf_counter()
+    X, Y = embeddings(DATA / corpus, old, "docs"), embeddings(DATA / corpus, new, "docs")
+    Qo, Qn = l2_normalize(embeddings(DATA / corpus, old, "queries")), l2_normalize(embeddings(DATA / corpus, new,
+                                                                                           "queries"))
+    n = len(X)
+    perm = np.random.default_rng(1).permutation(n)
+    half_a, half_b = np.sort(perm[: n // 2]), np.sort(perm[n // 2:])
+    Xc, Yc = X[half_b], Y[half_b]
+    m = len(half_b)
+    fit = np.sort(np.random.default_rng(0).choice(m, N_FIT, replace=False))
+    native = np.zeros(m, dtype=bool)
+    native[fit] = True
+    Mc = OrthogonalProcrustes().fit(Xc[fit], Yc[fit]).transform(Xc)
+    Xu, Yu = l2_normalize(Xc), l2_normalize(Yc)
+    Vu = np.where(native[:, None], Yu, l2_normalize(Mc))          # the served new-space vectors, day one
+    S_old, S_nat, S_srv = Qo[half_b] @ Xu.T, Qn[half_b] @ Yu.T, Qn[half_b] @ Vu.T
+    split = np.random.default_rng(2).permutation(m)
+    halves = (np.sort(split[: m // 2]), np.sort(split[m // 2:]))   # query j asks for collection item j
+    out = {"pair": f"{old}->{new}", "collection": m, "staying": float(hits(S_old, np.arange(m)).mean()),
+           "full_reembed": float(hits(S_nat, np.arange(m)).mean())}
+    asked = halves[0]                                              # the repeated case: these were asked before
+    again = (asked[: len(asked) // 2], asked[len(asked) // 2:])
+    for case, log, halves in (("new_queries", Qn[half_a], halves),
+                              ("repeated_queries", np.vstack([Qn[half_a], Qn[half_b[asked]]]), again)):
+        rows_all = np.concatenate(halves)
+        hub_srv, hub_nat = hub_penalty(Vu, log, HUB_K), hub_penalty(Yu, log, HUB_K)
+
+        def served(rows, beta, w):
+            return fuse(S_srv[rows], S_old[rows], beta, hub_srv, w, mean=True)
+
+        r_srv, srv_picked = cross_fitted(served, SETTINGS, halves)
+        r_srv0, _ = cross_fitted(served, [s for s in SETTINGS if s[1] == 0], halves)
+        # the cascade's candidates: the served ranking's top K with the setting picked on the other half
+        top = np.empty((m, k_c), dtype=np.int64)
+        for (tune, test), (b, w) in zip((halves, halves[::-1]), srv_picked):
+            b = np.inf if b == "inf" else b
+            part = np.argpartition(-served(test, b, w), k_c - 1, axis=1)[:, :k_c]
+            top[test] = part
+        cand_hit = float(np.mean([j in top[j] for j in rows_all]))
+        mask = np.full((m, m), -np.inf, dtype=np.float32)
+        mask[rows_all[:, None], top[rows_all]] = 0.0
+
+        def cascade(rows, beta, w):
+            return fuse(S_nat[rows], S_old[rows], beta, hub_nat, w, mean=True) + mask[rows]
+
+        def bound(rows, beta, w):
+            return fuse(S_nat[rows], S_old[rows], beta, hub_nat, w, mean=True)
+
+        r_c0, c0_picked = cross_fitted(cascade, [s for s in SETTINGS if s[1] == 0], halves)
+        r_c, c_picked = cross_fitted(cascade, SETTINGS, halves)
+        r_b0, _ = cross_fitted(bound, [s for s in SETTINGS if s[1] == 0], halves)
+        r_b, _ = cross_fitted(bound, SETTINGS, halves)
+        out[case] = {"queries": len(rows_all), "staying": float(hits(S_old[rows_all], rows_all).mean()),
+                     "full_reembed": float(hits(S_nat[rows_all], rows_all).mean()), "served_no_penalty": r_srv0, "served": r_srv, "served_settings": srv_picked,
+                     "candidates_hold_relevant": cand_hit, "cascade_no_penalty": r_c0, "cascade_no_penalty_settings":
+                     c0_picked, "cascade": r_c, "cascade_settings": c_picked, "bound_no_penalty": r_b0, "bound": r_b}
+    out["seconds"] = time.perf_counter() - t0
+    return out
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--k", type=int, default=100, help="candidates the cascade re-scores")
+    ap.add_argument("--out", type=Path, default=Path(__file__).resolve().parent / "results" / "cascade_hubs.json")
+    args = ap.parse_args(argv)
+    result = {"command": "python bench/cascade_hubs.py " + " ".join(sys.argv[1:] if argv is None else argv),
+              "k": args.k, "machine": {"python": platform.python_version(), "cpus": os.cpu_count(),
+                                       "load_avg_at_start": [round(x, 2) for x in os.getloadavg()]},
+              "corpora": {}}
+    for corpus in CORPORA:
+        for old, new in PAIRS:
+            r = run_pair(corpus, old, new, args.k)
+            result["corpora"].setdefault(corpus, []).append(r)
+            line = " | ".join(
+                f"{case}: served {c['served_no_penalty'] - best:+.4f}/{c['served'] - best:+.4f} cascade "
+                f"{c['cascade_no_penalty'] - best:+.4f}/{c['cascade'] - best:+.4f} {c['cascade_settings']} bound "
+                f"{c['bound_no_penalty'] - best:+.4f}/{c['bound'] - best:+.4f} held {c['candidates_hold_relevant']:.3f}"
+                for case, c, best in ((k, r[k], max(r[k]["staying"], r[k]["full_reembed"]))
+                                      for k in ("new_queries", "repeated_queries")))
+            print(f"{corpus:8s} {r['pair']:16s} staying {r['staying']:.4f} full {r['full_reembed']:.4f} | {line} "
+                  f"({r['seconds']:.0f} s)", flush=True)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(result, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
