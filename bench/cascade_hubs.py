@@ -81,7 +81,7 @@ def cross_fitted(score, settings, halves) -> tuple[float, list]:
     return float(np.concatenate(got).mean()), picked
 
 
-def run_pair(corpus: str, old: str, new: str, k_c: int) -> dict:
+def run_pair(corpus: str, old: str, new: str, k_c: int, stages: list[int]) -> dict:
     t0 = time.perf_counter()
     X, Y = embeddings(DATA / corpus, old, "docs"), embeddings(DATA / corpus, new, "docs")
     Qo, Qn = l2_normalize(embeddings(DATA / corpus, old, "queries")), l2_normalize(embeddings(DATA / corpus, new,
@@ -92,52 +92,56 @@ def run_pair(corpus: str, old: str, new: str, k_c: int) -> dict:
     Xc, Yc = X[half_b], Y[half_b]
     m = len(half_b)
     fit = np.sort(np.random.default_rng(0).choice(m, N_FIT, replace=False))
-    native = np.zeros(m, dtype=bool)
-    native[fit] = True
-    Mc = OrthogonalProcrustes().fit(Xc[fit], Yc[fit]).transform(Xc)
+    rest = np.random.default_rng(3).permutation(np.setdiff1d(np.arange(m), fit))   # reembed's order (random)
+    Mu = l2_normalize(OrthogonalProcrustes().fit(Xc[fit], Yc[fit]).transform(Xc))
     Xu, Yu = l2_normalize(Xc), l2_normalize(Yc)
-    Vu = np.where(native[:, None], Yu, l2_normalize(Mc))          # the served new-space vectors, day one
-    S_old, S_nat, S_srv = Qo[half_b] @ Xu.T, Qn[half_b] @ Yu.T, Qn[half_b] @ Vu.T
+    S_old, S_nat, S_map = Qo[half_b] @ Xu.T, Qn[half_b] @ Yu.T, Qn[half_b] @ Mu.T
     split = np.random.default_rng(2).permutation(m)
     halves = (np.sort(split[: m // 2]), np.sort(split[m // 2:]))   # query j asks for collection item j
-    out = {"pair": f"{old}->{new}", "collection": m, "staying": float(hits(S_old, np.arange(m)).mean()),
-           "full_reembed": float(hits(S_nat, np.arange(m)).mean())}
     asked = halves[0]                                              # the repeated case: these were asked before
     again = (asked[: len(asked) // 2], asked[len(asked) // 2:])
+    out = {"pair": f"{old}->{new}", "collection": m}
     for case, log, halves in (("new_queries", Qn[half_a], halves),
                               ("repeated_queries", np.vstack([Qn[half_a], Qn[half_b[asked]]]), again)):
         rows_all = np.concatenate(halves)
-        hub_srv, hub_nat = hub_penalty(Vu, log, HUB_K), hub_penalty(Yu, log, HUB_K)
-
-        def served(rows, beta, w):
-            return fuse(S_srv[rows], S_old[rows], beta, hub_srv, w, mean=True)
-
-        r_srv, srv_picked = cross_fitted(served, SETTINGS, halves)
-        r_srv0, _ = cross_fitted(served, [s for s in SETTINGS if s[1] == 0], halves)
-        # the cascade's candidates: the served ranking's top K with the setting picked on the other half
-        top = np.empty((m, k_c), dtype=np.int64)
-        for (tune, test), (b, w) in zip((halves, halves[::-1]), srv_picked):
-            b = np.inf if b == "inf" else b
-            part = np.argpartition(-served(test, b, w), k_c - 1, axis=1)[:, :k_c]
-            top[test] = part
-        cand_hit = float(np.mean([j in top[j] for j in rows_all]))
-        mask = np.full((m, m), -np.inf, dtype=np.float32)
-        mask[rows_all[:, None], top[rows_all]] = 0.0
-
-        def cascade(rows, beta, w):
-            return fuse(S_nat[rows], S_old[rows], beta, hub_nat, w, mean=True) + mask[rows]
+        hub_nat, hub_map = hub_penalty(Yu, log, HUB_K), hub_penalty(Mu, log, HUB_K)
 
         def bound(rows, beta, w):
             return fuse(S_nat[rows], S_old[rows], beta, hub_nat, w, mean=True)
 
-        r_c0, c0_picked = cross_fitted(cascade, [s for s in SETTINGS if s[1] == 0], halves)
-        r_c, c_picked = cross_fitted(cascade, SETTINGS, halves)
-        r_b0, _ = cross_fitted(bound, [s for s in SETTINGS if s[1] == 0], halves)
-        r_b, _ = cross_fitted(bound, SETTINGS, halves)
-        out[case] = {"queries": len(rows_all), "staying": float(hits(S_old[rows_all], rows_all).mean()),
-                     "full_reembed": float(hits(S_nat[rows_all], rows_all).mean()), "served_no_penalty": r_srv0, "served": r_srv, "served_settings": srv_picked,
-                     "candidates_hold_relevant": cand_hit, "cascade_no_penalty": r_c0, "cascade_no_penalty_settings":
-                     c0_picked, "cascade": r_c, "cascade_settings": c_picked, "bound_no_penalty": r_b0, "bound": r_b}
+        res = {"queries": len(rows_all), "staying": float(hits(S_old[rows_all], rows_all).mean()),
+               "full_reembed": float(hits(S_nat[rows_all], rows_all).mean()),
+               "bound_no_penalty": cross_fitted(bound, [s for s in SETTINGS if s[1] == 0], halves)[0],
+               "bound": cross_fitted(bound, SETTINGS, halves)[0], "stages": []}
+        for pct in stages:
+            native = np.zeros(m, dtype=bool)
+            native[fit] = True
+            native[rest[: round(pct / 100 * len(rest))]] = True
+            S_srv, hub_srv = np.where(native[None, :], S_nat, S_map), np.where(native, hub_nat, hub_map)
+
+            def served(rows, beta, w):
+                return fuse(S_srv[rows], S_old[rows], beta, hub_srv, w, mean=True)
+
+            r_srv, srv_picked = cross_fitted(served, SETTINGS, halves)
+            r_srv0, _ = cross_fitted(served, [s for s in SETTINGS if s[1] == 0], halves)
+            # the cascade's candidates: the served ranking's top K with the setting picked on the other half
+            mask = np.full((m, m), -np.inf, dtype=np.float32)
+            held = []
+            for test, (b, w) in zip(halves[::-1], srv_picked):
+                top = np.argpartition(-served(test, np.inf if b == "inf" else b, w), k_c - 1, axis=1)[:, :k_c]
+                mask[test[:, None], top] = 0.0
+                held.extend(j in row for j, row in zip(test, top))
+
+            def cascade(rows, beta, w):
+                return fuse(S_nat[rows], S_old[rows], beta, hub_nat, w, mean=True) + mask[rows]
+
+            r_c0, _ = cross_fitted(cascade, [s for s in SETTINGS if s[1] == 0], halves)
+            r_c, c_picked = cross_fitted(cascade, SETTINGS, halves)
+            res["stages"].append({"reembedded_percent": pct, "native_fraction": float(native.mean()),
+                                  "served_no_penalty": r_srv0, "served": r_srv, "served_settings": srv_picked,
+                                  "candidates_hold_relevant": float(np.mean(held)), "cascade_no_penalty": r_c0,
+                                  "cascade": r_c, "cascade_settings": c_picked})
+        out[case] = res
     out["seconds"] = time.perf_counter() - t0
     return out
 
@@ -145,6 +149,8 @@ def run_pair(corpus: str, old: str, new: str, k_c: int) -> dict:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--k", type=int, default=100, help="candidates the cascade re-scores")
+    ap.add_argument("--stages", type=int, nargs="+", default=[0, 5, 25, 50, 100],
+                    help="percent of the records outside the fit sample re-embedded")
     ap.add_argument("--out", type=Path, default=Path(__file__).resolve().parent / "results" / "cascade_hubs.json")
     args = ap.parse_args(argv)
     result = {"command": "python bench/cascade_hubs.py " + " ".join(sys.argv[1:] if argv is None else argv),
@@ -153,16 +159,17 @@ def main(argv=None) -> int:
               "corpora": {}}
     for corpus in CORPORA:
         for old, new in PAIRS:
-            r = run_pair(corpus, old, new, args.k)
+            r = run_pair(corpus, old, new, args.k, args.stages)
             result["corpora"].setdefault(corpus, []).append(r)
-            line = " | ".join(
-                f"{case}: served {c['served_no_penalty'] - best:+.4f}/{c['served'] - best:+.4f} cascade "
-                f"{c['cascade_no_penalty'] - best:+.4f}/{c['cascade'] - best:+.4f} {c['cascade_settings']} bound "
-                f"{c['bound_no_penalty'] - best:+.4f}/{c['bound'] - best:+.4f} held {c['candidates_hold_relevant']:.3f}"
-                for case, c, best in ((k, r[k], max(r[k]["staying"], r[k]["full_reembed"]))
-                                      for k in ("new_queries", "repeated_queries")))
-            print(f"{corpus:8s} {r['pair']:16s} staying {r['staying']:.4f} full {r['full_reembed']:.4f} | {line} "
-                  f"({r['seconds']:.0f} s)", flush=True)
+            for case in ("new_queries", "repeated_queries"):
+                c = r[case]
+                best = max(c["staying"], c["full_reembed"])
+                print(f"{corpus:8s} {r['pair']:16s} {case:16s} staying {c['staying']:.4f} full {c['full_reembed']:.4f}"
+                      f" bound {c['bound_no_penalty'] - best:+.4f}/{c['bound'] - best:+.4f} | " + " | ".join(
+                          f"{st['reembedded_percent']}%: served {st['served_no_penalty'] - best:+.4f}/"
+                          f"{st['served'] - best:+.4f} cascade {st['cascade_no_penalty'] - best:+.4f}/"
+                          f"{st['cascade'] - best:+.4f}" for st in c["stages"]) + f" ({r['seconds']:.0f} s)",
+                      flush=True)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=1))
     return 0

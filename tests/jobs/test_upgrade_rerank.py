@@ -132,6 +132,8 @@ def test_tune_rerank_picks_the_cascade_weight_and_search_uses_it(started, sample
     shown = CliRunner().invoke(main, ["upgrade", "tune", "--state", str(started), "--queries", qn.url,
                                       "--old-queries", qo.url, "--rerank", "20"])
     assert shown.exit_code == 0 and "candidates held the relevant record for" in shown.output, shown.output
+    status = CliRunner().invoke(main, ["upgrade", "status", "--state", str(started)])
+    assert status.exit_code == 0 and "search --rerank: old-model weight" in status.output, status.output
 
 
 def test_the_cascade_pays_the_hub_penalty_it_was_given(started, sample):

@@ -56,6 +56,10 @@ def state(status: dict, headline: str | None = None) -> None:
     elif beta is not None:
         con.print(f"  searches with old-model queries: fusion weight {beta}, hub penalty weight "
                   f"{status.get('hub_weight', 0.0)} (tuned)")
+    if status.get("cascade_beta") is not None:
+        cb = status["cascade_beta"]
+        con.print(f"  search --rerank: old-model weight {'old model alone' if cb == 'inf' else cb}, hub penalty weight "
+                  f"{status.get('cascade_hub_weight') or 0.0} (tuned)")
     if status.get("dropped"):
         con.print(f"  dropped {status['dropped']}")
     p = status.get("probe")
