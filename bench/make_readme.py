@@ -777,6 +777,27 @@ def cascade(d: dict) -> dict:
             "growth": table(["corpus", "pair"] + marks + ["collection native at the end"], growth)}
 
 
+def cascade_hubs(d: dict) -> dict:
+    """Per case (new or repeated queries), corpus and pair: at each stage the served fusion and the cascade without /
+    with the hub penalty, and the bound, each as the difference to the better of staying and a full re-embed."""
+    out = {}
+    for case in ("new_queries", "repeated_queries"):
+        rows, stages = [], []
+        for corpus, pairs in d["corpora"].items():
+            for r in pairs:
+                c = r[case]
+                best = max(c["staying"], c["full_reembed"])
+                stages = [st["reembedded_percent"] for st in c["stages"]]
+                rows.append([corpus, arrow(r["pair"]), f"{c['staying']:.4f}", f"{c['full_reembed']:.4f}"] + [
+                    f"{st['served_no_penalty'] - best:+.4f} / {st['served'] - best:+.4f}; "
+                    f"{st['cascade_no_penalty'] - best:+.4f} / {st['cascade'] - best:+.4f}" for st in c["stages"]]
+                    + [f"{c['bound_no_penalty'] - best:+.4f} / {c['bound'] - best:+.4f}"])
+        out[case] = table(["corpus", "old -> new", "staying", "full re-embed"]
+                          + [f"{p}% re-embedded: served; cascade" for p in stages]
+                          + ["both models' own vectors of every item"], rows)
+    return out
+
+
 def cascade_cost(d: dict) -> dict:
     """Per corpus and phase: the search's median and 90th-percentile milliseconds per query, its ratio to the plain
     search, the texts embedded per query and Recall@10 of the queries served."""
@@ -909,7 +930,7 @@ RENDERERS = {"serve": serve, "align_real": align_real, "geh": geh, "geh_calibrat
              "rowwise": rowwise,
              "report_calibration": report_calibration, "connectors": connectors,
              "upgrade_curve": upgrade_curve, "map_validation": map_validation, "ray_scale": ray_scale,
-             "record_stamps": record_stamps, "upgrade_stamps": upgrade_stamps, "cascade": cascade, "cascade_cost": cascade_cost, "file_search": file_search, "gpu_embed": gpu_embed, "gpu_embed_cuda": gpu_embed,
+             "record_stamps": record_stamps, "upgrade_stamps": upgrade_stamps, "cascade": cascade, "cascade_hubs": cascade_hubs, "cascade_cost": cascade_cost, "file_search": file_search, "gpu_embed": gpu_embed, "gpu_embed_cuda": gpu_embed,
              "reembed_overhead": reembed_overhead,
              "continuous_refit": continuous_refit, "zipf_priorities": zipf_priorities,
              "plan_calibration": plan_calibration}
