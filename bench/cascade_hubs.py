@@ -55,14 +55,15 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from vecbridge.align import OrthogonalProcrustes  # noqa: E402
-from vecbridge.jobs.upgrade import FUSION_BETAS, HUB_K, HUB_WEIGHTS  # noqa: E402
+from vecbridge.jobs.upgrade import HUB_K  # noqa: E402
 from vecbridge.quality.scoring import fuse, hub_penalty  # noqa: E402
+from vecbridge.serving.weights import best_setting, weight_grid  # noqa: E402
 from vecbridge.vectors import l2_normalize  # noqa: E402
 
 CORPORA = ("wordnet", "foldoc")
 PAIRS = [("minilm6", "mpnet"), ("mpnet", "minilm6"), ("minilm6", "minilm3"), ("minilm3", "minilm6")]
 N_FIT, K = 2000, 10
-SETTINGS = [(b, w) for b in FUSION_BETAS for w in (HUB_WEIGHTS if np.isfinite(b) else (0.0,))]
+SETTINGS = weight_grid(True)   # every (beta, hub weight) `upgrade tune` tries
 
 
 def hits(S: np.ndarray, rows: np.ndarray) -> np.ndarray:
@@ -72,10 +73,11 @@ def hits(S: np.ndarray, rows: np.ndarray) -> np.ndarray:
 
 
 def cross_fitted(score, settings, halves) -> tuple[float, list]:
-    """Recall@K over both halves, each scored with the setting best on the other; and the settings picked."""
+    """Recall@K over both halves, each scored with the setting best on the other (as ``upgrade tune`` picks it, ties
+    included); and the settings picked."""
     got, picked = [], []
     for tune, test in (halves, halves[::-1]):
-        best = max(settings, key=lambda s: (hits(score(tune, *s), tune).mean(), -s[1]))
+        best = best_setting({s: hits(score(tune, *s), tune).mean() for s in settings})
         picked.append([("inf" if np.isinf(best[0]) else best[0]), best[1]])
         got.append(hits(score(test, *best), test))
     return float(np.concatenate(got).mean()), picked
