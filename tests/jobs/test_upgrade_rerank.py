@@ -117,14 +117,17 @@ def test_tune_rerank_picks_the_cascade_weight_and_search_uses_it(started, sample
                                       "--old-queries", qo.url])   # the fusion's weights: the tuning's ranking
     assert first.exit_code == 0, first.output
     with Upgrade.open(started) as up:   # its top 20, the candidates the cascade's tuning re-scores
-        served, _ = up.search_vectors(sample.queries_new[:100], 20, old_queries=sample.queries_old[:100])
-    held = np.mean([rel in row for rel, row in zip(sample.ids[1000:1100], served)])
+        served, _ = up.search_vectors(sample.queries_new[:100], 80, old_queries=sample.queries_old[:100],
+                                      k_candidates=100)
+    held = {n: np.mean([rel in row[:n] for rel, row in zip(sample.ids[1000:1100], served)]) for n in (20, 40, 80)}
     r = CliRunner().invoke(main, ["upgrade", "tune", "--state", str(started), "--queries", qn.url, "--old-queries",
                                   qo.url, "--rerank", "20", "--json"])
     assert r.exit_code == 0, r.output
     c = json.loads(r.output)["cascade"]
     assert c["rerank"] == 20 and c["recall"] == max(c["recall_by_beta"].values()) and c["written_back"] > 0
-    assert c["candidates_hold_relevant"] == pytest.approx(held) and c["recall"] <= held < 1
+    assert c["candidates_hold_relevant"] == pytest.approx(held[20]) and c["recall"] <= held[20] < 1
+    assert c["larger_k_would_hold"] == pytest.approx({"40": held[40], "80": held[80]})
+    assert held[20] <= held[40] <= held[80] and held[80] > held[20], "a larger K would hold more here"
     with Upgrade.open(started) as up:
         assert up.status()["cascade_beta"] == (c["cascade_beta"] if c["cascade_beta"] != "old model alone" else "inf")
         chosen = up._cascade_beta()
@@ -132,6 +135,7 @@ def test_tune_rerank_picks_the_cascade_weight_and_search_uses_it(started, sample
     shown = CliRunner().invoke(main, ["upgrade", "tune", "--state", str(started), "--queries", qn.url,
                                       "--old-queries", qo.url, "--rerank", "20"])
     assert shown.exit_code == 0 and "candidates held the relevant record for" in shown.output, shown.output
+    assert "(the top 40: " in shown.output and ", the top 80: " in shown.output, shown.output
     status = CliRunner().invoke(main, ["upgrade", "status", "--state", str(started)])
     assert status.exit_code == 0 and "search --rerank: old-model weight" in status.output, status.output
 

@@ -173,6 +173,7 @@ def tuned(result: dict, k: int) -> None:
                         f"{c.get('recall_without_penalty', c['recall']):.3f}); {c['written_back']:,} candidates "
                         f"embedded and written back native; "
                         f"`upgrade search --rerank {c['rerank']}` uses it")
+        wider = ", ".join(f"the top {n}: {share:.1%}" for n, share in (c.get("larger_k_would_hold") or {}).items())
         console().print(f"  the top {c['rerank']} candidates held the relevant record for "
                         f"{c['candidates_hold_relevant']:.1%} of the queries: no weight ranks the others, a larger "
-                        f"--rerank can")
+                        f"--rerank can" + (f" ({wider})" if wider else ""))

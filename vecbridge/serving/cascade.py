@@ -46,6 +46,13 @@ def paired_candidates(target: Collection, source: Collection, q_new: np.ndarray,
     return out
 
 
+def held_share(relevant: Sequence, rows: Sequence, sizes: Sequence[int]) -> dict[int, float]:
+    """For each candidate count in ``sizes``: the share of queries whose relevant record (``relevant[i]``) is among
+    the first that many of their ranked candidates ``rows[i]``. No re-scoring ranks a record the candidates lack, so
+    this bounds the cascade at that K, and says what a larger K would buy before anything is embedded for it."""
+    return {n: sum(rel in set(row[:n]) for rel, row in zip(relevant, rows)) / max(1, len(relevant)) for n in sizes}
+
+
 class CandidateVectors:
     """Both models' vectors of a set of candidates: ``new`` (native, stored or embedded and written back here),
     ``old`` (normalised; only when asked) and ``hub`` (each one's hub score from its stamp, where it has one).

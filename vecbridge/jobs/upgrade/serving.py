@@ -12,7 +12,7 @@ from ...connectors.base import VectorBatch
 from ...errors import InputError
 from ...quality.scoring import fuse
 from ...runtime.open import open_collection
-from ...serving.cascade import CandidateVectors, paired_candidates
+from ...serving.cascade import CandidateVectors, held_share, paired_candidates
 from ...serving.weights import CASCADE_BETA, best_setting, by_beta, weight_grid
 from ...vectors import l2_normalize
 from .base import UpgradeBase
@@ -93,6 +93,9 @@ class Serving(UpgradeBase):
         q_new, q_old = _probes(queries_new, queries_old, relevant)
         rows, _ = self._ranked(q_new, rerank, old_queries=q_old, beta=None, hub_weight=None,
                                k_candidates=max(rerank, 100))
+        wider, _ = self._ranked(q_new, 4 * rerank, old_queries=q_old, beta=None, hub_weight=None,
+                                k_candidates=max(4 * rerank, 100))   # what a larger K would hold (nothing embedded)
+        held = {**held_share(relevant, wider, (2 * rerank, 4 * rerank)), **held_share(relevant, rows, (rerank,))}
         got = self._candidate_vectors(rows, embed or self.model, with_old=True)   # all native from here on
         recall = got.recalls(q_new, q_old, rows, relevant, weight_grid(got.has_hub), k)
         best, w = best_setting(recall)
@@ -100,12 +103,12 @@ class Serving(UpgradeBase):
                                       cascade_k=rerank)
         self.state.event("tuned-cascade", f"cascade beta {best}, hub weight {w} on {len(relevant):,} queries, "
                                           f"top {rerank}")
-        # no weight ranks a record the candidates lack: this bounds the cascade, and a larger K raises it
-        held = sum(rel in set(row) for rel, row in zip(relevant, rows)) / len(relevant)
         return {"cascade_beta": "old model alone" if np.isinf(best) else best, "hub_weight": w, "rerank": rerank,
                 "recall": recall[best, w], "recall_by_beta": by_beta(recall),
                 "recall_without_penalty": max(r for (_, ww), r in recall.items() if ww == 0),
-                "candidates_hold_relevant": held, "written_back": self.written_back}
+                "candidates_hold_relevant": held[rerank], "larger_k_would_hold": {str(n): held[n] for n in
+                                                                                   (2 * rerank, 4 * rerank)},
+                "written_back": self.written_back}
 
     def _cascade_beta(self) -> float:
         """The cascade's old-model weight :meth:`tune_cascade` chose, else :data:`CASCADE_BETA`."""
