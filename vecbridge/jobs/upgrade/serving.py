@@ -93,8 +93,9 @@ class Serving(UpgradeBase):
         q_new, q_old = _probes(queries_new, queries_old, relevant)
         rows, _ = self._ranked(q_new, rerank, old_queries=q_old, beta=None, hub_weight=None,
                                k_candidates=max(rerank, 100))
-        wider, _ = self._ranked(q_new, 4 * rerank, old_queries=q_old, beta=None, hub_weight=None,
-                                k_candidates=max(4 * rerank, 100))   # what a larger K would hold (nothing embedded)
+        wider = [row for lo in range(0, len(q_new), 256)   # what a larger K would hold (nothing embedded)
+                 for row in self._ranked(q_new[lo:lo + 256], 4 * rerank, old_queries=q_old[lo:lo + 256], beta=None,
+                                         hub_weight=None, k_candidates=max(4 * rerank, 100))[0]]
         held = {**held_share(relevant, wider, (2 * rerank, 4 * rerank)), **held_share(relevant, rows, (rerank,))}
         got = self._candidate_vectors(rows, embed or self.model, with_old=True)   # all native from here on
         recall = got.recalls(q_new, q_old, rows, relevant, weight_grid(got.has_hub), k)
