@@ -908,18 +908,26 @@ def zipf_priorities(d: dict) -> dict:
 def plan_calibration(d: dict) -> dict:
     """Per corpus and pair: each stage's prediction within the pool and at the collection's size, against what the
     whole collection then serves."""
-    stages = unique(row["stage"] for r in d["results"] for row in r["rows"])
-    rows = []
+    every = unique(row["stage"] for r in d["results"] for row in r["rows"])
+    stages = [s for s in every if not s.endswith("cascade")]
+    cascades = [s for s in every if s.endswith("cascade")]
+    rows, casc = [], []
     for r in d["results"]:
         by = {row["stage"]: row for row in r["rows"]}
         rows.append([r["corpus"], arrow(r["pair"])]
                     + [f"{by[s]['at_size']:.3f} / {by[s]['measured']:.3f} ({by[s]['pool']:.3f})" if s in by else "-"
                        for s in stages])
+        casc.append([r["corpus"], arrow(r["pair"])]
+                    + [f"{by[s]['at_size']:.3f} / {by[s]['measured']:.3f}" if s in by else "-" for s in cascades])
     worst = [[c, f"{e['error']:.3f}", f"{e['mean_abs_error']:.3f}", f"{e['error_all']:.3f}", f"{e['error_pool']:.3f}"]
+             + ([f"{e['cascade_error']:.3f}", f"{e['cascade_mean_abs_error']:.3f}"] if "cascade_error" in e else [])
              for c, e in d["max_abs_error"].items()]
+    cascade_cols = ["the cascade: largest error", "mean error"] if cascades else []
     return {"stages": table(["corpus", "pair", *stages], rows),
+            "cascade": table(["corpus", "pair", *cascades], casc),
             "worst": table(["corpus", "largest error at size", "mean error at size",
-                            "largest, every pool record a distractor", "largest, the pool's own recall"], worst)}
+                            "largest, every pool record a distractor", "largest, the pool's own recall",
+                            *cascade_cols], worst)}
 
 
 RENDERERS = {"serve": serve, "align_real": align_real, "geh": geh, "geh_calibration": geh_calibration, "geh_timing": geh_timing,

@@ -8,7 +8,8 @@ from click.testing import CliRunner
 
 from tests.conftest import write_collection
 from vecbridge.cli import main
-from vecbridge.quality.at_size import JEFFREYS, beta_prior, hit_probability, recall_at_size
+from vecbridge.quality.at_size import JEFFREYS, beta_prior, cascade_hit_probability, hit_probability, recall_at_size
+from vecbridge.serving.weights import FUSION_BETAS
 
 
 def test_a_top_ranked_record_can_still_miss_in_a_huge_collection():
@@ -56,3 +57,22 @@ def test_plan_json_carries_the_figures_at_the_collections_size(tmp_path, sample)
     for st in p["stages"]:
         assert 0 < st["recall_at_size"] <= st["recall"] and 0 < st["recall_fused_at_size"] <= st["recall_fused"]
     assert p["stages"][-1]["recall_at_size"] > p["stages"][0]["recall_at_size"]
+    for st in p["stages"]:   # the cascade: both models' own vectors of the served top 100, at the collection's size
+        assert 0 < st["recall_cascade_at_size"] <= 1 and st["cascade_beta"] in (0.0, "inf", *FUSION_BETAS)
+    assert p["stages"][0]["recall_cascade_at_size"] > p["stages"][0]["recall_fused_at_size"]
+    shown = CliRunner().invoke(main, ["upgrade", "plan", old.url, "--to-model", "tests.embedders:mpnet_lookup",
+                                      "--queries", qn.url, "--old-queries", qo.url, "--pool", "400",
+                                      "--fit-sample", "500"])
+    assert shown.exit_code == 0 and "cascade," in shown.output and "--rerank" in shown.output, shown.output
+    assert f"{p['stages'][0]['recall_cascade_at_size']:.3f}" in shown.output
+
+
+def test_the_cascade_hits_where_both_its_stages_do():
+    """The record must be among the served top K and in the re-score's top k: the smaller of the two."""
+    rng = np.random.default_rng(0)
+    served, rescored = rng.integers(0, 40, 300), rng.integers(0, 40, 300)
+    both = cascade_hit_probability({"above": served}, {"above": rescored}, 1000, 20_000, rerank=100, k=10)
+    np.testing.assert_allclose(both, np.minimum(hit_probability(served, 1000, 20_000, 100),
+                                                hit_probability(rescored, 1000, 20_000, 10)))
+    always = cascade_hit_probability({"above": np.zeros(300)}, {"above": rescored}, 1000, 20_000, rerank=100, k=10)
+    assert np.all(always >= both) and np.all(both <= hit_probability(served, 1000, 20_000, 100))

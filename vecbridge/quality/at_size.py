@@ -53,6 +53,19 @@ def recall_at_size(above, distractors: int, size: int, k: int = 10, **seen) -> f
     return float(np.mean(hit_probability(above, distractors, size, k, **seen))) if len(above) else 0.0
 
 
+def cascade_hit_probability(served: dict, rescored: dict, distractors: int, size: int, *, rerank: int,
+                            k: int = 10) -> np.ndarray:
+    """Per query, the probability that a cascade ranks its relevant record in the top ``k`` of ``size`` records: the
+    record must be among the served ranking's top ``rerank`` (``served``: :func:`hit_probability`'s ``above``,
+    ``above_seen`` and ``seen`` under the served score) and in the top ``k`` by the re-scoring (``rescored``: the
+    same under the re-score over every record, which the candidates' top ``k`` matches when they hold it). Both
+    events rise with how easy the query is, so they are taken as comonotone: the smaller of the two."""
+    return np.minimum(hit_probability(served["above"], distractors, size, rerank, above_seen=served.get("above_seen"),
+                                      seen=served.get("seen")),
+                      hit_probability(rescored["above"], distractors, size, k,
+                                      above_seen=rescored.get("above_seen"), seen=rescored.get("seen")))
+
+
 def fitted_prior(above, distractors: int) -> tuple[float, float]:
     """The maximum-likelihood (a, b) of :func:`beta_prior` (same bounds), found where that one falls back to
     Jeffreys: when its fit stops early, and when every query has the same count (every relevant record first in

@@ -86,17 +86,21 @@ def plan(p: dict, con=None) -> None:
                             f"map: {pr['method']} on {pr['fit_sample']:,} re-embedded texts)" if size else
                             f"predicted Recall@{pr['k']} of {pr['queries']:,} queries among {pr['pool']:,} records "
                             f"(map: {pr['method']} on {pr['fit_sample']:,} re-embedded texts)")
-        for col in ("stage", "native", "new model", "fused with the old model", "old-query weight"):
+        cascade = all("recall_cascade_at_size" in st for st in pr["stages"]) and size
+        for col in ("stage", "native", "new model", "fused with the old model", "old-query weight") + (
+                (f"cascade, --rerank {pr.get('rerank', 100)}",) if cascade else ()):
             table.add_column(col, justify="left" if col == "stage" else "right")
 
         def both(at, pool):
             return f"{at:.3f} ({pool:.3f})" if at is not None else f"{pool:.3f}"
-        table.add_row("stay on the old model", "-", "-", both(pr.get("staying_at_size"), pr["staying"]), "-")
+        table.add_row("stay on the old model", "-", "-", both(pr.get("staying_at_size"), pr["staying"]), "-",
+                      *(("-",) if cascade else ()))
         for st in pr["stages"]:
             f = st["native_fraction"]
             name = "start (mapped)" if f == 0 else "full re-embed" if f == 1 else f"{f:.0%} re-embedded"
             table.add_row(name, f"{f:.0%}", both(st.get("recall_at_size"), st["recall"]),
-                          both(st.get("recall_fused_at_size"), st["recall_fused"]), str(st["beta"]))
+                          both(st.get("recall_fused_at_size"), st["recall_fused"]), str(st["beta"]),
+                          *((f"{st['recall_cascade_at_size']:.3f}",) if cascade else ()))
         con.print(table)
         at = pr["new_model_alone_from"]
         full = pr["stages"][-1]

@@ -11,6 +11,7 @@ from ...align.methods import method as method_of
 from ...connectors.base import Collection, VectorBatch
 from ...errors import InputError
 from ...pairing.reembed import _texts
+from ...quality.pool import cascade_at_size, pool_counts, pool_levels
 from ...runtime.models import ModelOptions
 from ...runtime.open import open_collection
 from ...serving.weights import FUSION_BETAS
@@ -58,25 +59,12 @@ def _others(src: Collection, n: int, held: set, text_field: str, seed: int) -> t
     return batch.take(keep), [texts[j] for j in keep]
 
 
-def _levels(Qn, D, rel, nrel: int, size: int, k: int, others_only: bool = True, **fused) -> tuple[float, float]:
-    """Recall@k within the pool and predicted at the collection's ``size`` (:mod:`vecbridge.quality.at_size`); the
-    distractors are the pool's sampled others, not the other queries' relevant records (``others_only``)."""
-    from ...quality.at_size import recall_at_size
-    from ...quality.options import recall, relevant_ranks
-
-    r = relevant_ranks(Qn, D, rel, **fused)
-    if others_only:     # D's first nrel rows are the queries' relevant records
-        cut = dict(fused, old_docs=fused["old_docs"][:nrel]) if "old_docs" in fused else fused
-        above, n = r - relevant_ranks(Qn, D[:nrel], rel, **cut), len(D) - nrel
-    else:
-        above, n = r - 1, len(D) - 1
-    return recall(r, k), recall_at_size(above, n, size, k, above_seen=r - 1, seen=len(D))
-
-
-def _stages(M, Y, docs, Qn, Qo, rel, staying, fractions, k: int, seed: int, level) -> list[dict]:
+def _stages(M, Y, docs, Qn, Qo, rel, staying, fractions, k: int, seed: int, level, cascade) -> list[dict]:
     """What each stage serves: the pool with a ``fraction`` of it native (random order), new-model queries alone
     and fused with old-model ones (the best weight on these queries), against staying on the old model; each in
-    the pool and at the collection's size (``level``: :func:`_levels`; ``staying``: both of staying's)."""
+    the pool and at the collection's size (``level``: :func:`~vecbridge.quality.pool.pool_levels`; ``staying``:
+    both of staying's); and at that size with the cascade re-scoring the served ranking's top candidates
+    (``cascade(served, **fused)``: the prediction and its old-model weight)."""
     order = np.random.default_rng(seed).permutation(len(docs))
     stages = []
     for f in fractions:
@@ -86,15 +74,18 @@ def _stages(M, Y, docs, Qn, Qo, rel, staying, fractions, k: int, seed: int, leve
         alone = level(Qn, served)
         fused = {b: level(Qn, served, Q_old=Qo, old_docs=docs.vectors, beta=b) for b in FUSION_BETAS if 0 < b < np.inf}
         best = max(fused, key=lambda b: (fused[b][0], -b))
-        use = fused[best] if fused[best][0] >= staying[0] else staying
+        fuses = fused[best][0] >= staying[0]
+        use = fused[best] if fuses else staying
+        casc = cascade(served, Q_old=Qo, old_docs=docs.vectors, beta=best) if fuses else cascade(None)
         stages.append({"native_fraction": f, "recall": alone[0], "recall_fused": max(fused[best][0], staying[0]),
-                       "beta": best if fused[best][0] >= staying[0] else "old model alone",
-                       "recall_at_size": alone[1], "recall_fused_at_size": use[1]})
+                       "beta": best if fuses else "old model alone", "recall_at_size": alone[1],
+                       "recall_fused_at_size": use[1], "recall_cascade_at_size": casc[0],
+                       "cascade_beta": "inf" if np.isinf(casc[1]) else casc[1]})
     return stages
 
 
 def predict_stages(src: Collection, embed, *, text_field: str, queries, old_queries, pool: int = 2000,
-                   fit_sample: int = 2000, method: str = "orthogonal", seed: int = 0, k: int = 10,
+                   fit_sample: int = 2000, method: str = "orthogonal", seed: int = 0, k: int = 10, rerank: int = 100,
                    fractions=PLAN_FRACTIONS, others_only: bool = True, on_step: Callable[[str], None] = lambda s: None,
                    on_start: Callable[[int], None] = lambda n: None,
                    on_progress: Callable[[int], None] = lambda n: None) -> dict:
@@ -104,7 +95,9 @@ def predict_stages(src: Collection, embed, *, text_field: str, queries, old_quer
     queries alone and fused with old-model ones (the fusion weight chosen on these queries, as ``upgrade tune``
     does), against staying on the old model. Recall within a pool is higher than within the whole collection:
     each figure is also predicted at the collection's size (``*_at_size``, :mod:`vecbridge.quality.at_size`, the
-    pool's sampled others as distractors, or every other pool record without ``others_only``)."""
+    pool's sampled others as distractors, or every other pool record without ``others_only``), and so is the
+    cascade's (``search --rerank``: the served ranking's top ``rerank`` re-scored with both models' own vectors,
+    the weight best at that size)."""
     chosen = method_of(method)
     new_q, old_q = query_pairs(queries, old_queries)
     relevant, rel_texts = _with_text(src.get(list(dict.fromkeys(new_q.ids))), text_field)
@@ -130,14 +123,24 @@ def predict_stages(src: Collection, embed, *, text_field: str, queries, old_quer
     size = src.info().count
 
     def level(Q, D, **fused):
-        return _levels(Q, D, rel, len(relevant), size, k, others_only, **fused)
+        return pool_levels(Q, D, rel, len(relevant), size, k, others_only, **fused)
+
+    def counts(Q, D, **fused):
+        return pool_counts(Q, D, rel, len(relevant), others_only, **fused)
+
+    rescored = {0.0: counts(Qn, Y), np.inf: counts(Qo, docs.vectors), **{
+        b: counts(Qn, Y, Q_old=Qo, old_docs=docs.vectors, beta=b) for b in FUSION_BETAS if 0 < b < np.inf}}
+
+    def cascade(served, **fused):   # the served ranking: these vectors (and fusion), or staying's (None)
+        ranked = rescored[np.inf] if served is None else counts(Qn, served, **fused)
+        return cascade_at_size(ranked, rescored, size, rerank=rerank, k=k)
 
     staying = level(Qo, docs.vectors)
-    stages = _stages(M, Y, docs, Qn, Qo, rel, staying, fractions, k, seed, level)
+    stages = _stages(M, Y, docs, Qn, Qo, rel, staying, fractions, k, seed, level, cascade)
     alone_ok = [st["native_fraction"] for st in stages if st["recall"] >= staying[0]]
-    return {"k": k, "queries": len(use), "pool": len(docs), "fit_sample": len(fit), "method": chosen.name,
-            "staying": staying[0], "staying_at_size": staying[1], "collection_size": size, "stages": stages,
-            "texts_encoded": len(docs) + len(fit), "encode_seconds": seconds,
+    return {"k": k, "rerank": rerank, "queries": len(use), "pool": len(docs), "fit_sample": len(fit),
+            "method": chosen.name, "staying": staying[0], "staying_at_size": staying[1], "collection_size": size,
+            "stages": stages, "texts_encoded": len(docs) + len(fit), "encode_seconds": seconds,
             "new_model_alone_from": alone_ok[0] if alone_ok else None}
 
 
