@@ -65,6 +65,12 @@ def test_plan_json_carries_the_figures_at_the_collections_size(tmp_path, sample)
                                       "--fit-sample", "500"])
     assert shown.exit_code == 0 and "cascade," in shown.output and "--rerank" in shown.output, shown.output
     assert f"{p['stages'][0]['recall_cascade_at_size']:.3f}" in shown.output
+    wider = CliRunner().invoke(main, ["upgrade", "plan", old.url, "--to-model", "tests.embedders:mpnet_lookup",
+                                      "--queries", qn.url, "--old-queries", qo.url, "--pool", "400",
+                                      "--fit-sample", "500", "--rerank", "300", "--json"])
+    w = json.loads(wider.stdout)["predicted"]
+    assert w["rerank"] == 300 and all(a["recall_cascade_at_size"] >= b["recall_cascade_at_size"] - 1e-9
+                                      for a, b in zip(w["stages"], p["stages"])), "more candidates, never fewer hits"
 
 
 def test_the_cascade_hits_where_both_its_stages_do():

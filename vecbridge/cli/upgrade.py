@@ -42,10 +42,12 @@ def upgrade():
 @click.option("--fit-sample", type=POSITIVE_INT, default=None,
               help="Records re-embedded to fit the map, as `upgrade start` will [default: 2,000, at most a quarter "
                    "of the collection].")
+@click.option("--rerank", type=click.IntRange(min=1), default=100, show_default=True, metavar="K",
+              help="The cascade predicted beside each stage: `search --rerank K`.")
 @method_option("The alignment method `upgrade start` will fit.")
 @model_options
-def upgrade_plan(source_url, model, text_field, sample, queries_url, old_queries_url, pool, fit_sample, method,
-                 models):
+def upgrade_plan(source_url, model, text_field, sample, queries_url, old_queries_url, pool, fit_sample, rerank,
+                 method, models):
     """Dry run: what re-embedding SOURCE_URL costs here and, given queries, what each stage serves. Writes nothing."""
     from ..jobs.upgrade import plan
 
@@ -53,7 +55,8 @@ def upgrade_plan(source_url, model, text_field, sample, queries_url, old_queries
     bar, task = progress(not json_mode(), "re-embedding to predict", None)
     with bar:
         p = plan(source_url, model=model, text_field=text_field, sample=sample, queries=queries_url,
-                 old_queries=old_queries_url, pool=pool, fit_sample=fit_sample, method=method, on_step=step,
+                 old_queries=old_queries_url, pool=pool, fit_sample=fit_sample, rerank=rerank, method=method,
+                 on_step=step,
                  on_start=lambda n: bar.update(task, total=n), on_progress=lambda n: bar.advance(task, n),
                  models=models)
     emit(p, show.plan)

@@ -145,7 +145,7 @@ def predict_stages(src: Collection, embed, *, text_field: str, queries, old_quer
 
 
 def plan(source, *, model: str, text_field: str, sample: int = 64, seed: int = 0, queries=None, old_queries=None,
-         pool: int | None = None, fit_sample: int | None = None, method: str = "orthogonal",
+         pool: int | None = None, fit_sample: int | None = None, rerank: int = 100, method: str = "orthogonal",
          on_step: Callable[[str], None] = lambda s: None, on_start: Callable[[int], None] = lambda n: None,
          on_progress: Callable[[int], None] = lambda n: None, models: ModelOptions | None = None) -> dict:
     """What an upgrade of ``source`` to ``model`` costs on this machine, measured on ``sample`` stored texts, and,
@@ -176,7 +176,8 @@ def plan(source, *, model: str, text_field: str, sample: int = 64, seed: int = 0
         if note:
             on_step(note)
         predicted = predict_stages(src, embed, text_field=text_field, queries=queries, old_queries=old_queries,
-                                   pool=pool, fit_sample=fit_sample, method=method, seed=seed, on_step=on_step,
+                                   pool=pool, fit_sample=fit_sample, method=method, seed=seed, rerank=rerank,
+                                   on_step=on_step,
                                    on_start=on_start, on_progress=on_progress)
         per_text = predicted["encode_seconds"] / predicted["texts_encoded"]   # the larger measurement
     return {"source": src.display_url, "count": info.count, "dim": info.dim, "model": model,
