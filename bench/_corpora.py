@@ -7,6 +7,10 @@ from pathlib import Path
 import numpy as np
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
+#: the corpora every quality figure is measured on
+CORPORA = ("wordnet", "foldoc")
+#: the sentence-encoder pairs the upgrade benchmarks run: both directions of MiniLM-L6 <-> MPNet and MiniLM-L6 <-> L3
+UPGRADE_PAIRS = [("minilm6", "mpnet"), ("mpnet", "minilm6"), ("minilm6", "minilm3"), ("minilm3", "minilm6")]
 
 
 def embeddings(folder: Path, model: str, kind: str = "docs") -> np.ndarray:

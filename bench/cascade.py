@@ -45,7 +45,7 @@ import time  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 import numpy as np  # noqa: E402
-from _corpora import DATA, embeddings  # noqa: E402
+from _corpora import CORPORA, DATA, UPGRADE_PAIRS, embeddings  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -55,8 +55,7 @@ from vecbridge.jobs.upgrade import FUSION_BETAS  # noqa: E402
 from vecbridge.quality.scoring import fuse  # noqa: E402
 from vecbridge.vectors import l2_normalize  # noqa: E402
 
-CORPORA = ("wordnet", "foldoc")
-PAIRS = [("minilm6", "mpnet"), ("mpnet", "minilm6"), ("minilm6", "minilm3"), ("minilm3", "minilm6")]
+PAIRS = UPGRADE_PAIRS
 N_FIT, K = 2000, 10
 CHECKPOINTS = (100, 1000)
 #: the new model's encoding time per document, seconds (data sets' READMEs: all 10,000 docs on 2 cores)

@@ -49,7 +49,7 @@ import time  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 import numpy as np  # noqa: E402
-from _corpora import DATA, embeddings  # noqa: E402
+from _corpora import CORPORA, DATA, UPGRADE_PAIRS, embeddings  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -60,8 +60,7 @@ from vecbridge.quality.scoring import fuse, hub_penalty  # noqa: E402
 from vecbridge.serving.weights import best_setting, weight_grid  # noqa: E402
 from vecbridge.vectors import l2_normalize  # noqa: E402
 
-CORPORA = ("wordnet", "foldoc")
-PAIRS = [("minilm6", "mpnet"), ("mpnet", "minilm6"), ("minilm6", "minilm3"), ("minilm3", "minilm6")]
+PAIRS = UPGRADE_PAIRS
 N_FIT, K = 2000, 10
 SETTINGS = weight_grid(True)   # every (beta, hub weight) `upgrade tune` tries
 

@@ -70,7 +70,7 @@ import time  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 import numpy as np  # noqa: E402
-from _corpora import DATA, embeddings  # noqa: E402
+from _corpora import CORPORA, DATA, UPGRADE_PAIRS, embeddings  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -84,8 +84,7 @@ from vecbridge.quality.options import anchor_residuals, reliability_scores  # no
 from vecbridge.runtime.record_stamps import shuffle_rank  # noqa: E402
 from vecbridge.vectors import l2_normalize  # noqa: E402
 
-CORPORA = ("wordnet", "foldoc")
-PAIRS = [("minilm6", "mpnet"), ("mpnet", "minilm6"), ("minilm6", "minilm3"), ("minilm3", "minilm6")]
+PAIRS = UPGRADE_PAIRS
 N_FIT, K, K_CAND = 2000, 10, 100
 FRACTIONS = (0.0, 0.01, 0.05, 0.10, 0.25, 0.50, 1.0)
 PRIORITIES = ("random", "residual", "hubs", "queries", "oracle")

@@ -22,9 +22,9 @@ def pool_counts(Qn, D, rel, nrel: int, others_only: bool = True, **fused) -> tup
     return r, {"above": above, "above_seen": r - 1, "seen": len(D)}, n
 
 
-def pool_levels(Qn, D, rel, nrel: int, size: int, k: int, others_only: bool = True, **fused) -> tuple[float, float]:
-    """Recall@k within the pool and predicted at the collection's ``size`` (:func:`pool_counts`)."""
-    r, c, n = pool_counts(Qn, D, rel, nrel, others_only, **fused)
+def levels(counts: tuple, size: int, k: int) -> tuple[float, float]:
+    """Recall@k within the pool and predicted at the collection's ``size``, from :func:`pool_counts`."""
+    r, c, n = counts
     return recall(r, k), recall_at_size(c["above"], n, size, k, above_seen=c["above_seen"], seen=c["seen"])
 
 

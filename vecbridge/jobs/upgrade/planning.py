@@ -11,7 +11,7 @@ from ...align.methods import method as method_of
 from ...connectors.base import Collection, VectorBatch
 from ...errors import InputError
 from ...pairing.reembed import _texts
-from ...quality.pool import cascade_at_size, pool_counts, pool_levels
+from ...quality.pool import cascade_at_size, levels, pool_counts
 from ...runtime.models import ModelOptions
 from ...runtime.open import open_collection
 from ...serving.weights import FUSION_BETAS
@@ -59,24 +59,26 @@ def _others(src: Collection, n: int, held: set, text_field: str, seed: int) -> t
     return batch.take(keep), [texts[j] for j in keep]
 
 
-def _stages(M, Y, docs, Qn, Qo, rel, staying, fractions, k: int, seed: int, level, cascade) -> list[dict]:
+def _stages(M, Y, docs, Qn, Qo, rel, staying, fractions, k: int, seed: int, counts, level, cascade) -> list[dict]:
     """What each stage serves: the pool with a ``fraction`` of it native (random order), new-model queries alone
     and fused with old-model ones (the best weight on these queries), against staying on the old model; each in
-    the pool and at the collection's size (``level``: :func:`~vecbridge.quality.pool.pool_levels`; ``staying``:
-    both of staying's); and at that size with the cascade re-scoring the served ranking's top candidates
-    (``cascade(served, **fused)``: the prediction and its old-model weight)."""
+    the pool and at the collection's size (``counts``: :func:`~vecbridge.quality.pool.pool_counts`, ``level`` its
+    two figures; ``staying``: both of staying's); and at that size with the cascade re-scoring the served ranking's
+    top candidates (``cascade(counts)``, None for staying's: the prediction and its old-model weight)."""
     order = np.random.default_rng(seed).permutation(len(docs))
     stages = []
     for f in fractions:
         served = M.copy()
         native = order[:int(round(f * len(docs)))]
         served[native] = Y[native]
-        alone = level(Qn, served)
-        fused = {b: level(Qn, served, Q_old=Qo, old_docs=docs.vectors, beta=b) for b in FUSION_BETAS if 0 < b < np.inf}
+        alone = level(counts(Qn, served))
+        ranked = {b: counts(Qn, served, Q_old=Qo, old_docs=docs.vectors, beta=b)
+                  for b in FUSION_BETAS if 0 < b < np.inf}
+        fused = {b: level(c) for b, c in ranked.items()}
         best = max(fused, key=lambda b: (fused[b][0], -b))
         fuses = fused[best][0] >= staying[0]
         use = fused[best] if fuses else staying
-        casc = cascade(served, Q_old=Qo, old_docs=docs.vectors, beta=best) if fuses else cascade(None)
+        casc = cascade(ranked[best] if fuses else None)
         stages.append({"native_fraction": f, "recall": alone[0], "recall_fused": max(fused[best][0], staying[0]),
                        "beta": best if fuses else "old model alone", "recall_at_size": alone[1],
                        "recall_fused_at_size": use[1], "recall_cascade_at_size": casc[0],
@@ -122,21 +124,20 @@ def predict_stages(src: Collection, embed, *, text_field: str, queries, old_quer
     rel = np.asarray([row[new_q.ids[qi]] for qi in use], dtype=np.int64)
     size = src.info().count
 
-    def level(Q, D, **fused):
-        return pool_levels(Q, D, rel, len(relevant), size, k, others_only, **fused)
-
     def counts(Q, D, **fused):
         return pool_counts(Q, D, rel, len(relevant), others_only, **fused)
+
+    def level(c):
+        return levels(c, size, k)
 
     rescored = {0.0: counts(Qn, Y), np.inf: counts(Qo, docs.vectors), **{
         b: counts(Qn, Y, Q_old=Qo, old_docs=docs.vectors, beta=b) for b in FUSION_BETAS if 0 < b < np.inf}}
 
-    def cascade(served, **fused):   # the served ranking: these vectors (and fusion), or staying's (None)
-        ranked = rescored[np.inf] if served is None else counts(Qn, served, **fused)
-        return cascade_at_size(ranked, rescored, size, rerank=rerank, k=k)
+    def cascade(served):   # the served ranking's counts, or staying's (None: the old model alone's)
+        return cascade_at_size(rescored[np.inf] if served is None else served, rescored, size, rerank=rerank, k=k)
 
-    staying = level(Qo, docs.vectors)
-    stages = _stages(M, Y, docs, Qn, Qo, rel, staying, fractions, k, seed, level, cascade)
+    staying = level(rescored[np.inf])
+    stages = _stages(M, Y, docs, Qn, Qo, rel, staying, fractions, k, seed, counts, level, cascade)
     alone_ok = [st["native_fraction"] for st in stages if st["recall"] >= staying[0]]
     return {"k": k, "rerank": rerank, "queries": len(use), "pool": len(docs), "fit_sample": len(fit),
             "method": chosen.name, "staying": staying[0], "staying_at_size": staying[1], "collection_size": size,
