@@ -307,7 +307,19 @@ def text_gone(d: dict) -> dict:
                       len(r["starts"]), f"{r['fit_s']:.0f}"])
     small = table(["corpus", "old -> new", "rows a side", "the tool's verdict", "top-1 of its map",
                    "served Recall@10 of its map (gap)", "starts run", "fit s"], small)
-    return {"recall": recall, "why": why, "probe": probe, "consensus": every, "gap": gaps, "small": small}
+    shares = sorted({r["overlap"] for r in d["rows"] if r["mode"].startswith("overlap ")}, reverse=True)
+    with_own = []
+    for c, p, s in runs:
+        own = [fits.get((c, p, s, f"overlap {n}")) for n in shares]
+        if any(own):
+            with_own.append([c, arrow(p), s, f"{ref[c, p]['stay_recall10']:.3f}", f"{ref[c, p]['reembed_recall10']:.3f}",
+                             f"{ref[c, p]['supervised_recall10']:.3f}", served(fits.get((c, p, s, "unsupervised"))),
+                             *(served(r) for r in own)])
+    overlap = table(["corpus", "old -> new", "seed", "stay", "re-embed", "supervised (2,000 pairs)",
+                     "unsupervised, other documents (gap; fit s)",
+                     *(f"unsupervised, {n:,} of the collection's own (gap; fit s)" for n in shares)], with_own)
+    return {"recall": recall, "why": why, "probe": probe, "consensus": every, "gap": gaps, "small": small,
+            "overlap": overlap}
 
 
 def reproduced_starts(d: dict) -> dict:

@@ -36,7 +36,9 @@ minilm6:minilm3`` runs every start of the schedule and records how often two sta
 ``--gap-probe`` fits the default ``MiniVec2Vec`` on 2,500 and on 5,000 rows a side and compares its matching
 objective with the true map's on rows it read and rows it did not (why the unsupervised map serves below the
 supervised one); ``--rows 2500`` runs the tool's unsupervised fit on collections of the first 2,500 rows of each half
-(small collections: what the validation accepts there).
+(small collections: what the validation accepts there); ``--overlap N`` runs it against a new side holding N of the
+collection's own documents among its 5,000 (ids not shared: the user can embed some of the collection's documents
+again but cannot say which records they are; ``--overlap 2308`` is GEH's new side, 0 the disjoint default).
 """
 from __future__ import annotations
 
@@ -179,10 +181,12 @@ def procrustes(X, Y):
 
 
 def run_pair(corpus: str, a: str, b: str, seeds: list[int], work: Path, kind: str = "docs",
-             modes: tuple = ("unsupervised", "geh"), rows: int | None = None) -> None:
+             modes: tuple = ("unsupervised", "geh"), rows: int | None = None, overlap: int | None = None) -> None:
     """One pair: the references, then each seed's fits. ``rows``: the unsupervised fit reads collections of only
     the first ``rows`` items of each half (a small collection; its map still migrates all of half A), recorded as
-    the mode ``unsupervised, N rows``."""
+    the mode ``unsupervised, N rows``. ``overlap``: the unsupervised fit's new side is the new-model vectors of
+    ``overlap`` items of A (the collection's own documents, unlinked) and ``5,000 - overlap`` items of B, recorded
+    as the mode ``overlap N``."""
     data = DATA / corpus
     old, new = embeddings(data, a), embeddings(data, b)
     q_old, q_new = embeddings(data, a, "queries"), embeddings(data, b, "queries")
@@ -200,6 +204,11 @@ def run_pair(corpus: str, a: str, b: str, seeds: list[int], work: Path, kind: st
     geh_items = np.concatenate([omega, B[: len(A) - n_omega]])
     geh_items = geh_items[np.random.default_rng(SPLIT_SEED + 1).permutation(len(geh_items))]
     geh_url = store(folder / "new_geh", new[geh_items], ids_of(geh_items))
+    if overlap is not None:
+        # the same shape with ``overlap`` of A's items (a prefix of Omega's order, so 2,308 gives GEH's very side)
+        own = np.concatenate([A[:overlap], B[: len(A) - overlap]])
+        own = own[np.random.default_rng(SPLIT_SEED + 1).permutation(len(own))]
+        tgt_url = store(folder / f"new_overlap_{overlap}", new[own], [f"new-{int(i)}" for i in own])  # unlinked ids
     oldA, newA, qoA, qnA = old[A], new[A], q_old[A], q_new[A]
 
     # references (seed-independent)
@@ -222,7 +231,7 @@ def run_pair(corpus: str, a: str, b: str, seeds: list[int], work: Path, kind: st
     for seed in seeds:
         if "unsupervised" in modes:
             # --- unsupervised, exactly as `vecbridge fit --pairs unsupervised` ------------------------------------------
-            out = folder / f"unsup_{seed}.npz"
+            out = folder / f"unsup_{seed}_{overlap or 0}.npz"
             Probe.last = None
             t0 = time.perf_counter()
             with probing():
@@ -234,10 +243,12 @@ def run_pair(corpus: str, a: str, b: str, seeds: list[int], work: Path, kind: st
                     alignment, refused, message = None, True, str(exc)
             t_fit = time.perf_counter() - t0
             est = Probe.last
-            row = {**base, "seed": seed, "mode": "unsupervised" if rows is None else f"unsupervised, {rows} rows",
+            mode = ("unsupervised" if rows is None and overlap is None else f"unsupervised, {rows} rows"
+                    if overlap is None else f"overlap {overlap}")
+            row = {**base, "seed": seed, "mode": mode, "overlap": overlap,
                    "rows": len(fit_a), "fit_s": round(t_fit, 1), "load": load(), "doubt": getattr(est, "doubt_", None),
                    "accepted": not refused, "refusal": message,
-                   "nothing_written": (not out.exists() and not list(folder.glob(f"unsup_{seed}*"))) if refused else None}
+                   "nothing_written": (not out.exists() and not list(folder.glob(out.stem + "*"))) if refused else None}
             tgt = open_collection(tgt_url)
             used_a, used_b = src.sample(SAMPLE, seed=seed), tgt.sample(SAMPLE, seed=seed + 1)   # unsupervised_fit's rows
             v_map = check_map(est.procrustes_, src, tgt, used_a, used_b, seed=seed, force=True, what="", advice="")
@@ -410,6 +421,8 @@ def main():
     ap.add_argument("--gap-probe", action="store_true", help="only the probe of the unsupervised map's gap")
     ap.add_argument("--only", choices=("unsupervised", "geh"), help="only this column of the table")
     ap.add_argument("--rows", type=int, help="unsupervised fits only, on collections of this many rows a side")
+    ap.add_argument("--overlap", type=int, help="unsupervised fits only, the new side holding this many of the "
+                                                 "collection's own items (2308: GEH's new side)")
     args = ap.parse_args()
     merge(machine=machine(), protocol=__doc__.split("Run:")[0].strip(),
           command="OPENBLAS_NUM_THREADS=1 python bench/text_gone.py [--corpora C] [--seeds 0,1,2]")
@@ -440,8 +453,9 @@ def main():
     with tempfile.TemporaryDirectory(prefix="text_gone_") as tmp:
         for corpus in args.corpora.split(","):
             for a, b in pairs:
-                run_pair(corpus, a, b, seeds, Path(tmp), rows=args.rows,
-                         modes=("unsupervised",) if args.rows else (args.only,) if args.only else ("unsupervised", "geh"))
+                run_pair(corpus, a, b, seeds, Path(tmp), rows=args.rows, overlap=args.overlap,
+                         modes=(("unsupervised",) if args.rows or args.overlap is not None else (args.only,) if args.only
+                                else ("unsupervised", "geh")))
     print(f"done in {time.perf_counter() - t_all:.0f}s", flush=True)
 
 

@@ -53,10 +53,10 @@ def spaces(tmp_path_factory, sample):
             "ids": list(sample.ids[:N])}
 
 
-def _start(spaces, tmp_path, *args):
+def _start(spaces, tmp_path, *args, fit_sample=N):
     state, to = tmp_path / "u.upgrade.sqlite", f"file://{tmp_path}/new"
-    r = run("upgrade", "start", spaces["old"], "--to-model", MODEL, "--to", to, "--state", state,
-            "--fit-sample", N, *args)
+    sample = () if fit_sample is None else ("--fit-sample", fit_sample)
+    r = run("upgrade", "start", spaces["old"], "--to-model", MODEL, "--to", to, "--state", state, *sample, *args)
     return r, state, to
 
 
@@ -100,8 +100,11 @@ def test_unsupervised_start_without_texts_maps_every_record_for_good(spaces, tmp
 
 def test_a_map_that_fails_validation_is_refused_before_anything_is_written(spaces, tmp_path):
     r, state, to = _start(spaces, tmp_path, "--pairs", "unsupervised", "--new-vectors", spaces["unrelated"],
-                          *FAST_ARGS)
+                          *FAST_ARGS, fit_sample=None)
     lines = r.output.strip().splitlines()
+    # without --fit-sample a map fitted on vectors alone reads as many a side as `fit --pairs unsupervised` does,
+    # not the 2,000 texts a re-embedding start embeds (it would serve far below: the few-rows warning)
+    assert "up to 10,000 vectors per side" in r.output, r.output
     assert r.exit_code == 1 and "failed validation" in lines[-1] and "nothing was written" in lines[-1], r.output
     assert "give seed pairs" in lines[-1]     # check_map's advice
     assert not state.exists() and not connect(to).exists()

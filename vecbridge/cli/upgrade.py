@@ -77,9 +77,9 @@ def upgrade_plan(source_url, model, text_field, sample, queries_url, old_queries
               help="--pairs unsupervised / geh:SEEDS: a collection of new-model vectors of in-domain items (for GEH, "
                    "holding the seeds' partners) to fit the map against; the map is validated without labels and "
                    "refused when it fails, before anything is written (--force keeps it, marked as failed).")
-@click.option("--fit-sample", type=POSITIVE_INT, default=2000, show_default=True,
-              help="Stored texts re-embedded to fit the map (they are kept as native vectors); with --pairs "
-                   "unsupervised / geh:SEEDS, vectors sampled from each collection.")
+@click.option("--fit-sample", type=POSITIVE_INT, default=None,
+              help="Stored texts re-embedded to fit the map (they are kept as native vectors) [default: 2,000]; with "
+                   "--pairs unsupervised / geh:SEEDS, vectors sampled from each collection [default: 10,000].")
 @method_option("Alignment method fitted on the re-embedded sample (clustered keeps more quality).")
 @params_option("Estimator parameter for --pairs unsupervised / geh:SEEDS (repeatable), e.g. --param n_runs=10.")
 @click.option("--overwrite", is_flag=True,

@@ -67,6 +67,9 @@ def unsupervised_fit(source: Collection, target: Collection, *, sample: int, see
     return a, b, est.fit(a.vectors, b.vectors)
 
 
+#: vectors a side that a map fitted without true pairs reads unless told otherwise (``fit``, ``link``, ``upgrade
+#: start``): the fewer, the further it serves below one fitted on true pairs (:data:`FEW_ROWS_WARNING`)
+UNPAIRED_SAMPLE = 10_000
 #: unpaired rows per side that validate an unsupervised or seed-grown map (``vecbridge.align.validation``)
 VALIDATION_ROWS = 2000
 #: below this many rows per side that the fit did not read (a small collection), validate on the fit's own rows

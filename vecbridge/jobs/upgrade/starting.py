@@ -21,6 +21,7 @@ from ...errors import InputError, StoreError, UsageError
 from ...faultpoint import fault_point
 from ...fs import require_writable
 from ...linking.pairspec import PairSpec
+from ...pairing.learned import UNPAIRED_SAMPLE
 from ...pairing.reembed import _texts, reembed_pairs
 from ...quality.scoring import hub_penalty
 from ...runtime.checkpoint import Checkpoint
@@ -46,6 +47,8 @@ from .state import UpgradeState, exclusive
 #: how ``start`` gets its map besides a given alignment: a re-embedded sample of the source's texts, or (no texts
 #: needed) mini-vec2vec or GEH against a collection of new-model vectors (``new_vectors``)
 START_PAIRS = ("reembed", "unsupervised", "geh")
+#: stored texts re-embedded to fit the map unless told otherwise (each one a call to the new model)
+REEMBED_FIT_SAMPLE = 2000
 #: the payload field read for texts when none is named
 DEFAULT_TEXT_FIELD = "text"
 
@@ -66,7 +69,7 @@ def default_state_path(source: Collection) -> Path:
 
 
 def start(source, *, model: str, text_field: str | None = None, state_path=None, field: str | None = None, to=None,
-          alignment=None, method: str = "orthogonal", fit_sample: int = 2000, seed: int = 0,
+          alignment=None, method: str = "orthogonal", fit_sample: int | None = None, seed: int = 0,
           batch_size: int | None = None, overwrite: bool = False, force: bool = False,
           on_step: Callable[[str], None] = lambda s: None, models: ModelOptions | None = None,
           pairs: str = "reembed", new_vectors=None, params: dict | None = None) -> dict:
@@ -74,6 +77,9 @@ def start(source, *, model: str, text_field: str | None = None, state_path=None,
     ``fit_sample`` re-embedded records (or use ``alignment``), write mapped vectors into the new vector ``field`` of
     the source (stores with named vectors) or into the new collection ``to``, write the re-embedded sample natively,
     and stamp every record (with its residual and hub scores, measured against the re-embedded sample).
+
+    ``fit_sample`` defaults to :data:`REEMBED_FIT_SAMPLE` texts, each a call to the new model, and to
+    :data:`~vecbridge.pairing.learned.UNPAIRED_SAMPLE` vectors a side where no text is embedded.
 
     ``pairs`` ``unsupervised`` or ``geh:SEEDS`` fit the map without the source's texts, on ``fit_sample`` vectors of
     the source and of ``new_vectors`` (new-model vectors of in-domain items; for GEH, holding the seeds' partners),
@@ -99,6 +105,7 @@ def start(source, *, model: str, text_field: str | None = None, state_path=None,
         raise UsageError("say where the new vectors go: a new vector field of the source (field) or a new "
                          "collection (to), one of them")
     spec = _start_pairs(pairs, alignment=alignment, new_vectors=new_vectors, method=method, params=params)
+    fit_sample = fit_sample or (REEMBED_FIT_SAMPLE if spec.kind == "reembed" else UNPAIRED_SAMPLE)
     named, text_field = text_field is not None, text_field or DEFAULT_TEXT_FIELD
     src = open_collection(source)
     chosen = method_of(method)
