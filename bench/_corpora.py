@@ -11,6 +11,8 @@ DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 CORPORA = ("wordnet", "foldoc")
 #: the sentence-encoder pairs the upgrade benchmarks run: both directions of MiniLM-L6 <-> MPNet and MiniLM-L6 <-> L3
 UPGRADE_PAIRS = [("minilm6", "mpnet"), ("mpnet", "minilm6"), ("minilm6", "minilm3"), ("minilm3", "minilm6")]
+#: every ordered pair of the three sentence encoders
+SENTENCE_PAIRS = UPGRADE_PAIRS + [("minilm3", "mpnet"), ("mpnet", "minilm3")]
 
 
 def embeddings(folder: Path, model: str, kind: str = "docs") -> np.ndarray:

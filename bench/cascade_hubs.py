@@ -31,8 +31,9 @@ in a trial run). So the items are split in two fixed halves:
   its log query's answer, while half of its distractors (B2's items) pay none: the penalty's worst case. Real
   traffic mixes both cases.
 
-Run: ``python bench/cascade_hubs.py [--k 100]`` (one BLAS thread unless OPENBLAS_NUM_THREADS is set; ~5 minutes);
-writes bench/results/cascade_hubs.json.
+Run: ``python bench/cascade_hubs.py [--k 100] [--pairs minilm3:mpnet,...]`` (one BLAS thread unless
+OPENBLAS_NUM_THREADS is set; 1-2 minutes a pair and corpus; every ordered pair of the three sentence encoders by
+default); each pair's result replaces that pair's in bench/results/cascade_hubs.json (``--out``), the others kept.
 """
 from __future__ import annotations
 
@@ -49,7 +50,7 @@ import time  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 import numpy as np  # noqa: E402
-from _corpora import CORPORA, DATA, UPGRADE_PAIRS, embeddings  # noqa: E402
+from _corpora import CORPORA, DATA, SENTENCE_PAIRS, embeddings  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -60,7 +61,7 @@ from vecbridge.quality.scoring import fuse, hub_penalty  # noqa: E402
 from vecbridge.serving.weights import best_setting, weight_grid  # noqa: E402
 from vecbridge.vectors import l2_normalize  # noqa: E402
 
-PAIRS = UPGRADE_PAIRS
+PAIRS = SENTENCE_PAIRS
 N_FIT, K = 2000, 10
 SETTINGS = weight_grid(True)   # every (beta, hub weight) `upgrade tune` tries
 
@@ -153,15 +154,23 @@ def main(argv=None) -> int:
     ap.add_argument("--stages", type=int, nargs="+", default=[0, 5, 25, 50, 100],
                     help="percent of the records outside the fit sample re-embedded")
     ap.add_argument("--out", type=Path, default=Path(__file__).resolve().parent / "results" / "cascade_hubs.json")
+    ap.add_argument("--pairs", default=",".join(f"{a}:{b}" for a, b in PAIRS), help="old:new,... (default: all six)")
     args = ap.parse_args(argv)
-    result = {"command": "python bench/cascade_hubs.py " + " ".join(sys.argv[1:] if argv is None else argv),
-              "k": args.k, "machine": {"python": platform.python_version(), "cpus": os.cpu_count(),
-                                       "load_avg_at_start": [round(x, 2) for x in os.getloadavg()]},
-              "corpora": {}}
+    command = "python bench/cascade_hubs.py " + " ".join(sys.argv[1:] if argv is None else argv)
+    machine = {"python": platform.python_version(), "cpus": os.cpu_count(),
+               "load_avg_at_start": [round(x, 2) for x in os.getloadavg()]}
+    result = json.loads(args.out.read_text()) if args.out.exists() else {"corpora": {}}
+    if result.get("k", args.k) != args.k:
+        ap.error(f"{args.out} holds results with --k {result['k']}: name another --out")
+    result.update(k=args.k, command=command, machine=machine)
+    order = {f"{a}->{b}": i for i, (a, b) in enumerate(PAIRS)}
     for corpus in CORPORA:
-        for old, new in PAIRS:
-            r = run_pair(corpus, old, new, args.k, args.stages)
-            result["corpora"].setdefault(corpus, []).append(r)
+        for old, new in (tuple(p.split(":")) for p in args.pairs.split(",")):
+            r = dict(run_pair(corpus, old, new, args.k, args.stages), command=command, machine=machine)
+            kept = [x for x in result["corpora"].get(corpus, []) if x["pair"] != r["pair"]]
+            result["corpora"][corpus] = sorted(kept + [r], key=lambda x: order.get(x["pair"], len(order)))
+            args.out.parent.mkdir(parents=True, exist_ok=True)
+            args.out.write_text(json.dumps(result, indent=1))
             for case in ("new_queries", "repeated_queries"):
                 c = r[case]
                 best = max(c["staying"], c["full_reembed"])
@@ -171,8 +180,6 @@ def main(argv=None) -> int:
                           f"{st['served'] - best:+.4f} cascade {st['cascade_no_penalty'] - best:+.4f}/"
                           f"{st['cascade'] - best:+.4f}" for st in c["stages"]) + f" ({r['seconds']:.0f} s)",
                       flush=True)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(result, indent=1))
     return 0
 
 
