@@ -318,8 +318,20 @@ def text_gone(d: dict) -> dict:
     overlap = table(["corpus", "old -> new", "seed", "stay", "re-embed", "supervised (2,000 pairs)",
                      "unsupervised, other documents (gap; fit s)",
                      *(f"unsupervised, {n:,} of the collection's own (gap; fit s)" for n in shares)], with_own)
+    counts = sorted({r["n_seeds"] for r in d["rows"] if r["mode"].startswith("geh, ")})
+
+    def grown(r):
+        if r is None or not r["accepted"]:
+            return served(r)
+        return f"{r['recall10']:.3f} ({r['gap_to_supervised']:+.3f}; links {r['links']:,}, {r['link_precision']:.0%} right)"
+
+    more = [[c, arrow(p), s, f"{ref[c, p]['supervised_recall10']:.3f}", served(fits.get((c, p, s, "geh"))),
+             *(grown(fits.get((c, p, s, f"geh, {n} seeds"))) for n in counts)]
+            for c, p, s in runs if any(fits.get((c, p, s, f"geh, {n} seeds")) for n in counts)]
+    seeds = table(["corpus", "old -> new", "seed", "supervised (2,000 pairs)", "GEH, 15 seeds",
+                   *(f"GEH, {n} seeds (gap; links grown, share right)" for n in counts)], more)
     return {"recall": recall, "why": why, "probe": probe, "consensus": every, "gap": gaps, "small": small,
-            "overlap": overlap}
+            "overlap": overlap, "seeds": seeds}
 
 
 def reproduced_starts(d: dict) -> dict:
