@@ -247,11 +247,17 @@ def text_gone(d: dict) -> dict:
             return f"refused ({r['validation']['score']:.2f})" if r.get("validation") else "refused (GEH)"
         return f"{r['recall10']:.3f} ({r['gap_to_supervised']:+.3f}; {r['fit_s']:.0f} s)"
 
+    def refined(r):
+        if r is None or not r["accepted"] or "refined_recall10" not in r:
+            return "-"
+        kept = "" if r["refinement"]["kept"] else ", not kept: validation"
+        return f"{r['refined_recall10']:.3f} ({r['refined_gap_to_supervised']:+.3f}; {r['refine_s']:.0f} s{kept})"
+
     recall = table(["corpus", "old -> new", "seed", "stay", "re-embed", "supervised (2,000 pairs)",
-                    "unsupervised (gap; fit s)", "GEH, 15 seeds (gap; s)"],
+                    "unsupervised (gap; fit s)", "GEH, 15 seeds (gap; s)", "GEH refined, as upgrade start fits (gap; s)"],
                    [[c, arrow(p), s, f"{ref[c, p]['stay_recall10']:.3f}", f"{ref[c, p]['reembed_recall10']:.3f}",
                      f"{ref[c, p]['supervised_recall10']:.3f}", served(fits.get((c, p, s, "unsupervised"))),
-                     served(fits.get((c, p, s, "geh")))] for c, p, s in runs])
+                     served(fits.get((c, p, s, "geh"))), refined(fits.get((c, p, s, "geh")))] for c, p, s in runs])
 
     def v3(v):
         return f"{v['score']:.2f} / {v['gain']:.3f} / {v['agreement']:.3f}"
@@ -323,13 +329,15 @@ def text_gone(d: dict) -> dict:
     def grown(r):
         if r is None or not r["accepted"]:
             return served(r)
-        return f"{r['recall10']:.3f} ({r['gap_to_supervised']:+.3f}; links {r['links']:,}, {r['link_precision']:.0%} right)"
+        out = f"{r['recall10']:.3f} ({r['gap_to_supervised']:+.3f}; links {r['links']:,}, {r['link_precision']:.0%} right)"
+        return out + (f"; refined {r['refined_recall10']:.3f} ({r['refined_gap_to_supervised']:+.3f})"
+                      if "refined_recall10" in r else "")
 
     more = [[c, arrow(p), s, f"{ref[c, p]['supervised_recall10']:.3f}", served(fits.get((c, p, s, "geh"))),
              *(grown(fits.get((c, p, s, f"geh, {n} seeds"))) for n in counts)]
             for c, p, s in runs if any(fits.get((c, p, s, f"geh, {n} seeds")) for n in counts)]
     seeds = table(["corpus", "old -> new", "seed", "supervised (2,000 pairs)", "GEH, 15 seeds",
-                   *(f"GEH, {n} seeds (gap; links grown, share right)" for n in counts)], more)
+                   *(f"GEH, {n} seeds (gap; links grown, share right; refined)" for n in counts)], more)
     return {"recall": recall, "why": why, "probe": probe, "consensus": every, "gap": gaps, "small": small,
             "overlap": overlap, "seeds": seeds}
 

@@ -17,6 +17,9 @@ the maps come from the package's own jobs:
   bench/linking_retention.py: overlap alpha 0.3 of the union, each side 65% of it, i.e. the new side is the
   new-model vectors of 2,308 items of A (Omega: the documents whose texts the user still has or can fetch again, but
   cannot tie to collection ids) plus 2,692 items of B; 15 seed pairs are items of Omega matched by hand.
+  ``refined``: what ``upgrade start --pairs geh:SEEDS`` fits instead, the links refined over 10,000-row samples of
+  both sides (``vecbridge.pairing.learned.refine_links``: CSLS mutual nearest neighbours under the links' map, two
+  rounds, kept where the refined map passes the label-free validation), then Procrustes.
 * supervised reference: ``OrthogonalProcrustes()`` on 2,000 true pairs of half A (items A[0:2000]; what ``upgrade
   start`` does when the texts exist).
 
@@ -63,7 +66,8 @@ from vecbridge.align import OrthogonalProcrustes
 from vecbridge.errors import CheckFailed
 from vecbridge.jobs.fit import fit_to_file
 from vecbridge.jobs.link import link
-from vecbridge.pairing.learned import check_map
+from vecbridge.pairing.learned import check_map, refine_links
+from vecbridge.pairing.pairs import pairs_from_list
 from vecbridge.runtime.open import open_collection
 from vecbridge.vectors import l2_normalize
 
@@ -297,6 +301,19 @@ def run_pair(corpus: str, a: str, b: str, seeds: list[int], work: Path, kind: st
                 geh_map = procrustes(gsrc.vectors, gtgt.vectors)
                 t_fit = time.perf_counter() - t0
                 r = served(geh_map.transform, oldA, qnA)
+                # what `upgrade start --pairs geh:SEEDS` fits: the links refined over both samples, if that validates
+                t0 = time.perf_counter()
+                geh_coll = open_collection(geh_url)
+                pairs, refinement = refine_links(src, geh_coll, list(zip(links.source_ids, links.target_ids)),
+                                                 sample=SAMPLE, seed=seed)
+                rs, rt = zip(*((s_.vectors, t_.vectors) for s_, t_ in pairs_from_list(src, geh_coll, pairs)))
+                refined_map = procrustes(np.concatenate(rs), np.concatenate(rt))
+                r_ref = served(refined_map.transform, oldA, qnA)
+                row.update({"refined_recall10": round(r_ref, 4), "refined_gap_to_supervised": round(r_sup - r_ref, 4),
+                            "refined_top1": round(top1(refined_map.transform, oldA, newA), 4),
+                            "refine_s": round(time.perf_counter() - t0, 1),
+                            "refinement": {k: v for k, v in refinement.items() if k in ("kept", "links", "pairs")},
+                            "refined_pair_precision": round(float(np.mean([x == y for x, y in pairs])), 4)})
                 v = links.meta.get("validation", {})
                 row.update({"fit_s": round(t_fit, 1), "links": len(links.source_ids),
                             "link_precision": round(float(np.mean(np.array(links.source_ids) == np.array(links.target_ids))),
@@ -309,7 +326,8 @@ def run_pair(corpus: str, a: str, b: str, seeds: list[int], work: Path, kind: st
                 row["fit_s"] = round(time.perf_counter() - t0, 1)
             merge([row])
             print(f"  seed {seed} GEH: {'REFUSED ' + str(message)[:120] if refused else 'accepted'} "
-                  f"R@10 {row.get('recall10')} top-1 {row.get('top1')} links {row.get('links')} "
+                  f"R@10 {row.get('recall10')} refined {row.get('refined_recall10')} top-1 {row.get('top1')} "
+                  f"links {row.get('links')} "
                   f"precision {row.get('link_precision')} {row['fit_s']:.0f}s", flush=True)
 
 

@@ -137,6 +137,10 @@ def test_geh_from_true_seed_pairs_maps_a_collection_without_texts(spaces, tmp_pa
     art = Alignment.load(out["alignment"])
     assert art.metadata["anchors"]["method"] == "geh" and art.metadata["validation"]["grown_links"] >= 50
     assert metrics.pair_quality(art.transform(spaces["X"]), spaces["X"] @ spaces["Q"]).top1 > 0.95
+    # the links' map refined over both samples (their mutual nearest neighbours under it), validated on its own: the
+    # alignment is fitted on the refined pairs (here every item: HIDDEN is an exact rotation of OLD)
+    refined = art.metadata["refinement"]
+    assert refined["kept"] and refined["validation"]["passed"] and refined["pairs"] == N, refined
 
 
 def test_a_given_alignment_maps_a_collection_without_texts(spaces, tmp_path):

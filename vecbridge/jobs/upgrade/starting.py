@@ -21,7 +21,7 @@ from ...errors import InputError, StoreError, UsageError
 from ...faultpoint import fault_point
 from ...fs import require_writable
 from ...linking.pairspec import PairSpec
-from ...pairing.learned import UNPAIRED_SAMPLE
+from ...pairing.learned import UNPAIRED_SAMPLE, refine_links
 from ...pairing.reembed import _texts, reembed_pairs
 from ...quality.scoring import hub_penalty
 from ...runtime.checkpoint import Checkpoint
@@ -78,9 +78,7 @@ def start(source, *, model: str, text_field: str | None = None, state_path=None,
     the source (stores with named vectors) or into the new collection ``to``, write the re-embedded sample natively,
     and stamp every record (with its residual and hub scores, measured against the re-embedded sample).
 
-    ``fit_sample`` defaults to :data:`REEMBED_FIT_SAMPLE` texts, each a call to the new model, and to
-    :data:`~vecbridge.pairing.learned.UNPAIRED_SAMPLE` vectors a side where no text is embedded.
-
+    ``fit_sample`` defaults to :data:`REEMBED_FIT_SAMPLE` texts, or ``UNPAIRED_SAMPLE`` vectors a side (no text).
     ``pairs`` ``unsupervised`` or ``geh:SEEDS`` fit the map without the source's texts, on ``fit_sample`` vectors of
     the source and of ``new_vectors`` (new-model vectors of in-domain items; for GEH, holding the seeds' partners),
     fitted and validated exactly as ``fit --pairs unsupervised`` and ``link --pairs geh:SEEDS`` do (``params``: the
@@ -328,13 +326,16 @@ def _fit_without_texts(src: Collection, spec: PairSpec, new: Collection, *, mode
                                  force=force)
     links = link(src, new, spec, sample=n, seed=seed, params=params, force=force, on_step=on_step)
     _, _, described, metric = open_pair(src, new, spec)
+    pairs, refinement = refine_links(src, new, list(zip(links.source_ids, links.target_ids)), sample=n, seed=seed,
+                                     on_step=on_step)
     acc = PairAccumulator()
-    for s_batch, t_batch in pairs_from_list(src, new, list(zip(links.source_ids, links.target_ids))):
+    for s_batch, t_batch in pairs_from_list(src, new, pairs):
         acc.add(s_batch, t_batch)
     alignment = freeze_fit(acc, n_examined=len(links), spec=spec, chosen=method_of("orthogonal"),
                            where=f"between {src.display_url} and {new.display_url}", max_pairs=None, seed=seed,
                            center=False, scale=False, alpha=0.0, metric=metric, target_model=model,
-                           described={**described, "validation": links.meta.get("validation")})
+                           described={**described, "validation": links.meta.get("validation"),
+                                      "refinement": refinement})
     return attach_spaces(alignment, fingerprint_collection(src, normalization="none", seed=seed),
                          fingerprint_collection(new, model=model, normalization="none", seed=seed))
 
