@@ -240,6 +240,8 @@ def refine_links(source: Collection, target: Collection, linked: list, *, sample
     on_step(f"refining the map of {len(linked):,} GEH links over {len(a):,} x {len(b):,} vectors")
     rows = refined_pairs(np.concatenate(X), np.concatenate(Y), a, b)
     record = {"rounds": REFINE_ROUNDS, "links": len(linked), "pairs": len(rows)}
+    if len(rows) < len(linked):   # fewer mutual pairs than links: nothing to gain
+        return linked, {**record, "kept": False, "why": "fewer mutual pairs than links: the links' map is kept"}
     v = check_map(OrthogonalProcrustes().fit(a.vectors[rows[:, 0]], b.vectors[rows[:, 1]]), source, target, a, b,
                   seed=seed, force=True, what="the refined map of the GEH links", advice=ADVICE_GEH)
     if not v["passed"]:
