@@ -40,7 +40,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
-from _corpora import DATA, embeddings  # noqa: E402
+from _corpora import CORPORA, DATA, SENTENCE_PAIRS, embeddings  # noqa: E402
 
 from vecbridge.align.methods import method as method_of  # noqa: E402
 from vecbridge.connectors import connect  # noqa: E402
@@ -49,8 +49,7 @@ from vecbridge.jobs.upgrade.planning import PLAN_FIT_SAMPLE, PLAN_FRACTIONS, PLA
 from vecbridge.quality.options import recall, relevant_ranks  # noqa: E402
 from vecbridge.vectors import l2_normalize  # noqa: E402
 
-CORPORA = ("wordnet", "foldoc")
-PAIRS = [("minilm6", "mpnet"), ("mpnet", "minilm6"), ("minilm6", "minilm3"), ("minilm3", "minilm6")]
+PAIRS = SENTENCE_PAIRS
 N_QUERIES, K, SEED, GOAL, REPEATS = 500, 10, 0, 0.03, 5
 OUT = ROOT / "bench" / "results" / "plan_calibration.json"
 

@@ -42,6 +42,20 @@ def test_the_prior_is_fitted_on_the_counts_and_jeffreys_when_unidentified():
     assert beta_prior([0, 0, 0], 2000) == JEFFREYS
 
 
+def test_where_the_gradient_search_stops_early_the_prior_is_still_fitted():
+    """Counts most of which are 0 (a strong ranking) can stop the bounded gradient search early; the prior is then the
+    simplex search's maximum likelihood, not Jeffreys, which put too much weight on large p and predicted low."""
+    rng = np.random.default_rng(3)
+    p = rng.beta(0.05, 50, 500)                       # each query's true share of outranking records
+    above = rng.binomial(2000, p)                     # 86% of them 0 among 2,000 distractors
+    prior = beta_prior(above, 2000)
+    assert prior != JEFFREYS and abs(prior[0] - 0.05) < 0.02, prior
+    # Recall@10 among 10,000 records: the fitted prior's prediction is close to what the true shares give
+    truth = float(np.mean([np.mean(rng.binomial(8000, q, 200) + a <= 9) for q, a in zip(p, above)]))
+    assert abs(recall_at_size(above, 2000, 10_000) - truth) < 0.01
+    assert recall_at_size(above, 2000, 10_000, prior=JEFFREYS) < truth - 0.03
+
+
 def test_plan_json_carries_the_figures_at_the_collections_size(tmp_path, sample):
     old = write_collection(f"file://{tmp_path}/old", sample.ids, sample.docs_old,
                            [{"text": it["doc"]} for it in sample.items])
