@@ -29,17 +29,17 @@ CLUSTERED_MAX_PAIRS = 200_000
 FIT_PAIRS = ("ids", "field", "file", "unsupervised")
 
 
-def _fit_unsupervised(source, target, *, n: int, seed: int, params: dict, source_model, target_model,
+def _fit_unsupervised(source, target, *, n: int | None, seed: int, params: dict, source_model, target_model,
                       force: bool = False, prefixes: tuple = (None, None)) -> Alignment:
     """mini-vec2vec on a sample of each side, validated without labels (:func:`vecbridge.pairing.learned.check_map`):
     a map that fails is refused (:class:`~vecbridge.errors.CheckFailed`) unless ``force``, and the artifact records
     the validation either way (``metadata["validation"]``) and that its anchors are pseudo-pairs."""
-    from ..pairing.learned import check_unsupervised, unsupervised_fit
+    from ..pairing.learned import UNPAIRED_SAMPLE, check_unsupervised, unsupervised_fit
 
     if source is None or target is None:
         raise InputError("the unsupervised pairing needs a source and a target collection")
     src, tgt = open_collection(source), open_collection(target)
-    a, b, est = unsupervised_fit(src, tgt, sample=n, seed=seed, params=params)
+    a, b, est = unsupervised_fit(src, tgt, sample=n or UNPAIRED_SAMPLE, seed=seed, params=params)
     validation = check_unsupervised(est.procrustes_, src, tgt, a, b, seed=seed, force=force)
     info_s, info_t = src.info(), tgt.info()
     alignment = Alignment.from_estimator(
@@ -217,7 +217,7 @@ def fit_alignment(source, target, *, pairs: "str | PairSpec" = "ids", method: st
     if params and not row.takes_params:
         raise InputError("estimator parameters apply to the unsupervised pairing only")
     if row.pseudo:
-        return _fit_unsupervised(source, target, n=max_pairs or 10_000, seed=seed, params=params or {},
+        return _fit_unsupervised(source, target, n=max_pairs, seed=seed, params=params or {},
                                  source_model=source_model, target_model=target_model, force=force,
                                  prefixes=(source_prefixes, target_prefixes))
     check_fit_options(normalization, holdout)

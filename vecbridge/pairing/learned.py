@@ -207,7 +207,8 @@ def refined_pairs(X_links: np.ndarray, Y_links: np.ndarray, a: VectorBatch, b: V
                   rounds: int = REFINE_ROUNDS) -> np.ndarray:
     """The refinement of "Word Translation Without Parallel Data" (Conneau et al., 2018) after GEH: Procrustes on the
     links, then ``rounds`` times the CSLS mutual nearest neighbours of the whole samples ``a`` and ``b`` under the
-    current map and Procrustes on them. Returns the last round's pairs (rows of ``a``, rows of ``b``): a map on them
+    current map and Procrustes on them (the last round's map is the caller's to fit, on the vectors it keeps).
+    Returns the last round's pairs (rows of ``a``, rows of ``b``): a map on them
     uses every row the two samples share, not only the links GEH could grow from its seeds (where few seeds barely
     took off, the links' map serves far below one fitted on true pairs)."""
     import warnings
@@ -221,9 +222,10 @@ def refined_pairs(X_links: np.ndarray, Y_links: np.ndarray, a: VectorBatch, b: V
         warnings.simplefilter("ignore", FewPairsWarning)
         est = OrthogonalProcrustes().fit(X_links, Y_links)
         pairs = np.empty((0, 2), dtype=np.int64)
-        for _ in range(rounds):
+        for i in range(rounds):
+            if i:
+                est = OrthogonalProcrustes().fit(X[pairs[:, 0]], Y[pairs[:, 1]])
             pairs = mutual_nearest_neighbours(l2_normalize(est.transform(X), np.float32), Y)[0]
-            est = OrthogonalProcrustes().fit(X[pairs[:, 0]], Y[pairs[:, 1]])
     return pairs
 
 
