@@ -1,9 +1,9 @@
 """Baselines that every report and benchmark compares orthogonal Procrustes against.
 
-* :class:`LinearMap`: unconstrained least squares (``alpha=0``) or ridge, the Procrustes-bounds paper's "linear" and
-  "l2-regularised
-  linear" baselines. The paper does not say how its regulariser is scaled; here ``alpha`` is relative to the mean
-  eigenvalue of ``X^T X`` (``lambda = alpha * tr(X^T X) / d_src``), so one value means the same on any data scale.
+* :class:`LinearMap`: unconstrained least squares (``alpha=0``) or ridge, the "linear" and "l2-regularised linear"
+  baselines of "When Embedding Models Meet: Procrustes Bounds and Applications" (2025). The paper does not say how
+  its regulariser is scaled; here ``alpha`` is relative to the mean eigenvalue of ``X^T X``
+  (``lambda = alpha * tr(X^T X) / d_src``), so one value means the same on any data scale.
 * :class:`NoMap`: use the source vectors as they are (zero-padded or truncated to the target dimension): what
   happens if the old vectors are queried with the new model and nothing is done.
 """

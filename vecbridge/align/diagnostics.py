@@ -1,5 +1,5 @@
-"""The Procrustes-bounds paper's (2025) diagnostics, computed from streamed moments (no N x N Gram matrix is ever
-formed).
+"""The diagnostics of "When Embedding Models Meet: Procrustes Bounds and Applications" (2025), computed from streamed
+moments (no N x N Gram matrix is ever formed).
 
 Identities (rows as samples):
 

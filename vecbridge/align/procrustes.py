@@ -1,5 +1,5 @@
-"""Orthogonal Procrustes (the Procrustes-bounds paper (2025), Algorithm 1 / Schoenemann 1966) in row convention, with
-its diagnostics."""
+"""Orthogonal Procrustes ("When Embedding Models Meet: Procrustes Bounds and Applications", 2025, Algorithm 1;
+Schoenemann 1966) in row convention, with its diagnostics."""
 from __future__ import annotations
 
 import warnings
@@ -20,7 +20,7 @@ class FewPairsWarning(UserWarning):
 class OrthogonalProcrustes(LinearAlignment):
     """Best orthogonal map from the source space to the target space: ``R = argmin ||X R - Y||_F, R^T R = I``.
 
-    The Procrustes-bounds paper's Algorithm 1 works on columns: ``U S V^T = SVD(Y X^T)``, ``Q = U V^T``,
+    That paper's Algorithm 1 works on columns: ``U S V^T = SVD(Y X^T)``, ``Q = U V^T``,
     ``x_bar = Q x``. With rows as samples this is ``U S V^T = SVD(X^T Y)`` and ``R = U V^T`` applied as ``X @ R``
     (``R = Q^T``). Reflections are allowed (R is in O(d), not SO(d)) exactly as in the paper.
 
@@ -52,7 +52,7 @@ class OrthogonalProcrustes(LinearAlignment):
         a LayerNorm artefact), so only ``n_pairs_ < min(d_src, d_tgt)`` issues a :class:`FewPairsWarning`.
     residual_ : in-sample mean squared paired error ``E_i ||x_i R - y_i||^2``.
     relative_residual_ : ``||X R - Y||_F / ||Y||_F``.
-    delta_ : the Procrustes-bounds paper's dot-product discrepancy ``||X X^T - Y Y^T||_F / N``.
+    delta_ : that paper's dot-product discrepancy ``||X X^T - Y Y^T||_F / N``.
     bound_ : Corollary 1's bound ``sqrt(2 D) * delta_`` on ``residual_`` (for the unscaled map; D = max dims).
     is_projection_ : True when ``d_src > d_tgt``.
     """
@@ -78,7 +78,8 @@ class OrthogonalProcrustes(LinearAlignment):
             warnings.warn(
                 f"only {moments.n} pairs for {d_min} dimensions: the map is not determined on at least "
                 f"{d_min - moments.n} directions, so unseen vectors with components there map arbitrarily; fit on "
-                f"many more pairs than dimensions (the Procrustes-bounds paper (2025) saturates near 10,000)",
+                f"many more pairs than dimensions (quality saturates near 10,000 in \"When Embedding Models Meet: "
+                f"Procrustes Bounds and Applications\", 2025)",
                 FewPairsWarning, stacklevel=3)
         src_mean = moments.mean_x if self.center else np.zeros(moments.src_dim)
         tgt_mean = moments.mean_y if self.center else np.zeros(moments.tgt_dim)
@@ -95,6 +96,6 @@ class OrthogonalProcrustes(LinearAlignment):
 
     @property
     def inverse_matrix_(self) -> np.ndarray:
-        """The inverse of an orthogonal map is its transpose (the Procrustes-bounds paper (2025): one fit serves both
+        """The inverse of an orthogonal map is its transpose ("When Embedding Models Meet", 2025: one fit serves both
         directions)."""
         return self.rotation_.T

@@ -5,7 +5,7 @@ label changes) and share the steps here: :func:`assign_labels`, :func:`sum_by_la
 two code paths because they differ in ways that change their results, and each caller's figures depend on them:
 
 * :func:`kmeans` (Euclidean, float32): greedy k-means++ seeding (several candidates per step, as scikit-learn does,
-  which the mini-vec2vec paper used), a centre-shift tolerance, an empty cluster keeps its centre, sparse sums.
+  which mini-vec2vec (Dar, 2025) used), a centre-shift tolerance, an empty cluster keeps its centre, sparse sums.
 * :func:`spherical_kmeans` (cosine on unit vectors, float64): plain k-means++ seeding, unit centroids, an empty
   cluster is re-seeded on the worst-served point, dense one-hot sums (a BLAS product sums in another order than the
   sparse one, so the two round differently at the last bit).

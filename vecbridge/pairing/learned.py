@@ -53,8 +53,8 @@ def geh_fit(source: Collection, target: Collection, seeds: str | None, *, sample
 
 
 def unsupervised_fit(source: Collection, target: Collection, *, sample: int, seed: int, params: dict | None = None):
-    """mini-vec2vec (the mini-vec2vec paper (Dar, 2025)) on a uniform sample of each collection (different seeds: the
-    samples are unpaired).
+    """mini-vec2vec ("mini-vec2vec: Scaling Universal Geometry Alignment with Linear Transformations", Dar, 2025) on
+    a uniform sample of each collection (different seeds: the samples are unpaired).
     Returns ``(source_sample, target_sample, fitted MiniVec2Vec)``; shared by ``link``, ``fit --pairs unsupervised``
     and the report."""
     from ..align.minivec2vec import MiniVec2Vec
