@@ -110,6 +110,35 @@ def test_link_geh_grows_seed_ids_into_links_and_fit_uses_them(stores, sample):
     assert _fit_and_check(stores, path, stores["new"])["fit"]["n_pairs"] == len(src)
 
 
+def test_fit_on_geh_seeds_refines_the_links_before_fitting(stores, sample):
+    """`vecbridge fit --pairs geh:SEEDS`: the links grown from 20 seeds are cut for precision; the fit refines them over
+    both collections (their mutual nearest neighbours under the links' map) and fits on more pairs than there are
+    links, as `upgrade start --pairs geh:SEEDS` does; the artifact records the refinement and its validation."""
+    from vecbridge import metrics
+    from vecbridge.align import Alignment
+
+    seeds = stores["root"] / "fit_seeds.csv"
+    chosen = np.random.default_rng(0).choice(np.arange(500, 1500), 20, replace=False)
+    seeds.write_text("source_id,target_id\n" + "".join(f"{sample.ids[i]},n{i}\n" for i in chosen))
+    links = stores["root"] / "fit_links.csv"
+    assert run("link", stores["old"], stores["new"], "--pairs", f"geh:{seeds}", "-o", links).exit_code == 0
+    n_links = len(_read_links_csv(links)[0])
+    out = stores["root"] / "fit_geh.vb"
+    r = run("fit", "--source", stores["old"], "--target", stores["new"], "--pairs", f"geh:{seeds}", "-o", out,
+            "--json")
+    assert r.exit_code == 0, r.output
+    art = Alignment.load(out)
+    refined = art.metadata["refinement"]
+    assert refined["kept"] and refined["validation"]["passed"] and refined["links"] == n_links, refined
+    assert art.metadata["validation"]["passed"] and art.metadata["anchors"]["method"] == "geh"
+    assert json.loads(r.stdout)["fit"]["n_pairs"] == refined["pairs"] > n_links
+    assert _fit_and_check(stores, links, stores["new"])["fit"]["n_pairs"] == n_links   # the links' own map
+    linked = Alignment.load(stores["root"] / "fit_links.vb")
+    quality = [metrics.pair_quality(a.transform(sample.docs_old[500:]), sample.docs_new[500:]).top1
+               for a in (art, linked)]
+    assert quality[0] >= quality[1] - 0.01, quality
+
+
 def test_link_geh_needs_seeds_and_known_ids(stores):
     r = run("link", stores["old"], stores["new"], "--mode", "geh", "-o", stores["root"] / "x.csv")
     assert r.exit_code == 3 and "geh:PATH needs its path" in r.output
@@ -156,7 +185,7 @@ def test_fit_unsupervised_saves_mini_vec2vec_s_map(stores, sample):
 
     assert metrics.pair_quality(art.transform(sample.docs_old), sample.docs_old @ Q).top1 > 0.95
     r = run("fit", "--source", stores["old"], "--target", hidden.url, "--param", "n_runs=5", "-o", out)
-    assert r.exit_code == 3 and "unsupervised pairing only" in r.output
+    assert r.exit_code == 3 and "geh and unsupervised pairings only" in r.output
 
 
 def test_fit_clustered_method_saves_local_maps(stores):

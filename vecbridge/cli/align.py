@@ -23,7 +23,7 @@ from .options import (
 @command()
 @click.option("--source", "source_url", default=None, help="Collection in the OLD model's space (URL).")
 @click.option("--target", "target_url", default=None, help="Collection in the NEW model's space (URL).")
-@pairs_option(*STORED_PAIRS, "unsupervised")
+@pairs_option(*STORED_PAIRS, "geh", "unsupervised")
 @method_option("; ".join(f"{m.name}: {m.help}" for m in METHODS.values()) + ".")
 @click.option("--center/--no-center", default=False, show_default=True, help="Centre both sides before fitting.")
 @click.option("--scale/--no-scale", default=False, show_default=True, help="Also fit a global scale.")
@@ -33,16 +33,17 @@ from .options import (
 @click.option("--holdout", type=float, default=0.0, show_default=True,
               help="Fraction of pairs kept out of the fit (by id hash) for 'vecbridge evaluate'.")
 @click.option("--max-pairs", type=POSITIVE_INT, default=None,
-              help="Fit on a uniform sample of at most N source records.")
+              help="Fit on a uniform sample of at most N source records (--pairs geh / unsupervised: N vectors sampled "
+                   "per side) [geh / unsupervised: 10,000].")
 @click.option("--seed", type=int, default=0, show_default=True, help="Seeds the holdout split and any sampling.")
 @click.option("--batch-size", type=POSITIVE_INT, default=2000, show_default=True, help="Records read per store call.")
 @click.option("--source-model", default=None, help="Name of the old model (recorded in the artifact).")
 @click.option("--target-model", default=None, help="Name of the new model (recorded in the artifact).")
 @prefix_option("source", "old")
 @prefix_option("target", "new")
-@params_option("MiniVec2Vec parameter for --pairs unsupervised (repeatable).")
+@params_option("GEH / MiniVec2Vec parameter for --pairs geh:PATH / unsupervised (repeatable).")
 @click.option("--force", is_flag=True,
-              help="--pairs unsupervised: save the map even when it fails validation (marked as failed).")
+              help="--pairs geh / unsupervised: save the map even when it fails validation (marked as failed).")
 @click.option("-o", "--output", required=True, type=click.Path(dir_okay=False), help="Where to write the alignment.")
 @engine_options("every stored pair streamed into sums by Ray tasks over key ranges of the source, one fit from "
                 "their total (no --max-pairs, unsupervised or clustered)")
@@ -58,7 +59,8 @@ def fit(source_url, target_url, pairs, method, center, scale, alpha, normalize, 
             normalization=normalize, holdout=holdout, max_pairs=max_pairs, seed=seed, batch_size=batch_size,
             source_model=source_model, target_model=target_model, params=params, force=force, engine=engine,
             source_prefixes=source_prefixes or None, target_prefixes=target_prefixes or None,
-            on_start=lambda total: bar.update(task, total=total), on_batch=lambda n: bar.advance(task, n))
+            on_start=lambda total: bar.update(task, total=total), on_batch=lambda n: bar.advance(task, n),
+            on_step=step_lines(json_mode()))
     emit({"alignment": str(path), **alignment.summary()}, show.fitted)
 
 

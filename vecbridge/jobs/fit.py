@@ -16,7 +16,7 @@ from ..fs import require_writable
 from ..linking.pairspec import PairSpec
 from ..pairing.moments import PairAccumulator
 from ..pairing.table import BATCH_SIZE, Pairing, pairing
-from ..pairing.units import PairJob, Plan, carried
+from ..pairing.units import PairJob, carried
 from ..runtime.engine import LOCAL, engine_of
 from ..runtime.open import open_collection
 from ..runtime.provenance import attach_spaces, fingerprint_collection, fingerprint_vectors
@@ -26,7 +26,7 @@ CLUSTERED_MAX_PAIRS = 200_000
 
 
 #: the pairings a fit reads
-FIT_PAIRS = ("ids", "field", "file", "unsupervised")
+FIT_PAIRS = ("ids", "field", "file", "geh", "unsupervised")
 
 
 def _fit_unsupervised(source, target, *, n: int | None, seed: int, params: dict, source_model, target_model,
@@ -102,6 +102,27 @@ def freeze_fit(acc: PairAccumulator, *, n_examined: int, spec: PairSpec, chosen,
         normalization=acc.normalization, anchors=anchors, **(described or {}))
 
 
+def _grown(source, target, spec: PairSpec, *, n: int | None, seed: int, params: dict, force: bool, holdout: float,
+           normalization: str, keep_pairs: bool, on_step) -> tuple[PairAccumulator, int, dict]:
+    """The pairs of a fit on seed pairs: GEH's links grown from them (``link --pairs geh:SEEDS``, validated without
+    labels), refined over ``n`` vectors a side (:func:`vecbridge.pairing.learned.refine_links`: the links are cut for
+    precision, a map needs coverage), gathered as :func:`_accumulate` gathers stored pairs."""
+    from ..pairing.learned import UNPAIRED_SAMPLE, refine_links
+    from ..pairing.pairs import pairs_from_list
+    from .link import link
+
+    src, tgt, described, metric = open_pair(source, target, spec)
+    links = link(src, tgt, spec, sample=n or UNPAIRED_SAMPLE, seed=seed, params=params, force=force, on_step=on_step)
+    pairs, refinement = refine_links(src, tgt, list(zip(links.source_ids, links.target_ids)),
+                                     sample=n or UNPAIRED_SAMPLE, seed=seed, on_step=on_step)
+    acc = PairAccumulator(holdout, normalization, keep_pairs=keep_pairs)
+    for s_batch, t_batch in pairs_from_list(src, tgt, pairs):
+        acc.add(s_batch, t_batch)
+    return acc, len(links), {"where": f"between {src.display_url} and {tgt.display_url}", "metric": metric,
+                             "described": {**described, "validation": links.meta.get("validation"),
+                                           "refinement": refinement}, "sides": (src, tgt)}
+
+
 def fit_unit(unit, job: PairJob, *, holdout: float, normalization: str, keep_pairs: bool):
     """The fit's body (:mod:`vecbridge.runtime.engine`): one unit's pairs into a :class:`PairAccumulator`. Reports
     ``(pairs in the batch, source records read so far)``; returns ``(accumulator, source records read)``."""
@@ -113,25 +134,6 @@ def fit_unit(unit, job: PairJob, *, holdout: float, normalization: str, keep_pai
         yield len(s_batch), reader.n_read
     yield 0, reader.n_read   # the batches after the last pair count as read too
     return acc, source.n_read
-
-
-def _progress(plan: Plan, on_batch: Callable[[int], None] | None):
-    """``on_report`` of the fit: a whole plan ticks the pairs of each batch (its total is the records it samples);
-    a split plan the records each unit has read (its total is every record, paired or not; each read counted once,
-    even when Ray re-runs a unit)."""
-    if on_batch is None:
-        return None
-    seen = [0] * len(plan.units)
-
-    def on_report(i: int, report: tuple[int, int]) -> None:
-        paired, read = report
-        if plan.split:
-            if read > seen[i]:
-                on_batch(read - seen[i])
-                seen[i] = read
-        elif paired:
-            on_batch(paired)
-    return on_report
 
 
 def _refuse_what_cannot_split(spec: PairSpec, row: Pairing, chosen, max_pairs) -> None:
@@ -159,7 +161,7 @@ def _accumulate(source, target, spec: PairSpec, row: Pairing, engine, *, batch_s
             raise InputError(f"{spec.value} carries the vectors of its pairs: the fit reads no collection, so there is "
                              f"nothing to spread over Ray: use --engine local")
         plan = carried(links, spec, batch_size, max_pairs)
-        results = LOCAL.run(body, plan.units, shared=plan.job, on_report=_progress(plan, on_batch))
+        results = LOCAL.run(body, plan.units, shared=plan.job, on_report=plan.progress(on_batch))
         about = {"where": f"in {spec.value}", "metric": links.meta.get("metric", "cosine"), "links": links,
                  "sides": (links.source_vectors, links.target_vectors)}
     else:
@@ -170,7 +172,7 @@ def _accumulate(source, target, spec: PairSpec, row: Pairing, engine, *, batch_s
             if on_start:
                 count = described["source"]["count"]
                 on_start(plan.listed if plan.split and plan.listed else min(count, max_pairs) if max_pairs else count)
-            results = engine.run(body, plan.units, shared=plan.job, on_report=_progress(plan, on_batch))
+            results = engine.run(body, plan.units, shared=plan.job, on_report=plan.progress(on_batch))
         about = {"where": f"between {src.display_url} and {tgt.display_url}", "metric": metric,
                  "described": described, "sides": (src, tgt)}
     acc = PairAccumulator(body.keywords["holdout"], body.keywords["normalization"], body.keywords["keep_pairs"])
@@ -185,7 +187,7 @@ def fit_alignment(source, target, *, pairs: "str | PairSpec" = "ids", method: st
                   source_model: str | None = None, target_model: str | None = None,
                   params: dict | None = None, force: bool = False, on_batch: Callable[[int], None] | None = None,
                   on_start: Callable[[int], None] | None = None, engine=None, source_prefixes: dict | None = None,
-                  target_prefixes: dict | None = None) -> Alignment:
+                  target_prefixes: dict | None = None, on_step: Callable[[str], None] = lambda s: None) -> Alignment:
     """Fit a map from ``source``'s space to ``target``'s space on corresponding records, without holding them all.
 
     ``pairs`` is ``ids``, ``field:NAME``, ``file:PATH`` (a CSV/JSON file of id pairs, or a ``.npz`` links file from
@@ -193,6 +195,11 @@ def fit_alignment(source, target, *, pairs: "str | PairSpec" = "ids", method: st
     ``unsupervised`` (see :class:`~vecbridge.linking.PairSpec`).
     ``holdout`` keeps a deterministic fraction of pairs (by id hash) out of the fit so that ``evaluate`` can measure
     on unseen items; ``max_pairs`` fits on a seeded uniform sample of the source instead of a full scan.
+
+    ``pairs="geh:SEEDS"`` fits on GEH's links grown from a few seed pairs ("Vector Linking via Cross-Model Local
+    Isometric Consistency", 2026), refined over samples of ``max_pairs`` (default 10,000) records of each side as in
+    "Word Translation Without Parallel Data" (2018) where the refined map passes validation too; links that never
+    took off or whose map fails validation are refused unless ``force``. ``on_step`` hears its steps.
 
     ``pairs="unsupervised"`` needs no correspondences at all: mini-vec2vec ("mini-vec2vec: Scaling Universal
     Geometry Alignment with Linear Transformations", Dar 2025; :class:`~vecbridge.align.MiniVec2Vec` with ``params``)
@@ -215,18 +222,22 @@ def fit_alignment(source, target, *, pairs: "str | PairSpec" = "ids", method: st
     if engine.remote:
         _refuse_what_cannot_split(spec, row, chosen, max_pairs)
     if params and not row.takes_params:
-        raise InputError("estimator parameters apply to the unsupervised pairing only")
+        raise InputError("estimator parameters apply to the geh and unsupervised pairings only")
     if row.pseudo:
         return _fit_unsupervised(source, target, n=max_pairs, seed=seed, params=params or {},
                                  source_model=source_model, target_model=target_model, force=force,
                                  prefixes=(source_prefixes, target_prefixes))
     check_fit_options(normalization, holdout)
-    if not chosen.streams and max_pairs is None:   # a method that does not stream holds its pairs in memory
-        max_pairs = CLUSTERED_MAX_PAIRS
     body = partial(fit_unit, holdout=holdout, normalization=normalization, keep_pairs=not chosen.streams)
-    acc, n_examined, about = _accumulate(source, target, spec, row, engine, batch_size=batch_size,
-                                         max_pairs=max_pairs, seed=seed, body=body, on_start=on_start,
-                                         on_batch=on_batch)
+    if row.refined:
+        acc, n_examined, about = _grown(source, target, spec, n=max_pairs, seed=seed, params=params or {},
+                                        force=force, on_step=on_step, **body.keywords)
+    else:
+        if not chosen.streams and max_pairs is None:   # a method that does not stream holds its pairs in memory
+            max_pairs = CLUSTERED_MAX_PAIRS
+        acc, n_examined, about = _accumulate(source, target, spec, row, engine, batch_size=batch_size,
+                                             max_pairs=max_pairs, seed=seed, body=body, on_start=on_start,
+                                             on_batch=on_batch)
     alignment = freeze_fit(acc, n_examined=n_examined, spec=spec, chosen=chosen, where=about["where"],
                            max_pairs=max_pairs, seed=seed, center=center, scale=scale, alpha=alpha,
                            metric=about["metric"], links=about.get("links"), source_model=source_model,

@@ -94,6 +94,8 @@ class Pairing:
     takes_params: bool = False
     #: its pairs are a map's own guesses (pseudo-pairs), not the same items
     pseudo: bool = False
+    #: its links are cut for precision: a fit refines them over samples of both sides first (``refine_links``)
+    refined: bool = False
     #: a report takes fewer pairs than this for none found, and looks further
     report_min: int = 0
     #: for a report's message: which records a query must name to count
@@ -266,7 +268,7 @@ PAIRINGS: dict[str, Pairing] = {p.kind: p for p in (
     Pairing("reembed", "re-embedded-sample", "reembed", ("model", "text_field"), _reembed_sample,
             queries_hint="the sampled old-collection items whose texts were re-embedded"),
     Pairing("reference", "reference-corpus", "reference", ("model", "old_model"), _reference_sample),
-    Pairing("geh", "geh", "geh", ("target",), _geh_sample, takes_params=True,
+    Pairing("geh", "geh", "geh", ("target",), _geh_sample, takes_params=True, refined=True,
             queries_hint="old-collection items linked by GEH to the new collection"),
     Pairing("unsupervised", "unsupervised", "unsupervised", ("target",), _unsupervised_sample, takes_params=True,
             pseudo=True),

@@ -250,3 +250,22 @@ class Plan:
     def listed(self) -> int:
         """The pairs the units list (a ``file:PATH`` pairing), else 0."""
         return sum(len(u.items) for u in self.units if isinstance(u, Listed))
+
+    def progress(self, on_batch: Callable[[int], None] | None):
+        """``on_report`` of a job over the plan's units: a whole plan ticks the pairs of each batch (its total is the
+        records it samples); a split plan the records each unit has read (its total is every record, paired or not;
+        each read counted once, even when Ray re-runs a unit). A unit reports ``(pairs in the batch, records read
+        so far)``."""
+        if on_batch is None:
+            return None
+        seen = [0] * len(self.units)
+
+        def on_report(i: int, report: tuple[int, int]) -> None:
+            paired, read = report
+            if self.split:
+                if read > seen[i]:
+                    on_batch(read - seen[i])
+                    seen[i] = read
+            elif paired:
+                on_batch(paired)
+        return on_report

@@ -21,7 +21,7 @@ from ...errors import InputError, StoreError, UsageError
 from ...faultpoint import fault_point
 from ...fs import require_writable
 from ...linking.pairspec import PairSpec
-from ...pairing.learned import UNPAIRED_SAMPLE, refine_links
+from ...pairing.learned import UNPAIRED_SAMPLE
 from ...pairing.reembed import _texts, reembed_pairs
 from ...quality.scoring import hub_penalty
 from ...runtime.checkpoint import Checkpoint
@@ -31,7 +31,6 @@ from ...runtime.open import load_alignment, open_collection
 from ...runtime.provenance import (
     attach_spaces,
     check_space,
-    fingerprint_collection,
     fingerprint_vectors,
     spaces_of,
     stamp_alignment_target,
@@ -310,34 +309,17 @@ def _fit_and_create(src: Collection, info, state_path: Path, settings: dict, *, 
 
 def _fit_without_texts(src: Collection, spec: PairSpec, new: Collection, *, model: str, n: int, seed: int,
                        params: dict, force: bool, on_step) -> Alignment:
-    """The map fitted on vectors alone, as ``fit --pairs unsupervised`` (mini-vec2vec) or ``link --pairs geh:SEEDS``
-    then ``fit`` on its links (orthogonal Procrustes) fit it, and validated the same way
-    (:func:`vecbridge.pairing.learned.check_map`): one that fails is refused (:class:`~vecbridge.errors.CheckFailed`)
-    unless ``force``; the alignment records the validation either way."""
-    from ...pairing.moments import PairAccumulator
-    from ...pairing.pairs import pairs_from_list
-    from ..fit import _fit_unsupervised, freeze_fit, open_pair
-    from ..link import link
+    """The map fitted on vectors alone, as ``fit --pairs unsupervised`` (mini-vec2vec) or ``fit --pairs geh:SEEDS``
+    (GEH's links, refined) fit it, and validated the same way (:func:`vecbridge.pairing.learned.check_map`): one
+    that fails is refused (:class:`~vecbridge.errors.CheckFailed`) unless ``force``; the alignment records the
+    validation either way."""
+    from ..fit import fit_alignment
 
     if spec.kind == "unsupervised":
         on_step(f"unsupervised alignment (mini-vec2vec) of up to {n:,} vectors per side against {new.display_url}, "
                 f"validated without labels")
-        return _fit_unsupervised(src, new, n=n, seed=seed, params=params, source_model=None, target_model=model,
-                                 force=force)
-    links = link(src, new, spec, sample=n, seed=seed, params=params, force=force, on_step=on_step)
-    _, _, described, metric = open_pair(src, new, spec)
-    pairs, refinement = refine_links(src, new, list(zip(links.source_ids, links.target_ids)), sample=n, seed=seed,
-                                     on_step=on_step)
-    acc = PairAccumulator()
-    for s_batch, t_batch in pairs_from_list(src, new, pairs):
-        acc.add(s_batch, t_batch)
-    alignment = freeze_fit(acc, n_examined=len(links), spec=spec, chosen=method_of("orthogonal"),
-                           where=f"between {src.display_url} and {new.display_url}", max_pairs=None, seed=seed,
-                           center=False, scale=False, alpha=0.0, metric=metric, target_model=model,
-                           described={**described, "validation": links.meta.get("validation"),
-                                      "refinement": refinement})
-    return attach_spaces(alignment, fingerprint_collection(src, normalization="none", seed=seed),
-                         fingerprint_collection(new, model=model, normalization="none", seed=seed))
+    return fit_alignment(src, new, pairs=spec, max_pairs=n, seed=seed, params=params, force=force,
+                         target_model=model, on_step=on_step)
 
 
 def _kept_sample(src: Collection, state: UpgradeState):
