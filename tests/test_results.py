@@ -123,7 +123,7 @@ def test_report_as_dict_is_the_json_shape(rep):
     assert list(d) == REPORT_KEYS
     assert list(d["correspondences"]) == ["mode", "reason", "n", "train", "held_out", "pseudo"]
     assert list(d["held_out"]) == ["n", "top1", "mean_rank", "mean_cosine", "pool", "residual", "cosine_histogram",
-                                   "top1_curve", "top1_predicted", "full_size"]
+                                   "top1_curve", "top1_predicted", "full_size", "top1_margin"]
     assert list(d["learning_curve"]) == ["n_anchors", "top1", "pool", "retention"]
     rec = d["options"]["recommendation"]
     assert list(rec)[:4] == ["choice", "meets_target", "retention", "target"]

@@ -251,7 +251,8 @@ class HeldOutQuality(PairScores):
     """The judged map on the held-out pairs: pair quality among the ``pool`` held-out items, the mean squared
     residual, a 20-bin histogram of mapped-vs-new cosines over [-1, 1], top-1 as the pool grows, and top-1 predicted
     among the collection's ``full_size`` items (``top1_predicted``: each item's rank among every sampled item,
-    carried to that size; :mod:`vecbridge.quality.at_size`)."""
+    carried to that size; :mod:`vecbridge.quality.at_size`), and how far the collection's own top-1 may lie from it
+    (``top1_margin``: half-width of a 95% interval from the number of held-out items)."""
 
     pool: int
     residual: float
@@ -259,6 +260,7 @@ class HeldOutQuality(PairScores):
     top1_curve: Top1Curve
     top1_predicted: float
     full_size: int
+    top1_margin: float | None = None
 
 
 @dataclass

@@ -152,6 +152,8 @@ def test_cli_report_json_html_and_gate(tmp_path, sample_stores):
     assert rep["verdict"]["verdict"] in ("GO", "CAUTION", "NO-GO")
     text = html.read_text()
     assert "<svg" in text and rep["verdict"]["verdict"] in text and "http" not in text.replace("http://www.w3.org", "")
+    ho = rep["held_out"]   # the top-1 predicted at the collection's size, with the margin its sample leaves
+    assert ho["full_size"] > ho["pool"] and f"{ho['top1_predicted']:.3f} ± {ho['top1_margin']:.3f}" in text
     if rep["verdict"]["verdict"] == "NO-GO":
         gated = CliRunner().invoke(main, ["report", sample_stores["old"], sample_stores["new"], "--queries",
                                           sample_stores["queries"], "--old-queries", sample_stores["queries_old"],

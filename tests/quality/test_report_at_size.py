@@ -190,6 +190,10 @@ def test_report_predicts_what_its_items_and_queries_get_in_the_whole_collection(
     ho, ret = rep["held_out"], rep["retrieval"]
     assert ho["full_size"] == ret["full_size"] == 1500
     assert ho["top1_predicted"] == pytest.approx(top1, abs=top1_tol)
+    # the margin the report gives it: a 95% binomial interval over the held-out items, which holds the truth here
+    p, n_held = ho["top1_predicted"], rep["correspondences"]["held_out"]
+    assert ho["top1_margin"] == pytest.approx(1.96 * np.sqrt(p * (1 - p) / n_held), rel=1e-9)
+    assert abs(ho["top1_predicted"] - top1) <= ho["top1_margin"]
     assert ret["predicted"] == pytest.approx(retention, abs=retention_tol)
     assert ret["measured"] == ret["retention"][-1]      # the pool's own figure, as measured
 

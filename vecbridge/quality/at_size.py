@@ -87,6 +87,12 @@ def fitted_prior(above, distractors: int) -> tuple[float, float]:
     return tuple(float(v) for v in np.exp(np.clip(fit.x, -7.0, 9.0)))
 
 
+def sampling_margin(p: float, n: int, z: float = 1.96) -> float:
+    """Half-width of a 95% interval (``z``) of a rate ``p`` estimated from ``n`` sampled items (the binomial normal
+    approximation): how far the collection's own rate may lie from a prediction made on a sample of ``n``."""
+    return float(z * np.sqrt(max(p * (1.0 - p), 0.0) / n)) if n > 0 else float("nan")
+
+
 def recall_from_ranks(ranks, pool: int, size: int, k: int = 10, *, seen_ranks=None) -> float:
     """Predicted Recall@k over ``size`` records from each query's 1-based rank (ties against it) among a ``pool``
     that is a uniform sample of them, its relevant record included: every other pool record is a distractor

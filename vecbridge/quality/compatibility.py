@@ -25,7 +25,7 @@ from ..results import (
     Top1Curve,
 )
 from ..validation import check_paired
-from .at_size import recall_from_ranks
+from .at_size import recall_from_ranks, sampling_margin
 from .options import ORTHO_OPTION
 from .verdict import ruled_out
 
@@ -286,6 +286,7 @@ def held_out_sections(sp: PairSplit, corr: Correspondences, chosen, *, center: b
                     metrics.prepare_vectors(Y[held], "cosine"))
     held_resid = float(np.mean(np.sum((mapped_held - Y[held]) ** 2, axis=1)))
     top1_curve = pool_top1_curve(mapped_held, Y[sp.pool_order], pq.top1, np.random.default_rng(seed + 1))
+    top1_predicted = top1_at_size(sp, full_size)
     return {
         "correspondences": CorrespondenceSummary(mode=corr.mode, reason=corr.reason, n=len(corr.X), train=len(train),
                                                  held_out=len(held), pseudo=corr.pseudo, **(corr.diagnostics or {})),
@@ -294,7 +295,8 @@ def held_out_sections(sp: PairSplit, corr: Correspondences, chosen, *, center: b
         "held_out": HeldOutQuality(**pq.as_dict(), pool=len(held), residual=held_resid,
                                    cosine_histogram=np.histogram(cos, bins=20, range=(-1, 1))[0].tolist(),
                                    top1_curve=Top1Curve(pool_sizes=top1_curve["pool_sizes"], top1=top1_curve["top1"]),
-                                   top1_predicted=top1_at_size(sp, full_size), full_size=int(full_size)),
+                                   top1_predicted=top1_predicted, full_size=int(full_size),
+                                   top1_margin=sampling_margin(top1_predicted, len(held))),
         "fit": FitDiagnostics(residual=est.residual_, relative_residual=est.relative_residual_, delta=est.delta_,
                               bound=est.bound_, bound_vacuous=bool(est.bound_ >= 4 * np.mean(np.sum(Y ** 2, axis=1))),
                               singular_values=est.singular_values_.tolist(), center=center),

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from .report import predicted_top1
 from .svg import histogram_counts, line_chart
 
 if TYPE_CHECKING:
@@ -53,7 +54,8 @@ def render_html(report: "Report | dict") -> str:
     rows = [(f"top-1 of the true partner (among {pool:,} held-out items)", f"{ho.top1:.3f}")]
     if ho.top1_predicted is not None and ho.full_size > pool:
         how = "measured" if ho.top1_curve.pool_sizes[-1] >= ho.full_size else "predicted"
-        rows.append((f"top-1 among the collection's {ho.full_size:,} items ({how})", f"{ho.top1_predicted:.3f}"))
+        rows.append((f"top-1 among the collection's {ho.full_size:,} items ({how})",
+                     escape(predicted_top1(ho))))
     rows += [(f"mean rank (among {pool:,})", f"{ho.mean_rank:.2f}"), ("mean cosine", f"{ho.mean_cosine:.3f}"),
              ("held-out mean squared residual", f"{ho.residual:.4g}"),
              ("in-sample residual", f"{fit.residual:.4g}"),
