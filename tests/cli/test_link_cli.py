@@ -110,12 +110,13 @@ def test_link_geh_grows_seed_ids_into_links_and_fit_uses_them(stores, sample):
     assert _fit_and_check(stores, path, stores["new"])["fit"]["n_pairs"] == len(src)
 
 
-def test_fit_on_geh_seeds_refines_the_links_before_fitting(stores, sample):
+def test_fit_on_geh_seeds_refines_the_links_before_fitting(stores, sample, capsys):
     """`vecbridge fit --pairs geh:SEEDS`: the links grown from 20 seeds are cut for precision; the fit refines them over
     both collections (their mutual nearest neighbours under the links' map) and fits on more pairs than there are
     links, as `upgrade start --pairs geh:SEEDS` does; the artifact records the refinement and its validation."""
     from vecbridge import metrics
     from vecbridge.align import Alignment
+    from vecbridge.render.alignment import fitted
 
     seeds = stores["root"] / "fit_seeds.csv"
     chosen = np.random.default_rng(0).choice(np.arange(500, 1500), 20, replace=False)
@@ -132,6 +133,8 @@ def test_fit_on_geh_seeds_refines_the_links_before_fitting(stores, sample):
     assert refined["kept"] and refined["validation"]["passed"] and refined["links"] == n_links, refined
     assert art.metadata["validation"]["passed"] and art.metadata["anchors"]["method"] == "geh"
     assert json.loads(r.stdout)["fit"]["n_pairs"] == refined["pairs"] > n_links
+    fitted(json.loads(r.stdout))   # what a person reads without --json
+    assert f"refined: {refined['pairs']:,} mutual nearest pairs from {n_links:,} GEH links" in capsys.readouterr().out
     assert _fit_and_check(stores, links, stores["new"])["fit"]["n_pairs"] == n_links   # the links' own map
     linked = Alignment.load(stores["root"] / "fit_links.vb")
     quality = [metrics.pair_quality(a.transform(sample.docs_old[500:]), sample.docs_new[500:]).top1

@@ -19,6 +19,10 @@ def fitted(summary: dict) -> None:
     con.print(f"[bold green]saved[/] {summary['alignment']}: {summary['kind']} map {int(summary['source_dim'])}d -> "
               f"{int(summary['target_dim'])}d {made}", markup=True)
     validation(con, summary.get("validation"))
+    refined = summary.get("refinement")
+    if refined:   # GEH's links, refined before the fit
+        con.print(f"  refined: {refined['pairs']:,} mutual nearest pairs from {refined['links']:,} GEH links"
+                  if refined.get("kept") else f"  not refined: {refined.get('why', 'the links kept')}")
     if "bound" in f:
         con.print(f"  in-sample mean squared residual {f['residual']:.4g} (Procrustes bound {f['bound']:.4g}, "
                   f"dot-product discrepancy delta {f['delta']:.4g})")
