@@ -137,7 +137,7 @@ def test_tune_rerank_picks_the_cascade_weight_and_search_uses_it(started, sample
     assert shown.exit_code == 0 and "candidates held the relevant record for" in shown.output, shown.output
     assert "(the top 40: " in shown.output and ", the top 80: " in shown.output, shown.output
     status = CliRunner().invoke(main, ["upgrade", "status", "--state", str(started)])
-    assert status.exit_code == 0 and "search --rerank: old-model weight" in status.output, status.output
+    assert status.exit_code == 0 and "cascade (top 20, every search unless --rerank 0): old-model weight" in status.output, status.output
 
 
 def test_the_cascade_pays_the_hub_penalty_it_was_given(started, sample):
@@ -170,4 +170,9 @@ def test_tune_rerank_tries_the_hub_penalty_and_the_cascade_keeps_its_choice(star
         assert c["hub_weight"] in HUB_WEIGHTS and c["recall"] >= c["recall_without_penalty"]
         assert up.status()["cascade_hub_weight"] == c["hub_weight"]
         ids, _ = up.search_vectors(sample.queries_new[:100], 10, old_queries=sample.queries_old[:100], rerank=20)
+        # searches run the tuned cascade unless told otherwise (--rerank 0: the served ranking alone)
+        assert up.status()["cascade_rerank"] == 20
+        tuned, _ = up.search_vectors(sample.queries_new[:100], 10, old_queries=sample.queries_old[:100])
+        off, _ = up.search_vectors(sample.queries_new[:100], 10, old_queries=sample.queries_old[:100], rerank=0)
     assert np.mean([r in row for r, row in zip(rel, ids)]) == pytest.approx(c["recall"])
+    assert tuned == ids != off

@@ -36,9 +36,10 @@ from .options import POSITIVE_INT, WrapSpec, force_space_option, model_options
               help="Requests each process works on at a time (models and store calls run in this many threads).")
 @click.option("--log-level", type=click.Choice(["critical", "error", "warning", "info", "debug"]), default="info",
               show_default=True, help="uvicorn's log level (info: a line per request).")
-@click.option("--rerank", type=click.IntRange(min=0), default=0, show_default=True, metavar="K",
+@click.option("--rerank", type=click.IntRange(min=0), default=None, metavar="K",
               help="With --state: re-score each search's top K candidates with the new model and write back what it "
-                   "embeds as native vectors (the cascade: what users retrieve is re-embedded first).")
+                   "embeds as native vectors (the cascade: what users retrieve is re-embedded first) [default: the K "
+                   "`upgrade tune --rerank K` tuned; none before; 0: off].")
 @force_space_option
 @model_options
 def serve(state_path, wrapped, model, old_model, upstream, upstream_key_env, token_env, host, port, workers, threads,

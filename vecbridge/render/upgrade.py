@@ -58,7 +58,9 @@ def state(status: dict, headline: str | None = None) -> None:
                   f"{status.get('hub_weight', 0.0)} (tuned)")
     if status.get("cascade_beta") is not None:
         cb = status["cascade_beta"]
-        con.print(f"  search --rerank: old-model weight {'old model alone' if cb == 'inf' else cb}, hub penalty weight "
+        top = status.get("cascade_rerank")
+        con.print(f"  cascade{f' (top {top}, every search unless --rerank 0)' if top else ''}: old-model weight "
+                  f"{'old model alone' if cb == 'inf' else cb}, hub penalty weight "
                   f"{status.get('cascade_hub_weight') or 0.0} (tuned)")
     if status.get("dropped"):
         con.print(f"  dropped {status['dropped']}")

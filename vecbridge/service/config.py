@@ -31,7 +31,7 @@ class ServeConfig:
     variable holding the bearer token clients must send; ``threads``: blocking calls at a time per process
     (default :func:`default_threads`);
     ``rerank``: an upgrade's searches re-score their top ``rerank`` candidates with the new model and write back
-    what they embed as native vectors (the cascade; 0: off)."""
+    what they embed as native vectors (the cascade; 0: off; None: what ``upgrade tune --rerank`` tuned)."""
 
     state: str | None = None
     wrap: tuple[str, str] | None = None
@@ -45,7 +45,7 @@ class ServeConfig:
     precision: str = "auto"
     threads: int | None = None
     force: bool = False
-    rerank: int = 0
+    rerank: int | None = None
 
     def __post_init__(self):
         if self.threads is None:

@@ -171,7 +171,7 @@ class UpgradeBase:
                 "native_fraction": counts["native"] / total if total else 0.0,
                 "fusion_beta": self._fusion_shown(),
                 "hub_weight": self.meta.get("hub_weight", 0.0),
-                "cascade_beta": self.meta.get("cascade_beta"),
+                "cascade_beta": self.meta.get("cascade_beta"), "cascade_rerank": self.meta.get("cascade_k"),
                 "cascade_hub_weight": self.meta.get("cascade_hub_weight", 0.0),
                 "hub_reference": self.meta.get("hub_reference"), "dropped": self.meta.get("dropped"),
                 "dropping": self.meta.get("dropping"),

@@ -118,6 +118,11 @@ class Serving(UpgradeBase):
             return CASCADE_BETA
         return np.inf if chosen == "inf" else float(chosen)
 
+    def _tuned_rerank(self) -> int:
+        """The candidates :meth:`tune_cascade` re-scored: searches run the cascade it tuned unless told otherwise
+        (none before it ran, and none once the old vectors are dropped: every candidate is native then)."""
+        return 0 if self.meta.get("dropped") else int(self.meta.get("cascade_k") or 0)
+
     def _tuned_beta(self) -> float:
         """The old query's weight :meth:`tune_fusion` chose (``inf``: the old model alone). Before any tuning, what
         serves at least as well as what the application had: the old model alone while it is served (fused
@@ -146,7 +151,7 @@ class Serving(UpgradeBase):
         return self.status()
 
     def search(self, texts: list[str], k: int = 10, *, old_model: str | None = None, beta: float | None = None,
-               hub_weight: float | None = None, k_candidates: int = 100, rerank: int = 0,
+               hub_weight: float | None = None, k_candidates: int = 100, rerank: int | None = None,
                models=None) -> tuple[list[list], np.ndarray]:
         """New-model queries over the upgrade's vectors (mapped and native alike). With ``old_model``, each query is
         also encoded by the old model and every candidate scored ``(cos(q_new, v_new) + beta cos(q_old, v_old)) /
@@ -162,17 +167,19 @@ class Serving(UpgradeBase):
                                    k_candidates=k_candidates, rerank=rerank)
 
     def search_vectors(self, queries, k: int = 10, *, old_queries=None, beta: float | None = None,
-                       hub_weight: float | None = None, k_candidates: int = 100, rerank: int = 0,
+                       hub_weight: float | None = None, k_candidates: int = 100, rerank: int | None = None,
                        embed=None) -> tuple[list[list], np.ndarray]:
         """:meth:`search` with the queries encoded already (a service that loaded its models once): the new model's
         vectors, and the old model's vectors of the same queries, row for row, for dual-query fusion.
 
-        ``rerank`` K > 0: the cascade. The search's top K candidates are scored again with the new model's own
+        ``rerank`` K > 0: the cascade (default: the K :meth:`tune_cascade` tuned, none before; 0: off). The
+        search's top K candidates are scored again with the new model's own
         vectors of their stored texts (``embed``, the upgrade's model by default): by the new model alone, or, with
         old-model queries, fused with the old model's cosine (the weight :meth:`tune_cascade` chose, else
         :data:`CASCADE_BETA`), less the hub penalty it chose (none before). Each candidate embedded for
         it is written back as its native vector, stamped ``native`` in the same upsert, so the records users
         retrieve become native first and ``reembed`` skips them."""
+        rerank = self._tuned_rerank() if rerank is None else rerank
         if rerank < 0:
             raise InputError("rerank is a number of candidates, at least 0")
         ids, scores = self._ranked(queries, max(k, rerank), old_queries=old_queries, beta=beta,
