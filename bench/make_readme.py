@@ -491,23 +491,26 @@ def report_calibration(d: dict) -> dict:
         for r in (r for r in d["rows"] if r["sample"] == sample):
             t, q = r["top1"], r["retention"]
             rows.append([r["corpus"], arrow(r["pair"]),
-                         f"{t['old']:.3f} / **{t['new']:.3f}** / {t['measured_held']:.3f} ({t['measured_all']:.3f})",
+                         f"{t['old']:.3f} / **{t['new']:.3f}**" + (f" ± {t['margin']:.3f}" if t.get("margin") else "")
+                         + f" / {t['measured_held']:.3f} ({t['measured_all']:.3f})",
                          f"{t['error_old']:+.3f} / **{t['error_new']:+.3f}**",
                          f"{q['old']:.3f} / **{q['new']:.3f}** / {q['measured']:.3f} ({q['measured_unseen']:.3f}; "
                          f"{q['measured_held']:.3f}" + (f"; {q['measured_train']:.3f})" if "measured_train" in q else ")"),
                          f"{q['error_old']:+.3f} / **{q['error_new']:+.3f}** ({q['error_new_unseen']:+.3f}; "
                          f"{q['error_new_held']:+.3f})"])
         return table(["corpus", "pair (old -> new)",
-                      "top-1: log-linear / at size / measured, held-out items (all items)", "error",
+                      "top-1: log-linear / at size ± the report's 95% margin / measured, held-out items (all items)",
+                      "error",
                       "retention@10: log-linear / at size / measured, all queries (unseen documents'; report's; "
                       "training documents')",
                       "error (unseen; report's)"], rows)
 
     summary = table(
-        ["corpus", "sample", "top-1 (held-out): log-linear / at size",
+        ["corpus", "sample", "top-1 (held-out): log-linear / at size", "top-1 within the report's margin",
          "retention@10, all queries: log-linear / at size", "at size vs unseen documents' queries",
          "at size vs the report's queries"],
         [[v["corpus"], f"{v['sample']:,}", f"{v['top1_error_old']:.3f} / **{v['top1_error_new']:.3f}**",
+          f"{v['top1_within_margin']} of {v['pairs']}" if "pairs" in v else "not run",
           f"{v['retention_error_old']:.3f} / **{v['retention_error_new']:.3f}**",
           f"{v['retention_error_new_unseen']:.3f}", f"{v['retention_error_new_held']:.3f}"]
          for v in d["max_abs_error"]])
@@ -671,6 +674,9 @@ def upgrade_curve(d: dict) -> dict:
                                       + ["stages: tuned fusion >= both / cascade >= both / cascade >= both + 0.01"],
                                       rows)
 
+    if "goals" in d:
+        out.update(upgrade_goals(d["goals"]))
+
     def hours(h):
         return f"{h * 60:.0f} min" if h < 1 else f"{h:.1f} h"
 
@@ -690,6 +696,40 @@ def upgrade_curve(d: dict) -> dict:
                           "re-embed 1 / 5 / 10 / 25 / 50 / 100% of 1M", "core-hours at 100%",
                           "fusion per query (old-model encode + exact 2nd search over 1M, batched + re-score)"],
                          cost_rows)
+    return out
+
+
+def upgrade_goals(g: dict) -> dict:
+    """One table per corpus: every goal of quality while upgrading, each cell the worst case of its benchmark."""
+    def num(v, goal=None, sign=True):
+        if v is None:
+            return "not run"
+        text = f"{v:+.3f}" if sign else f"{v:.3f}"
+        return text if goal is None or goal(v) else f"**{text}**"
+
+    def gone(t):
+        if not t["fits"]:
+            return "not run"
+        if not t["accepted"]:
+            return f"refused ({t['fits']} of {t['fits']})"
+        worst = num(-t["worst_gap"], lambda v: v >= -0.03)
+        return worst + ("" if t["accepted"] == t["fits"] else f" ({t['fits'] - t['accepted']} of {t['fits']} refused)")
+
+    out = {}
+    for corpus, pairs in g["corpora"].items():
+        rows = [[arrow(pair), f"{r['staying']:.3f} / {r['full_reembed']:.3f}",
+                 num(r["fusion_worst"], lambda v: v >= 0), num(r["cascade_worst"], lambda v: v >= 0.01),
+                 num(r["log_fusion_worst"], lambda v: v >= 0), num(r["log_cascade_worst"], lambda v: v >= 0.01),
+                 num(r["refit_gain_25"], lambda v: v >= 0.01), gone(r["unsupervised"]), gone(r["unsupervised_own"]),
+                 gone(r["geh"]), num(r["plan_error"], lambda v: v <= 0.03, sign=False),
+                 num(r["report_error"], lambda v: v <= 0.03, sign=False)]
+                for pair, r in pairs.items()]
+        out[f"goals_{corpus}"] = table(
+            ["pair", "staying / full re-embed", "tuned fusion (>= 0)", "cascade (>= +0.01)",
+             "with a query log: fusion (>= 0)", "... cascade (>= +0.01)", "refit gain at 25% (>= 0.01)",
+             "text gone: unsupervised, other documents (>= -0.03)", "... with 46% own documents",
+             "... GEH, 15 seeds, refined", "plan: worst error (<= 0.03)",
+             f"report at {g['report_sample']:,}: worst error (<= 0.03)"], rows)
     return out
 
 

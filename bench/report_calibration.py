@@ -11,6 +11,8 @@ new-model queries), predicts for the whole collection's 10,000 items:
   vector carried to 10,000 by the beta-binomial of :mod:`vecbridge.quality.at_size` (k=1), the training items
   compared through maps fitted without them; before, a log-linear fit ``a + b log(pool size)`` over the pools of
   the report's top-1 curve (``old`` below, recomputed from that curve);
+  ``held_out.top1_margin`` is the 95% margin the report gives it (binomial, from the number of held-out items):
+  ``within_margin`` says whether the measured top-1 fell inside it;
 * recall retention@10 (``retrieval.predicted``) of all the collection's queries: now Recall@10 of the mapped and of
   the native vectors each carried to 10,000 the same way, their ratio (``vecbridge.quality.compatibility.
   retention_at_size``): the queries of the documents the map was fitted on (16% / 40% of them here) from their
@@ -124,6 +126,8 @@ def one_pair(corpus: str, a: str, b: str, sample: int, tmp: Path, native_recall:
     for d, ref in ((top1, "measured_held"), (ret, "measured")):
         d["error_old"], d["error_new"] = d["old"] - d[ref], d["new"] - d[ref]
     top1["error_new_all"] = top1["new"] - top1["measured_all"]
+    top1["margin"] = ho.get("top1_margin")   # the 95% margin the report gives its prediction
+    top1["within_margin"] = top1["margin"] is not None and abs(top1["error_new"]) <= top1["margin"]
     ret["error_new_unseen"] = ret["new"] - ret["measured_unseen"]
     ret["error_new_held"] = ret["new"] - ret["measured_held"]
     return {"corpus": corpus, "pair": f"{a}->{b}", "collection_size": n, "sample": sample,
@@ -155,7 +159,8 @@ def summary(rows: list) -> list:
                     f"{what}_{err}": max(abs(r[what][err]) for r in mine)
                     for what, errs in (("top1", ("error_old", "error_new", "error_new_all")),
                                        ("retention", ("error_old", "error_new", "error_new_unseen", "error_new_held")))
-                    for err in errs}})
+                    for err in errs},
+                    "top1_within_margin": sum(bool(r["top1"].get("within_margin")) for r in mine), "pairs": len(mine)})
     return out
 
 

@@ -50,10 +50,15 @@ the beta tuned on half A, has its top ``K_CAND`` re-scored with both models' own
 ``cos(q_new, y) + c cos(q_old, x)``, c tuned on half A from the grid ``upgrade tune --rerank`` uses (the old model
 alone included): ``upgrade search --rerank 100`` on a collection at that stage, before its write-back.
 
-Run: ``python bench/upgrade_curve.py`` (one BLAS thread unless OPENBLAS_NUM_THREADS is set; ~5-8 minutes on the
-shared 2-core machine); writes bench/results/upgrade_curve.json and prints the Markdown tables of
-bench/make_readme.py. ``--cascade-only`` adds the cascade at every stage to the results of a full run, which it
-keeps as they are.
+Every goal (``goals`` in the JSON, one table per corpus): this run's worst stage of the tuned fusion and of the
+cascade, beside the worst cases that the benchmarks of :data:`GOAL_SOURCES` recorded (the cascade and fusion with a
+query log's hub penalty, the continuous refit, migrations whose texts are gone, the plan's and the report's
+predictions), read from their results in bench/results.
+
+Run: ``python bench/upgrade_curve.py`` (one BLAS thread unless OPENBLAS_NUM_THREADS is set; ~20 minutes for the six
+pairs on the shared 2-core machine); writes bench/results/upgrade_curve.json and prints the Markdown tables of
+bench/make_readme.py. ``--cascade-only`` adds the cascade at every stage (~6 minutes) and the goals to the results
+of a full run, which it keeps as they are; ``--goals`` gathers the goals again.
 """
 from __future__ import annotations
 
@@ -70,7 +75,7 @@ import time  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 import numpy as np  # noqa: E402
-from _corpora import CORPORA, DATA, UPGRADE_PAIRS, embeddings  # noqa: E402
+from _corpora import CORPORA, DATA, SENTENCE_PAIRS, embeddings  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -84,7 +89,7 @@ from vecbridge.quality.options import anchor_residuals, reliability_scores  # no
 from vecbridge.runtime.record_stamps import shuffle_rank  # noqa: E402
 from vecbridge.vectors import l2_normalize  # noqa: E402
 
-PAIRS = UPGRADE_PAIRS
+PAIRS = SENTENCE_PAIRS
 N_FIT, K, K_CAND = 2000, 10, 100
 FRACTIONS = (0.0, 0.01, 0.05, 0.10, 0.25, 0.50, 1.0)
 PRIORITIES = ("random", "residual", "hubs", "queries", "oracle")
@@ -446,12 +451,84 @@ def costs(sp: dict) -> list[dict]:
     return rows
 
 
+#: the benchmarks whose results :func:`goals` gathers, and the commands that produce them
+GOAL_SOURCES = {
+    "cascade_hubs": "python bench/cascade_hubs.py",
+    "continuous_refit": "python bench/continuous_refit.py",
+    "text_gone": "OPENBLAS_NUM_THREADS=1 python bench/text_gone.py (--overlap 2308 for the collection's own documents)",
+    "plan_calibration": "OPENBLAS_NUM_THREADS=1 python bench/plan_calibration.py",
+    "report_calibration": "OPENBLAS_NUM_THREADS=1 python bench/report_calibration.py",
+}
+
+
+def _worst(values):
+    values = [v for v in values if v is not None]
+    return min(values) if values else None
+
+
+def goals(result: dict) -> dict:
+    """Every goal of quality while upgrading, per corpus and model pair, from this run's stages and the results of
+    the benchmarks in :data:`GOAL_SOURCES` (read as they stand in bench/results; a pair a result lacks is None)."""
+    res = {name: json.loads((ROOT / "bench" / "results" / f"{name}.json").read_text()) for name in GOAL_SOURCES}
+    out = {}
+    for corpus, pairs in result["corpora"].items():
+        hubs = {r["pair"]: r["new_queries"] for r in res["cascade_hubs"]["corpora"].get(corpus, [])}
+        refit = {f"{r['old']}->{r['new']}": r for r in res["continuous_refit"]["results"] if r["corpus"] == corpus}
+        plan = {r["pair"]: r for r in res["plan_calibration"]["results"] if r["corpus"] == corpus}
+        report = {r["pair"]: r for r in res["report_calibration"]["rows"]
+                  if r["corpus"] == corpus and r["sample"] == max(res["report_calibration"]["protocol"]["samples"])}
+        gone = [r for r in res["text_gone"]["rows"] if r["corpus"] == corpus]
+        out[corpus] = {}
+        for pair, r in pairs.items():
+            best = max(r["staying"]["half_b"], r["full_reembed"]["half_b"])
+            st = r.get("cascade_stages", [])
+            h = hubs.get(pair)
+            hbest = max(h["staying"], h["full_reembed"]) if h else None
+
+            def text_gone(mode, key="gap_to_supervised"):
+                rows = [g for g in gone if g["pair"] == pair and g["mode"] == mode]
+                return {"fits": len(rows), "accepted": sum(bool(g["accepted"]) for g in rows),
+                        "worst_gap": max((g[key] for g in rows if g["accepted"]), default=None)}
+
+            at25 = [s for s in refit[pair]["stages"] if s["fraction"] == 0.25] if pair in refit else []
+            out[corpus][pair] = {
+                "staying": r["staying"]["half_b"], "full_reembed": r["full_reembed"]["half_b"],
+                "fusion_worst": _worst([x["tuned"] - best for x in st]),
+                "cascade_worst": _worst([x["cascade"] - best for x in st]),
+                "log_fusion_worst": _worst([x["served"] - hbest for x in h["stages"]]) if h else None,
+                "log_cascade_worst": _worst([x["cascade"] - hbest for x in h["stages"]]) if h else None,
+                "refit_gain_25": at25[0]["mapped_only_gain"] if at25 else None,
+                "unsupervised": text_gone("unsupervised"), "unsupervised_own": text_gone("overlap 2308"),
+                "geh": text_gone("geh", "refined_gap_to_supervised"),
+                "plan_error": max(abs(x["error"]) for x in plan[pair]["rows"]) if pair in plan else None,
+                "report_error": (max(abs(report[pair]["top1"]["error_new"]), abs(report[pair]["retention"]["error_new"]))
+                                 if pair in report else None)}
+    return {"sources": GOAL_SOURCES, "report_sample": max(res["report_calibration"]["protocol"]["samples"]),
+            "corpora": out}
+
+
+def goals_only() -> int:
+    """``--goals``: gather :func:`goals` again into the results of a full run (kept as they are) and print them."""
+    out = ROOT / "bench" / "results" / "upgrade_curve.json"
+    result = json.loads(out.read_text())
+    result["goals"] = goals(result)
+    out.write_text(json.dumps(result, indent=1) + "\n")
+    sys.path.insert(0, str(ROOT / "bench"))
+    from make_readme import upgrade_curve  # noqa: E402  (the README's own tables)
+    for name, text in upgrade_curve(result).items():
+        if name.startswith("goals"):
+            print(f"### {name}\n\n{text}\n")
+    return 0
+
+
 def main() -> int:
     t0 = time.perf_counter()
     perm = np.random.default_rng(1).permutation(10_000)
     halves = (np.sort(perm[:5000]), np.sort(perm[5000:]))
     if "--cascade-only" in sys.argv[1:]:
         return cascade_only(halves)
+    if "--goals" in sys.argv[1:]:
+        return goals_only()
     result = {"command": "python bench/upgrade_curve.py", "argv": " ".join(shlex.quote(a) for a in sys.argv),
               "machine": machine(),
               "protocol": {"n_fit": N_FIT, "k": K, "fractions": list(FRACTIONS), "priorities": list(PRIORITIES),
@@ -503,6 +580,7 @@ def cascade_only(halves) -> int:
             print(corpus, r["pair"], " ".join(f"{x['fraction']:.0%}: {x['tuned'] - best:+.4f}/{x['cascade'] - best:+.4f}"
                                              for x in r["cascade_stages"]), flush=True)
     result["cascade_stages_command"] = "python bench/upgrade_curve.py --cascade-only"
+    result["goals"] = goals(result)
     out.write_text(json.dumps(result, indent=1) + "\n")
     return 0
 
