@@ -173,12 +173,12 @@ class Serving(UpgradeBase):
         vectors, and the old model's vectors of the same queries, row for row, for dual-query fusion.
 
         ``rerank`` K > 0: the cascade (default: the K :meth:`tune_cascade` tuned, none before; 0: off). The
-        search's top K candidates are scored again with the new model's own
-        vectors of their stored texts (``embed``, the upgrade's model by default): by the new model alone, or, with
-        old-model queries, fused with the old model's cosine (the weight :meth:`tune_cascade` chose, else
-        :data:`CASCADE_BETA`), less the hub penalty it chose (none before). Each candidate embedded for
-        it is written back as its native vector, stamped ``native`` in the same upsert, so the records users
-        retrieve become native first and ``reembed`` skips them."""
+        search's top K candidates are scored again with the new model's own vectors of their stored texts
+        (``embed``, the upgrade's model by default): by the new model alone, or, with old-model queries, fused with
+        the old model's cosine (the weight :meth:`tune_cascade` chose, else :data:`CASCADE_BETA`), less the hub
+        penalty it chose (none before). Each candidate embedded for it is written back as its native vector,
+        stamped ``native`` in the same upsert, so the records users retrieve become native first and ``reembed``
+        skips them."""
         rerank = self._tuned_rerank() if rerank is None else rerank
         if rerank < 0:
             raise InputError("rerank is a number of candidates, at least 0")
