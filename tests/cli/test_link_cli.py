@@ -94,51 +94,40 @@ def _read_links_csv(path):
     return [r["source_id"] for r in rows], [r["target_id"] for r in rows], np.array([float(r["confidence"]) for r in rows])
 
 
-def test_link_geh_grows_seed_ids_into_links_and_fit_uses_them(stores, sample):
-    """OLD holds items 0..1499, NEW items 500..1499 under other ids: 20 known pairs grow into ~1,000 links."""
-    seeds = stores["root"] / "seeds.csv"
-    chosen = np.random.default_rng(0).choice(np.arange(500, 1500), 20, replace=False)
-    seeds.write_text("source_id,target_id\n" + "".join(f"{sample.ids[i]},n{i}\n" for i in chosen))
-    path = stores["root"] / "geh.csv"
-    r = run("link", stores["old"], stores["new"], "--mode", "geh", "--seeds", seeds, "-o", path, "--json")
-    assert r.exit_code == 0, r.output
-    src, tgt, conf = _read_links_csv(path)
-    truth = {sample.ids[i]: f"n{i}" for i in range(500, 1500)}
-    correct = sum(truth.get(s) == t for s, t in zip(src, tgt))
-    assert correct / len(src) >= 0.9 and correct >= 700, (correct, len(src))
-    assert len(src) < 1500 and np.all((conf > 0) & (conf <= 1))
-    assert _fit_and_check(stores, path, stores["new"])["fit"]["n_pairs"] == len(src)
-
-
-def test_fit_on_geh_seeds_refines_the_links_before_fitting(stores, sample, capsys):
-    """`vecbridge fit --pairs geh:SEEDS`: the links grown from 20 seeds are cut for precision; the fit refines them over
+def test_link_geh_grows_seed_ids_into_links_and_fit_refines_them(stores, sample, capsys):
+    """OLD holds items 0..1499, NEW items 500..1499 under other ids: 20 known pairs grow into ~1,000 links, which
+    `fit --pairs file:LINKS` fits as they are. They are cut for precision: `fit --pairs geh:SEEDS` refines them over
     both collections (their mutual nearest neighbours under the links' map) and fits on more pairs than there are
     links, as `upgrade start --pairs geh:SEEDS` does; the artifact records the refinement and its validation."""
     from vecbridge import metrics
     from vecbridge.align import Alignment
     from vecbridge.render.alignment import fitted
 
-    seeds = stores["root"] / "fit_seeds.csv"
+    seeds = stores["root"] / "seeds.csv"
     chosen = np.random.default_rng(0).choice(np.arange(500, 1500), 20, replace=False)
     seeds.write_text("source_id,target_id\n" + "".join(f"{sample.ids[i]},n{i}\n" for i in chosen))
-    links = stores["root"] / "fit_links.csv"
-    assert run("link", stores["old"], stores["new"], "--pairs", f"geh:{seeds}", "-o", links).exit_code == 0
-    n_links = len(_read_links_csv(links)[0])
+    path = stores["root"] / "geh.csv"
+    r = run("link", stores["old"], stores["new"], "--mode", "geh", "--seeds", seeds, "-o", path)
+    assert r.exit_code == 0 and "`fit --pairs geh:SEEDS` refines these links" in r.output, r.output
+    src, tgt, conf = _read_links_csv(path)
+    truth = {sample.ids[i]: f"n{i}" for i in range(500, 1500)}
+    correct = sum(truth.get(s) == t for s, t in zip(src, tgt))
+    assert correct / len(src) >= 0.9 and correct >= 700, (correct, len(src))
+    assert len(src) < 1500 and np.all((conf > 0) & (conf <= 1))
+    assert _fit_and_check(stores, path, stores["new"])["fit"]["n_pairs"] == len(src)   # the links' own map
     out = stores["root"] / "fit_geh.vb"
     r = run("fit", "--source", stores["old"], "--target", stores["new"], "--pairs", f"geh:{seeds}", "-o", out,
             "--json")
     assert r.exit_code == 0, r.output
     art = Alignment.load(out)
     refined = art.metadata["refinement"]
-    assert refined["kept"] and refined["validation"]["passed"] and refined["links"] == n_links, refined
+    assert refined["kept"] and refined["validation"]["passed"] and refined["links"] == len(src), refined
     assert art.metadata["validation"]["passed"] and art.metadata["anchors"]["method"] == "geh"
-    assert json.loads(r.stdout)["fit"]["n_pairs"] == refined["pairs"] > n_links
+    assert json.loads(r.stdout)["fit"]["n_pairs"] == refined["pairs"] > len(src)
     fitted(json.loads(r.stdout))   # what a person reads without --json
-    assert f"refined: {refined['pairs']:,} mutual nearest pairs from {n_links:,} GEH links" in capsys.readouterr().out
-    assert _fit_and_check(stores, links, stores["new"])["fit"]["n_pairs"] == n_links   # the links' own map
-    linked = Alignment.load(stores["root"] / "fit_links.vb")
+    assert f"refined: {refined['pairs']:,} mutual nearest pairs from {len(src):,} GEH links" in capsys.readouterr().out
     quality = [metrics.pair_quality(a.transform(sample.docs_old[500:]), sample.docs_new[500:]).top1
-               for a in (art, linked)]
+               for a in (art, Alignment.load(stores["root"] / "geh.vb"))]
     assert quality[0] >= quality[1] - 0.01, quality
 
 

@@ -38,6 +38,9 @@ def linked(summary: dict) -> None:
               f"{summary['mean_confidence']:.2f}) -> {summary['links']}", markup=True)
     print_throughput(summary.get("model_run"), con)
     validation(con, summary.get("validation"))
+    if summary.get("mode") == "geh":   # the links are cut for precision; a map wants them refined
+        con.print("  for a map, `fit --pairs geh:SEEDS` refines these links over both collections first (`fit --pairs "
+                  "file:LINKS` fits them as they are)")
 
 
 def validation(con, validation) -> None:

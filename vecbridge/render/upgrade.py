@@ -177,8 +177,8 @@ def tuned(result: dict, k: int) -> None:
         console().print(f"cascade (top {c['rerank']}): old-model weight {c['cascade_beta']}, hub penalty weight "
                         f"{c.get('hub_weight', 0.0)}, Recall@{k} {c['recall']:.3f} (without the penalty "
                         f"{c.get('recall_without_penalty', c['recall']):.3f}); {c['written_back']:,} candidates "
-                        f"embedded and written back native; "
-                        f"`upgrade search --rerank {c['rerank']}` uses it")
+                        f"embedded and written back native; `upgrade search` and `serve --state` now run it on "
+                        f"every search (--rerank 0: off)")
         wider = ", ".join(f"the top {n}: {share:.1%}" for n, share in (c.get("larger_k_would_hold") or {}).items())
         console().print(f"  the top {c['rerank']} candidates held the relevant record for "
                         f"{c['candidates_hold_relevant']:.1%} of the queries: no weight ranks the others, a larger "
