@@ -67,7 +67,6 @@ from vecbridge.errors import CheckFailed
 from vecbridge.jobs.fit import fit_to_file
 from vecbridge.jobs.link import link
 from vecbridge.pairing.learned import check_map, refine_links
-from vecbridge.pairing.pairs import pairs_from_list
 from vecbridge.runtime.open import open_collection
 from vecbridge.vectors import l2_normalize
 
@@ -304,10 +303,10 @@ def run_pair(corpus: str, a: str, b: str, seeds: list[int], work: Path, kind: st
                 # what `upgrade start --pairs geh:SEEDS` fits: the links refined over both samples, if that validates
                 t0 = time.perf_counter()
                 geh_coll = open_collection(geh_url)
-                pairs, refinement = refine_links(src, geh_coll, list(zip(links.source_ids, links.target_ids)),
-                                                 sample=SAMPLE, seed=seed)
-                rs, rt = zip(*((s_.vectors, t_.vectors) for s_, t_ in pairs_from_list(src, geh_coll, pairs)))
-                refined_map = procrustes(np.concatenate(rs), np.concatenate(rt))
+                rs, rt, refinement = refine_links(src, geh_coll, list(zip(links.source_ids, links.target_ids)),
+                                                  sample=SAMPLE, seed=seed)
+                pairs = list(zip(rs.ids, rt.ids))
+                refined_map = procrustes(rs.vectors, rt.vectors)
                 r_ref = served(refined_map.transform, oldA, qnA)
                 row.update({"refined_recall10": round(r_ref, 4), "refined_gap_to_supervised": round(r_sup - r_ref, 4),
                             "refined_top1": round(top1(refined_map.transform, oldA, newA), 4),

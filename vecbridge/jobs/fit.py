@@ -108,16 +108,14 @@ def _grown(source, target, spec: PairSpec, *, n: int | None, seed: int, params: 
     labels), refined over ``n`` vectors a side (:func:`vecbridge.pairing.learned.refine_links`: the links are cut for
     precision, a map needs coverage), gathered as :func:`_accumulate` gathers stored pairs."""
     from ..pairing.learned import UNPAIRED_SAMPLE, refine_links
-    from ..pairing.pairs import pairs_from_list
     from .link import link
 
     src, tgt, described, metric = open_pair(source, target, spec)
     links = link(src, tgt, spec, sample=n or UNPAIRED_SAMPLE, seed=seed, params=params, force=force, on_step=on_step)
-    pairs, refinement = refine_links(src, tgt, list(zip(links.source_ids, links.target_ids)),
-                                     sample=n or UNPAIRED_SAMPLE, seed=seed, on_step=on_step)
+    s_pairs, t_pairs, refinement = refine_links(src, tgt, list(zip(links.source_ids, links.target_ids)),
+                                                sample=n or UNPAIRED_SAMPLE, seed=seed, on_step=on_step)
     acc = PairAccumulator(holdout, normalization, keep_pairs=keep_pairs)
-    for s_batch, t_batch in pairs_from_list(src, tgt, pairs):
-        acc.add(s_batch, t_batch)
+    acc.add(s_pairs, t_pairs)
     return acc, len(links), {"where": f"between {src.display_url} and {tgt.display_url}", "metric": metric,
                              "described": {**described, "validation": links.meta.get("validation"),
                                            "refinement": refinement}, "sides": (src, tgt)}

@@ -230,26 +230,28 @@ def refined_pairs(X_links: np.ndarray, Y_links: np.ndarray, a: VectorBatch, b: V
 
 
 def refine_links(source: Collection, target: Collection, linked: list, *, sample: int, seed: int,
-                 on_step: Callable[[str], None] = lambda s: None) -> tuple[list, dict]:
-    """The id pairs a map of GEH's links ``linked`` is fitted on: the links refined (:func:`refined_pairs`) over
-    ``sample`` vectors a side, where the refined map passes validation (:func:`check_map`) too, else the links as
-    they are; and the record of what was done."""
+                 on_step: Callable[[str], None] = lambda s: None) -> tuple[VectorBatch, VectorBatch, dict]:
+    """The pairs a map of GEH's links ``linked`` is fitted on, as ``(source side, target side)`` row for row: the
+    links refined (:func:`refined_pairs`) over ``sample`` vectors a side, where the refined map passes validation
+    (:func:`check_map`) too, else the links as they are; and the record of what was done."""
     from ..align.procrustes import OrthogonalProcrustes
     from .pairs import pairs_from_list
 
-    X, Y = zip(*((s.vectors, t.vectors) for s, t in pairs_from_list(source, target, linked)))
+    xs, ys = zip(*pairs_from_list(source, target, linked))
+    X, Y = VectorBatch.concat(list(xs)), VectorBatch.concat(list(ys))
     a, b = source.sample(sample, seed=seed + 2), target.sample(sample, seed=seed + 3)
     on_step(f"refining the map of {len(linked):,} GEH links over {len(a):,} x {len(b):,} vectors")
-    rows = refined_pairs(np.concatenate(X), np.concatenate(Y), a, b)
+    rows = refined_pairs(X.vectors, Y.vectors, a, b)
     record = {"rounds": REFINE_ROUNDS, "links": len(linked), "pairs": len(rows)}
     if len(rows) < len(linked):   # fewer mutual pairs than links: nothing to gain
-        return linked, {**record, "kept": False, "why": "fewer mutual pairs than links: the links' map is kept"}
-    v = check_map(OrthogonalProcrustes().fit(a.vectors[rows[:, 0]], b.vectors[rows[:, 1]]), source, target, a, b,
+        return X, Y, {**record, "kept": False, "why": "fewer mutual pairs than links: the links' map is kept"}
+    A, B = a.take(rows[:, 0]), b.take(rows[:, 1])
+    v = check_map(OrthogonalProcrustes().fit(A.vectors, B.vectors), source, target, a, b,
                   seed=seed, force=True, what="the refined map of the GEH links", advice=ADVICE_GEH)
     if not v["passed"]:
-        return linked, {**record, "kept": False, "why": "the refined map failed validation: the links' map is kept",
-                        "refined_validation": v}
-    return [(a.ids[i], b.ids[j]) for i, j in rows], {**record, "kept": True, "validation": v}
+        return X, Y, {**record, "kept": False, "why": "the refined map failed validation: the links' map is kept",
+                      "refined_validation": v}
+    return A, B, {**record, "kept": True, "validation": v}
 
 
 def pseudo_pairs(est, a: VectorBatch, b: VectorBatch) -> tuple[np.ndarray, np.ndarray]:

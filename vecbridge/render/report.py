@@ -7,7 +7,7 @@ from .models import print_throughput
 
 def predicted_top1(ho) -> str:
     """The top-1 predicted at the collection's size, with the 95% margin the held-out sample leaves it."""
-    margin = getattr(ho, "top1_margin", None)
+    margin = ho.top1_margin   # None in a report saved before it was given; NaN with no held-out item
     return f"{ho.top1_predicted:.3f}" + (f" ± {margin:.3f}" if margin is not None and margin == margin else "")
 
 
@@ -31,8 +31,7 @@ def report(rep, html_path=None) -> None:
     table.add_row(f"top-1 of the {partner} (among {pool:,} held-out items)", f"{ho.top1:.3f}")
     if ho.top1_predicted is not None and ho.full_size > pool:
         how = "measured" if ho.top1_curve.pool_sizes[-1] >= ho.full_size else "predicted"
-        table.add_row(f"top-1 among the collection's {ho.full_size:,} items ({how})",
-                      predicted_top1(ho))
+        table.add_row(f"top-1 among the collection's {ho.full_size:,} items ({how})", predicted_top1(ho))
     table.add_row(f"mean rank (among {pool:,})", f"{ho.mean_rank:.2f}")
     table.add_row("mean cosine", f"{ho.mean_cosine:.3f}")
     table.add_row("residual (held-out / in-sample / bound)",
