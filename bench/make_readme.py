@@ -15,6 +15,7 @@ import json
 import re
 import statistics
 import sys
+from itertools import groupby
 from pathlib import Path
 
 BENCH = Path(__file__).resolve().parent
@@ -518,6 +519,48 @@ def report_calibration(d: dict) -> dict:
     return {"pairs": pairs(samples[0]), "pairs_default": pairs(samples[-1]), "summary": summary}
 
 
+def text_gone_report(d: dict) -> dict:
+    """Per corpus and pair: the report's top-1 and retention@10 at the collection's size for GEH's refined map (and
+    the links' own map), against what that map then gives over the whole collection; the unsupervised report's
+    Recall@10 over its pool against the served figure."""
+    def cell(r, what, fmt=".3f"):
+        p, m = r["predicted"].get(what), r["measured"].get(what)
+        return "-" if p is None or m is None else f"{p:{fmt}} / {m:{fmt}} ({p - m:+.3f})"
+
+    rows, worst = [], {}
+    for (corpus, pair), group in groupby(d["rows"], key=lambda r: (r["corpus"], r["pair"])):
+        by = {r["report"]: r for r in group}
+        geh, links, unsup = by.get("geh", {}), by.get("links"), by.get("unsupervised")
+        if geh.get("refused"):
+            row = [corpus, arrow(pair), f"`link` refused; the report: {geh['report_said']}", "-", "-", "-"]
+        else:
+            row = [corpus, arrow(pair), cell(geh, "top1"), cell(geh, "retention"), cell(links, "top1"),
+                   cell(links, "retention")]
+            for r, kind in ((geh, "geh"), (links, "links")):
+                for what in ("top1_error", "retention_error"):
+                    worst[(corpus, kind, what)] = max(worst.get((corpus, kind, what), 0), abs(r[what]))
+        if unsup:
+            row.append(cell({"predicted": {"recall10": unsup["predicted"]["recall10_pool"]},
+                             "measured": unsup["measured"]}, "recall10") + f", {unsup['predicted']['verdict']}")
+            if "recall10_pool_error" in unsup:
+                worst[(corpus, "unsupervised", "recall")] = max(worst.get((corpus, "unsupervised", "recall"), 0),
+                                                                abs(unsup["recall10_pool_error"]))
+        rows.append(row)
+    header = ["corpus", "old -> new", "GEH refined: top-1 predicted / measured (error)", "retention@10",
+              "the links' own map: top-1", "retention@10"]
+    if any(len(r) > 6 for r in rows):
+        header.append("unsupervised: Recall@10 over the report's pool / served (error), verdict")
+        rows = [r + ["-"] * (7 - len(r)) for r in rows]
+    corpora = unique(r["corpus"] for r in d["rows"])
+    summary = table(["corpus", "GEH refined: largest top-1 error", "largest retention error",
+                     "links' map: top-1", "retention", "unsupervised: Recall@10"],
+                    [[c, *(f"{worst[(c, k, w)]:.3f}" if (c, k, w) in worst else "-"
+                           for k, w in (("geh", "top1_error"), ("geh", "retention_error"), ("links", "top1_error"),
+                                        ("links", "retention_error"), ("unsupervised", "recall")))]
+                     for c in corpora])
+    return {"pairs": table(header, rows), "summary": summary}
+
+
 def map_validation(d: dict) -> dict:
     """The validation's separation per corpus, the statistics it departs from, and what it says per family of maps."""
     sm = d["summary"]
@@ -1014,7 +1057,7 @@ RENDERERS = {"serve": serve, "align_real": align_real, "geh": geh, "geh_calibrat
              "cascade_hubs_k200": lambda d: {"new_queries": cascade_hubs(d)["new_queries"]}, "cascade_cost": cascade_cost, "file_search": file_search, "gpu_embed": gpu_embed, "gpu_embed_cuda": gpu_embed,
              "reembed_overhead": reembed_overhead,
              "continuous_refit": continuous_refit, "zipf_priorities": zipf_priorities,
-             "plan_calibration": plan_calibration}
+             "plan_calibration": plan_calibration, "text_gone_report": text_gone_report}
 
 
 # ------------------------------------------------------------------------------------------------------ main

@@ -18,7 +18,7 @@ the maps come from the package's own jobs:
   new-model vectors of 2,308 items of A (Omega: the documents whose texts the user still has or can fetch again, but
   cannot tie to collection ids) plus 2,692 items of B; 15 seed pairs are items of Omega matched by hand.
   ``refined``: what ``upgrade start --pairs geh:SEEDS`` fits instead, the links refined over 10,000-row samples of
-  both sides (``vecbridge.pairing.learned.refine_links``: CSLS mutual nearest neighbours under the links' map, two
+  both sides (``vecbridge.pairing.learned.refine_linked``: CSLS mutual nearest neighbours under the links' map, two
   rounds, kept where the refined map passes the label-free validation), then Procrustes.
 * supervised reference: ``OrthogonalProcrustes()`` on 2,000 true pairs of half A (items A[0:2000]; what ``upgrade
   start`` does when the texts exist).
@@ -66,7 +66,7 @@ from vecbridge.align import OrthogonalProcrustes
 from vecbridge.errors import CheckFailed
 from vecbridge.jobs.fit import fit_to_file
 from vecbridge.jobs.link import link
-from vecbridge.pairing.learned import check_map, refine_links
+from vecbridge.pairing.learned import check_map, refine_linked
 from vecbridge.runtime.open import open_collection
 from vecbridge.vectors import l2_normalize
 
@@ -303,8 +303,7 @@ def run_pair(corpus: str, a: str, b: str, seeds: list[int], work: Path, kind: st
                 # what `upgrade start --pairs geh:SEEDS` fits: the links refined over both samples, if that validates
                 t0 = time.perf_counter()
                 geh_coll = open_collection(geh_url)
-                rs, rt, refinement = refine_links(src, geh_coll, list(zip(links.source_ids, links.target_ids)),
-                                                  sample=SAMPLE, seed=seed)
+                rs, rt, refinement = refine_linked(src, geh_coll, gsrc, gtgt, sample=SAMPLE, seed=seed)
                 pairs = list(zip(rs.ids, rt.ids))
                 refined_map = procrustes(rs.vectors, rt.vectors)
                 r_ref = served(refined_map.transform, oldA, qnA)

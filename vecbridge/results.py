@@ -223,7 +223,8 @@ class CorrespondenceSummary(JobResult):
     same items; only then ``mutual_pairs``, ``mutual_fraction`` and ``mean_csls`` say how many mutual nearest
     neighbours the unsupervised map found and how confidently. ``validation``: for unsupervised and GEH
     correspondences, the label-free validation of their map (``vecbridge.align.validation.MapValidation`` as a dict,
-    plus which rows it used); a failed one makes the verdict NO-GO."""
+    plus which rows it used); a failed one makes the verdict NO-GO. ``refinement``: GEH's links refined as a fit
+    refines them (links, mutual nearest pairs, whether kept and else why); the report then judges the refined map."""
 
     mode: str
     reason: str
@@ -235,6 +236,7 @@ class CorrespondenceSummary(JobResult):
     mutual_fraction: float | None = omit_if_none()
     mean_csls: float | None = omit_if_none()
     validation: dict | None = omit_if_none()
+    refinement: dict | None = omit_if_none()
 
 
 @dataclass

@@ -109,6 +109,23 @@ def test_report_grows_seed_pairs_with_geh(tmp_path, sample):
     c = r["correspondences"]
     assert c["mode"] == "geh" and "20 seed pairs" in c["reason"] and 700 <= c["n"] < 1500
     assert r["held_out"]["top1"] > 0.9          # held-out GEH links are mapped onto their own partners
+    # the map judged is the one a fit saves: the training links refined over both sides (less the held-out links'
+    # records, which measure it), not the links' own map
+    assert c["refinement"]["kept"] and c["refinement"]["links"] == c["train"]
+    assert c["train"] <= c["refinement"]["pairs"] <= 1000 - c["held_out"]
+    assert any("links GEH grew" in a for a in r["advice"])   # its top-1 is the confident records'
+
+
+def test_report_judges_a_file_of_pairs(tmp_path, sample):
+    """``--pairs file:PATH`` (e.g. what ``vecbridge link`` wrote): every listed pair is a correspondence."""
+    old = write_collection(f"file://{tmp_path}/old", [f"o{i}" for i in range(1500)], sample.docs_old)
+    new = write_collection(f"file://{tmp_path}/new", [f"n{i}" for i in range(1500)], sample.docs_new)
+    listed = tmp_path / "pairs.csv"
+    listed.write_text("source_id,target_id\n" + "".join(f"o{i},n{i}\n" for i in range(0, 1500, 2)))
+    r = compatibility_report(old.url, new.url, pairs=f"file:{listed}", sample=1500)
+    c = r["correspondences"]
+    assert c["mode"] == "pairs-file" and c["n"] == 750 and r["held_out"]["top1"] > 0.95
+    assert "refinement" not in c
 
 
 FAST_UNSUPERVISED = dict(n_runs=5, qap_restarts=10, n_neighbors=10, refine1_iter=2, refine1_tol=0, refine1_neighbors=1,

@@ -4,6 +4,7 @@ from __future__ import annotations
 import click
 
 from ..jobs.fit import METHODS
+from ..pairing.learned import UNPAIRED_SAMPLE
 from ..render import alignment as show
 from ..render.console import progress
 from ..render.console import steps as step_lines
@@ -73,7 +74,7 @@ def fit(source_url, target_url, pairs, method, center, scale, alpha, normalize, 
 @click.option("--model", default=None, help="New model (name, path or module:function) for reembed/reference.")
 @click.option("--old-model", default=None, help="Old model, for --pairs reference:PATH.")
 @click.option("--text-field", default="text", show_default=True, help="Payload field with the stored text.")
-@click.option("--sample", type=POSITIVE_INT, default=10_000, show_default=True,
+@click.option("--sample", type=POSITIVE_INT, default=UNPAIRED_SAMPLE, show_default=True,
               help="Records to sample per collection.")
 @click.option("--seed", type=int, default=0, show_default=True, help="Seeds the sample and the linking method.")
 @params_option("Estimator parameter for --pairs geh / unsupervised (repeatable), e.g. --param n_runs=10.")

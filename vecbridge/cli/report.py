@@ -12,7 +12,7 @@ from .options import POSITIVE_INT, engine_options, method_option, model_options,
 @command()
 @click.argument("old_url")
 @click.argument("new_url", required=False)
-@pairs_option("ids", "field", "reembed", "geh", "unsupervised", default=None)
+@pairs_option("ids", "field", "file", "reembed", "geh", "unsupervised", default=None)
 @method_option("The alignment method you will fit: held-out quality and retrieval are measured with it.")
 @click.option("--key", default=None, help="Payload field that identifies the same item (as --pairs field:NAME).")
 @click.option("--model", default=None, help="New model (name, path or module:function) to re-embed stored texts.")

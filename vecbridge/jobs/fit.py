@@ -15,7 +15,7 @@ from ..errors import InputError
 from ..fs import require_writable
 from ..linking.pairspec import PairSpec
 from ..pairing.moments import PairAccumulator
-from ..pairing.table import BATCH_SIZE, Pairing, pairing
+from ..pairing.table import BATCH_SIZE, Pairing, Request, pairing
 from ..pairing.units import PairJob, carried
 from ..runtime.engine import LOCAL, engine_of
 from ..runtime.open import open_collection
@@ -104,21 +104,20 @@ def freeze_fit(acc: PairAccumulator, *, n_examined: int, spec: PairSpec, chosen,
 
 def _grown(source, target, spec: PairSpec, *, n: int | None, seed: int, params: dict, force: bool, holdout: float,
            normalization: str, keep_pairs: bool, on_step) -> tuple[PairAccumulator, int, dict]:
-    """The pairs of a fit on seed pairs: GEH's links grown from them (``link --pairs geh:SEEDS``, validated without
-    labels), refined over ``n`` vectors a side (:func:`vecbridge.pairing.learned.refine_links`: the links are cut for
-    precision, a map needs coverage), gathered as :func:`_accumulate` gathers stored pairs."""
-    from ..pairing.learned import UNPAIRED_SAMPLE, refine_links
-    from .link import link
+    """The pairs of a fit on seed pairs: GEH's links grown from them (as ``link --pairs geh:SEEDS``, validated without
+    labels), refined over ``n`` vectors a side (:meth:`vecbridge.pairing.table.Pairing.fit_sample`: the links are
+    cut for precision, a map needs coverage), gathered as :func:`_accumulate` gathers stored pairs."""
+    from ..pairing.learned import UNPAIRED_SAMPLE
 
     src, tgt, described, metric = open_pair(source, target, spec)
-    links = link(src, tgt, spec, sample=n or UNPAIRED_SAMPLE, seed=seed, params=params, force=force, on_step=on_step)
-    s_pairs, t_pairs, refinement = refine_links(src, tgt, list(zip(links.source_ids, links.target_ids)),
-                                                sample=n or UNPAIRED_SAMPLE, seed=seed, on_step=on_step)
+    found = pairing(spec).fit_sample(src, tgt, spec, Request(n=n or UNPAIRED_SAMPLE, seed=seed, params=params,
+                                                             force=force, on_step=on_step))
     acc = PairAccumulator(holdout, normalization, keep_pairs=keep_pairs)
-    acc.add(s_pairs, t_pairs)
-    return acc, len(links), {"where": f"between {src.display_url} and {tgt.display_url}", "metric": metric,
-                             "described": {**described, "validation": links.meta.get("validation"),
-                                           "refinement": refinement}, "sides": (src, tgt)}
+    acc.add(found.source, found.target)
+    refinement = found.meta["refinement"]
+    return acc, refinement["links"], {"where": f"between {src.display_url} and {tgt.display_url}", "metric": metric,
+                                      "described": {**described, "validation": found.meta.get("validation"),
+                                                    "refinement": refinement}, "sides": (src, tgt)}
 
 
 def fit_unit(unit, job: PairJob, *, holdout: float, normalization: str, keep_pairs: bool):

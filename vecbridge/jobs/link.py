@@ -9,6 +9,7 @@ from .._deprecated import moved
 from ..errors import InputError
 from ..linking.links import Links
 from ..linking.pairspec import PairSpec
+from ..pairing.learned import UNPAIRED_SAMPLE
 from ..pairing.table import Request, pairing
 from ..runtime.models import ModelOptions
 from ..runtime.open import open_collection
@@ -21,7 +22,7 @@ __getattr__ = moved("vecbridge.jobs.link", dict.fromkeys(
 
 
 def link(source, target, pairs: "str | PairSpec", *, seeds: str | None = None, model: str | None = None,
-         old_model: str | None = None, text_field: str = "text", sample: int = 10_000, seed: int = 0,
+         old_model: str | None = None, text_field: str = "text", sample: int = UNPAIRED_SAMPLE, seed: int = 0,
          params: dict | None = None, force: bool = False, on_step: Callable[[str], None] = lambda s: None,
          models: ModelOptions | None = None) -> Links:
     """Correspondences between ``source`` (old model) and ``target`` (new model), found as ``pairs`` says (any

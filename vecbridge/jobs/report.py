@@ -63,21 +63,22 @@ from ..runtime.models import ModelOptions
 from ..runtime.open import open_collection
 
 #: the pairings a report can use (see :class:`~vecbridge.linking.PairSpec`)
-REPORT_PAIRS = ("ids", "field", "reembed", "geh", "unsupervised")
+REPORT_PAIRS = ("ids", "field", "file", "reembed", "geh", "unsupervised")
 
 
 def _correspond(spec: PairSpec, old: Collection, new: Collection | None, request: Request,
                 engine) -> Correspondences | None:
     """The correspondences ``spec`` finds (:data:`vecbridge.pairing.table.PAIRINGS`), or None where a stored pairing
     finds too few of them (then the report looks further). Only the unsupervised pairing takes the estimator's
-    parameters."""
-    row = pairing(spec)
-    found = row.sample(old, new, spec, request if row.pseudo else replace(request, params={}), engine)
+    parameters. The map of grown links is judged as a fit refines it (``refine``), on held-out links."""
+    row, request = pairing(spec), request if pairing(spec).pseudo else replace(request, params={})
+    found = row.sample(old, new, spec, request, engine)
     if len(found) < row.report_min:
         return None
     return Correspondences(row.report_mode, found.reason, found.source.vectors, found.target.vectors,
                            list(found.source.ids), pseudo=found.pseudo, diagnostics=found.diagnostics,
-                           new_ids=list(found.target.ids) if found.records else None)
+                           new_ids=list(found.target.ids) if found.records else None,
+                           refine=row.refiner(old, new, found, request))
 
 
 def _request(sample: int, seed: int, model, text_field, params, models: ModelOptions | None = None) -> Request:

@@ -229,21 +229,23 @@ def refined_pairs(X_links: np.ndarray, Y_links: np.ndarray, a: VectorBatch, b: V
     return pairs
 
 
-def refine_links(source: Collection, target: Collection, linked: list, *, sample: int, seed: int,
-                 on_step: Callable[[str], None] = lambda s: None) -> tuple[VectorBatch, VectorBatch, dict]:
-    """The pairs a map of GEH's links ``linked`` is fitted on, as ``(source side, target side)`` row for row: the
-    links refined (:func:`refined_pairs`) over ``sample`` vectors a side, where the refined map passes validation
-    (:func:`check_map`) too, else the links as they are; and the record of what was done."""
+def refine_linked(source: Collection, target: Collection, X: VectorBatch, Y: VectorBatch, *, sample: int, seed: int,
+                  on_step: Callable[[str], None] = lambda s: None,
+                  leave_out: tuple = ((), ())) -> tuple[VectorBatch, VectorBatch, dict]:
+    """The pairs a map of GEH's links (``X`` row i linked to ``Y`` row i) is fitted on, as ``(source side, target
+    side)`` row for row: the links refined (:func:`refined_pairs`) over ``sample`` vectors a side (less the ids in
+    ``leave_out``, one sequence a side), where the refined map passes validation (:func:`check_map`) too, else the
+    links as they are; and the record of what was done."""
     from ..align.procrustes import OrthogonalProcrustes
-    from .pairs import pairs_from_list
 
-    xs, ys = zip(*pairs_from_list(source, target, linked))
-    X, Y = VectorBatch.concat(list(xs)), VectorBatch.concat(list(ys))
     a, b = source.sample(sample, seed=seed + 2), target.sample(sample, seed=seed + 3)
-    on_step(f"refining the map of {len(linked):,} GEH links over {len(a):,} x {len(b):,} vectors")
+    if len(leave_out[0]) or len(leave_out[1]):
+        a, b = (side.take(np.array([i not in set(ids) for i in side.ids], dtype=bool))
+                for side, ids in zip((a, b), leave_out))
+    on_step(f"refining the map of {len(X):,} GEH links over {len(a):,} x {len(b):,} vectors")
     rows = refined_pairs(X.vectors, Y.vectors, a, b)
-    record = {"rounds": REFINE_ROUNDS, "links": len(linked), "pairs": len(rows)}
-    if len(rows) < len(linked):   # fewer mutual pairs than links: nothing to gain
+    record = {"rounds": REFINE_ROUNDS, "links": len(X), "pairs": len(rows)}
+    if len(rows) < len(X):   # fewer mutual pairs than links: nothing to gain
         return X, Y, {**record, "kept": False, "why": "fewer mutual pairs than links: the links' map is kept"}
     A, B = a.take(rows[:, 0]), b.take(rows[:, 1])
     v = check_map(OrthogonalProcrustes().fit(A.vectors, B.vectors), source, target, a, b,

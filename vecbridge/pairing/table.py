@@ -8,7 +8,7 @@ the artifact's label (``describe()``) stay with :class:`~vecbridge.linking.PairS
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable
 
@@ -20,6 +20,7 @@ from ..linking.pairspec import KINDS, PairSpec
 from ..quality.compatibility import MIN_PAIRS
 from ..runtime.engine import engine_of
 from ..runtime.models import ModelOptions
+from .learned import UNPAIRED_SAMPLE
 from .pairs import _source_batches, pairs_by_field, pairs_by_ids, pairs_from_list, pairs_through_index, read_pairs_file
 from .sampling import sample_pairs
 from .units import PairJob, Plan, field_index, listed_units, record_units
@@ -34,7 +35,7 @@ class Request:
     text field, the estimator's parameters, ``force`` (keep grown pairs whose map fails validation), ``min_pairs``
     (fewer grown pairs are an error) and ``on_step`` (a line per step)."""
 
-    n: int = 10_000
+    n: int = UNPAIRED_SAMPLE
     seed: int = 0
     model: str | None = None
     old_model: str | None = None
@@ -94,7 +95,7 @@ class Pairing:
     takes_params: bool = False
     #: its pairs are a map's own guesses (pseudo-pairs), not the same items
     pseudo: bool = False
-    #: its links are cut for precision: a fit refines them over samples of both sides first (``refine_links``)
+    #: its links are cut for precision: a fit refines them over samples of both sides first (:meth:`fit_sample`)
     refined: bool = False
     #: a report takes fewer pairs than this for none found, and looks further
     report_min: int = 0
@@ -111,6 +112,36 @@ class Pairing:
         if KINDS[self.kind][0] and not spec.value:
             return False
         return all(target is not None if n == "target" else getattr(request, n) for n in self.needs)
+
+    def refiner(self, source: Collection, target, found: Anchors, request: Request) -> Callable | None:
+        """Where the row's links are cut for precision (:attr:`refined`), ``refine(rows)``: the pairs a map of the
+        links ``rows`` of ``found`` is fitted on, ``(source side, target side, record)``
+        (:func:`~vecbridge.pairing.learned.refine_linked`), refined over samples that leave out the other links'
+        records (a report measures the map on them); else None."""
+        if not self.refined:
+            return None
+        from .learned import refine_linked
+
+        def refine(rows: np.ndarray):
+            others = np.ones(len(found), dtype=bool)
+            others[rows] = False
+            return refine_linked(source, target, found.source.take(rows), found.target.take(rows), sample=request.n,
+                                 seed=request.seed, on_step=request.on_step,
+                                 leave_out=(found.source.take(others).ids, found.target.take(others).ids))
+        return refine
+
+    def fit_sample(self, source: Collection, target, spec: PairSpec, request: Request, engine=None) -> Anchors:
+        """The pairs a map is fitted on: :attr:`sample`'s, all of them refined where the row says (:meth:`refiner`),
+        as ``fit`` and ``upgrade start`` refine them; ``meta["refinement"]`` records what was done."""
+        found = self.sample(source, target, spec, request, engine)
+        refine = self.refiner(source, target, found, request)
+        if refine is None:
+            return found
+        A, B, record = refine(np.arange(len(found)))
+        if not record["kept"]:
+            return replace(found, meta={**found.meta, "refinement": record})
+        return replace(found, source=A, target=B, confidence=None, meta={**found.meta, "refinement": record},
+                       reason=f"{found.reason}, refined to {len(A):,} mutual nearest pairs over samples of both sides")
 
     def name(self, spec: PairSpec) -> str:
         """The pairing as a checkpoint names it: a file by its name, never its folder."""
@@ -264,7 +295,8 @@ PAIRINGS: dict[str, Pairing] = {p.kind: p for p in (
     Pairing("field", "payload-key", "{spec}", ("target",), _field_sample, _field_stream, record_units, indexed=True,
             report_min=1, queries_hint="old-collection items whose payload key is found in the new collection"),
     Pairing("file", "pairs-file", "pairs", ("target",), _file_sample, _file_stream, listed_units,
-            listed=lambda spec: read_pairs_file(spec.value), vectors=_vector_links),
+            listed=lambda spec: read_pairs_file(spec.value), vectors=_vector_links,
+            queries_hint="old-collection items named in the pairs file"),
     Pairing("reembed", "re-embedded-sample", "reembed", ("model", "text_field"), _reembed_sample,
             queries_hint="the sampled old-collection items whose texts were re-embedded"),
     Pairing("reference", "reference-corpus", "reference", ("model", "old_model"), _reference_sample),

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import warnings
 from dataclasses import dataclass
+from typing import Callable
 
 import numpy as np
 
@@ -46,6 +47,7 @@ class Correspondences:
     pseudo: bool = False   # True when Y are estimated partners (unsupervised), not the same items
     diagnostics: dict | None = None
     new_ids: list | None = None   # ids of the Y rows in the new collection (None: re-embedded, no record)
+    refine: Callable | None = None   # rows -> the pairs a map of those pairs is fitted on (grown links: refined)
 
 
 def retention_curve(Qn, mapped, native, rel, k, rng, full_size, like_ranks=None, at_size=None) -> dict:
@@ -268,15 +270,19 @@ def split_pairs(corr: Correspondences, holdout: float, seed: int) -> PairSplit:
 
 def held_out_sections(sp: PairSplit, corr: Correspondences, chosen, *, center: bool, seed: int,
                        full_size: int) -> dict:
-    """Fit the user's method (and an orthogonal map, for the Procrustes diagnostics) on the training rows; the
-    ``correspondences``, ``held_out`` and ``fit`` sections. Keeps the fitted map and the mapped held-out rows in
-    ``sp``."""
+    """Fit the user's method (and an orthogonal map, for the Procrustes diagnostics) on the training rows (grown
+    links: on the pairs a fit refines them into, ``corr.refine``); the ``correspondences``, ``held_out`` and ``fit``
+    sections. Keeps the fitted map and the mapped held-out rows in ``sp``."""
     X, Y, held, train = sp.X, sp.Y, sp.held, sp.train
+    fit_x, fit_y, refinement = X[train], Y[train], None
+    if corr.refine is not None:
+        A, B, record = corr.refine(train)
+        fit_x, fit_y = A.vectors.astype(np.float32), B.vectors.astype(np.float32)
+        refinement = {k: record[k] for k in ("links", "pairs", "kept", "why") if k in record}
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", FewPairsWarning)
-        est = OrthogonalProcrustes(center=center).fit(X[train], Y[train])
-        sp.judged = est if chosen.name == "orthogonal" else \
-            chosen.build(center=center, seed=seed).fit(X[train], Y[train])
+        est = OrthogonalProcrustes(center=center).fit(fit_x, fit_y)
+        sp.judged = est if chosen.name == "orthogonal" else chosen.build(center=center, seed=seed).fit(fit_x, fit_y)
         # orthogonal fold maps for every method: 20 SVDs, where 20 fits of a costlier method (clustered maps)
         # made a report 30x slower; they only count how often training rows outrank, as unseen records would
         sp.folds = fold_maps(sp, lambda: OrthogonalProcrustes(center=center))
@@ -289,7 +295,8 @@ def held_out_sections(sp: PairSplit, corr: Correspondences, chosen, *, center: b
     top1_predicted = top1_at_size(sp, full_size)
     return {
         "correspondences": CorrespondenceSummary(mode=corr.mode, reason=corr.reason, n=len(corr.X), train=len(train),
-                                                 held_out=len(held), pseudo=corr.pseudo, **(corr.diagnostics or {})),
+                                                 held_out=len(held), pseudo=corr.pseudo, refinement=refinement,
+                                                 **(corr.diagnostics or {})),
         # top-1 and mean rank are among the held-out items only ("pool"); top1_predicted carries each one's rank
         # among every sampled item to the collection's size ("full_size"), as retention is
         "held_out": HeldOutQuality(**pq.as_dict(), pool=len(held), residual=held_resid,

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from .report import predicted_top1
+from .report import partner_of, predicted_top1
 from .svg import histogram_counts, line_chart
 
 if TYPE_CHECKING:
@@ -51,7 +51,7 @@ def render_html(report: "Report | dict") -> str:
     parts.append(f"<h2>Held-out quality</h2><p>Top-1 and mean rank: each held-out item's mapped old vector "
                  f"searched among the new vectors of the {pool:,} held-out items.</p>"
                  "<table><tr><th>metric</th><th>value</th></tr>")
-    rows = [(f"top-1 of the true partner (among {pool:,} held-out items)", f"{ho.top1:.3f}")]
+    rows = [(f"top-1 of the {partner_of(corr)} (among {pool:,} held-out items)", f"{ho.top1:.3f}")]
     if ho.top1_predicted is not None and ho.full_size > pool:
         how = "measured" if ho.top1_curve.pool_sizes[-1] >= ho.full_size else "predicted"
         rows.append((f"top-1 among the collection's {ho.full_size:,} items ({how})",

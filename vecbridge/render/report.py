@@ -11,6 +11,13 @@ def predicted_top1(ho) -> str:
     return f"{ho.top1_predicted:.3f}" + (f" ± {margin:.3f}" if margin is not None and margin == margin else "")
 
 
+def partner_of(c) -> str:
+    """What the held-out pairs' partner is: the same item, a GEH link, or an unsupervised estimate."""
+    if c.pseudo:
+        return "pseudo-partner (unsupervised)"
+    return "linked partner (GEH)" if c.mode == "geh" else "true partner"
+
+
 def report(rep, html_path=None) -> None:
     """``rep``: a :class:`vecbridge.results.Report`; ``html_path``: where its HTML page was written, if it was."""
     from rich.markup import escape
@@ -26,7 +33,7 @@ def report(rep, html_path=None) -> None:
     table = Table(title="held-out quality")
     table.add_column("metric")
     table.add_column("value", justify="right")
-    partner = "pseudo-partner (unsupervised)" if c.pseudo else "true partner"
+    partner = partner_of(c)
     pool = ho.pool
     table.add_row(f"top-1 of the {partner} (among {pool:,} held-out items)", f"{ho.top1:.3f}")
     if ho.top1_predicted is not None and ho.full_size > pool:
