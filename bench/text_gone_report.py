@@ -102,25 +102,9 @@ def errors(pred: dict, got: dict) -> dict:
     return out
 
 
-def run_pair(corpus: str, a: str, b: str, seed: int, work: Path, unsupervised: bool) -> None:
-    data = DATA / corpus
-    old, new = embeddings(data, a), embeddings(data, b)
-    q_old, q_new = embeddings(data, a, "queries"), embeddings(data, b, "queries")
-    perm = np.random.default_rng(SPLIT_SEED).permutation(len(old))
-    A, B = perm[: len(perm) // 2], perm[len(perm) // 2:]
-    base = {"corpus": corpus, "pair": f"{a}->{b}", "seed": seed}
-    folder = work / corpus / f"{a}-{b}"
-    src_url = store(folder / "old_A", old[A], ids_of(A))
-    n_omega = int(round(ALPHA / (1 - (1 - ALPHA) / 2) * len(A)))   # GEH's new side, as bench/text_gone.py builds it
-    omega = A[:n_omega]
-    geh_items = np.concatenate([omega, B[: len(A) - n_omega]])
-    geh_items = geh_items[np.random.default_rng(SPLIT_SEED + 1).permutation(len(geh_items))]
-    geh_url = store(folder / "new_geh", new[geh_items], ids_of(geh_items))
-    qn_url = store(folder / "queries_new", q_new[A], ids_of(A))
-    qo_url = store(folder / "queries_old", q_old[A], ids_of(A))
-    oldA, newA, qnA = old[A], new[A], q_new[A]
-    asked = {"queries_new": qn_url, "queries_old": qo_url, "options": False, "seed": seed}
-
+def geh_reports(corpus, a, b, seed, base, folder, src_url, geh_url, omega, truth, asked) -> None:
+    """The GEH reports (refined; the links' own map) of one pair against the maps the user would save."""
+    oldA, newA, qnA = truth
     seed_items = np.random.default_rng(1000 + seed).choice(omega, N_SEEDS, replace=False)
     seeds_file = folder / f"seeds_{seed}.csv"
     seeds_file.write_text("".join(f"{i},{i}\n" for i in ids_of(seed_items)))
@@ -159,6 +143,29 @@ def run_pair(corpus: str, a: str, b: str, seed: int, work: Path, unsupervised: b
                   f"{pred['retention']} vs {got['retention']:.3f} ({pred['verdict']}, {rows[-1]['report_s']:.0f}s)",
                   flush=True)
         merge(rows)
+
+
+def run_pair(corpus: str, a: str, b: str, seed: int, work: Path, unsupervised: bool, geh: bool = True) -> None:
+    data = DATA / corpus
+    old, new = embeddings(data, a), embeddings(data, b)
+    q_old, q_new = embeddings(data, a, "queries"), embeddings(data, b, "queries")
+    perm = np.random.default_rng(SPLIT_SEED).permutation(len(old))
+    A, B = perm[: len(perm) // 2], perm[len(perm) // 2:]
+    base = {"corpus": corpus, "pair": f"{a}->{b}", "seed": seed}
+    folder = work / corpus / f"{a}-{b}"
+    src_url = store(folder / "old_A", old[A], ids_of(A))
+    n_omega = int(round(ALPHA / (1 - (1 - ALPHA) / 2) * len(A)))   # GEH's new side, as bench/text_gone.py builds it
+    omega = A[:n_omega]
+    geh_items = np.concatenate([omega, B[: len(A) - n_omega]])
+    geh_items = geh_items[np.random.default_rng(SPLIT_SEED + 1).permutation(len(geh_items))]
+    geh_url = store(folder / "new_geh", new[geh_items], ids_of(geh_items))
+    qn_url = store(folder / "queries_new", q_new[A], ids_of(A))
+    qo_url = store(folder / "queries_old", q_old[A], ids_of(A))
+    oldA, newA, qnA = old[A], new[A], q_new[A]
+    asked = {"queries_new": qn_url, "queries_old": qo_url, "options": False, "seed": seed}
+
+    if geh:
+        geh_reports(corpus, a, b, seed, base, folder, src_url, geh_url, omega, (oldA, newA, qnA), asked)
     if unsupervised:
         new_b = store(folder / "new_B", new[B], ids_of(B))
         t0 = time.perf_counter()
@@ -178,12 +185,13 @@ def main():
     ap.add_argument("--pairs", default=None, help="a:b,... (default: all six)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--unsupervised", action="store_true", help="also the unsupervised pairing's report (minutes)")
+    ap.add_argument("--no-geh", dest="geh", action="store_false", help="leave out the GEH reports")
     args = ap.parse_args()
     pairs = [tuple(p.split(":")) for p in args.pairs.split(",")] if args.pairs else PAIRS
     with tempfile.TemporaryDirectory() as tmp:
         for corpus in args.corpora.split(","):
             for a, b in pairs:
-                run_pair(corpus, a, b, args.seed, Path(tmp), args.unsupervised)
+                run_pair(corpus, a, b, args.seed, Path(tmp), args.unsupervised, args.geh)
 
 
 if __name__ == "__main__":

@@ -220,4 +220,6 @@ def test_report_speaks_the_pairs_grammar_and_judges_the_chosen_method(sample_sto
     with pytest.raises(InputError, match="payload field 'nope'"):
         compatibility_report(sample_stores["old"], sample_stores["new"], pairs="field:nope", sample=500)
     with pytest.raises(InputError, match="cannot be used here"):
+        compatibility_report(sample_stores["old"], sample_stores["new"], pairs="reference:x.txt", sample=500)
+    with pytest.raises(InputError, match="pairs file not found"):
         compatibility_report(sample_stores["old"], sample_stores["new"], pairs="file:x.csv", sample=500)

@@ -4,7 +4,7 @@ from __future__ import annotations
 import click
 
 from ..jobs.fit import METHODS
-from ..pairing.learned import UNPAIRED_SAMPLE
+from ..jobs.link import UNPAIRED_SAMPLE
 from ..render import alignment as show
 from ..render.console import progress
 from ..render.console import steps as step_lines
