@@ -34,15 +34,6 @@ def pytest_configure(config):
     threadpool_limits(int(os.environ["OPENBLAS_NUM_THREADS"]))
 
 
-@pytest.hookimpl(tryfirst=True)   # before xdist reads the groups
-def pytest_collection_modifyitems(items):
-    """Every test on the Ray cluster runs on one worker (``--dist loadgroup`` in pyproject.toml): each worker that
-    runs one starts a two-node cluster of its own, and two of them on two cores slowed every test beside them."""
-    for item in items:
-        if "ray_cluster" in getattr(item, "fixturenames", ()):
-            item.add_marker(pytest.mark.xdist_group("ray"))
-
-
 SHARED_WORDNET = Path(__file__).resolve().parents[2] / "shared" / "data" / "wordnet"
 
 
