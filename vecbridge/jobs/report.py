@@ -71,7 +71,8 @@ def _correspond(spec: PairSpec, old: Collection, new: Collection | None, request
     """The correspondences ``spec`` finds (:data:`vecbridge.pairing.table.PAIRINGS`), or None where a stored pairing
     finds too few of them (then the report looks further). Only the unsupervised pairing takes the estimator's
     parameters. The map of grown links is judged as a fit refines it (``refine``), on held-out links."""
-    row, request = pairing(spec), request if pairing(spec).pseudo else replace(request, params={})
+    row = pairing(spec)
+    request = request if row.pseudo else replace(request, params={})
     found = row.sample(old, new, spec, request, engine)
     if len(found) < row.report_min:
         return None

@@ -240,8 +240,8 @@ def refine_linked(source: Collection, target: Collection, X: VectorBatch, Y: Vec
 
     a, b = source.sample(sample, seed=seed + 2), target.sample(sample, seed=seed + 3)
     if len(leave_out[0]) or len(leave_out[1]):
-        a, b = (side.take(np.array([i not in set(ids) for i in side.ids], dtype=bool))
-                for side, ids in zip((a, b), leave_out))
+        a, b = (side.take(np.array([i not in gone for i in side.ids], dtype=bool))
+                for side, gone in zip((a, b), map(set, leave_out)))
     on_step(f"refining the map of {len(X):,} GEH links over {len(a):,} x {len(b):,} vectors")
     rows = refined_pairs(X.vectors, Y.vectors, a, b)
     record = {"rounds": REFINE_ROUNDS, "links": len(X), "pairs": len(rows)}
