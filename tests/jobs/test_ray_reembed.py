@@ -1,7 +1,9 @@
-"""``upgrade reembed --engine ray`` on the session's real two-node Ray cluster, with the real all-MiniLM-L6-v2 run by
-Ray actors: every native vector is the model's output for its record's text, stamps (digests, hub scores) are the
-local run's, the old vectors stay bit-exact, ``limit`` and ``until`` hold, and a driver interrupted mid-run leaves
-only written batches stamped, so the next run (the CLI) ends complete with each record stamped once."""
+"""``upgrade reembed --engine ray`` on the session's real two-node Ray cluster, Ray actors running the real
+all-MiniLM-L6-v2 (or, where a test is about stopping and resuming, its stored outputs looked up by text: the same
+vectors without loading the model in every actor of every run): every native vector is the model's output for its
+record's text, stamps (digests, hub scores) are the local run's, the old vectors stay bit-exact, ``limit`` and
+``until`` hold, and a driver interrupted mid-run leaves only written batches stamped, so the next run (the CLI) ends
+complete with each record stamped once."""
 from __future__ import annotations
 
 import json
@@ -38,6 +40,11 @@ def real_model(sample, minilm_model, minilm_vectors):
     """all-MiniLM-L6-v2 from the test extra (its path, as the upgrade and its Ray actors load it) and its output for
     the first N texts (encoded once per session, tests/conftest.py)."""
     return minilm_model[0], {i: minilm_vectors[i] for i in sample.ids[:N]}
+
+
+def _looked_up(sample) -> tuple[str, dict]:
+    """all-MiniLM-L6-v2's stored outputs of the first N texts, as a ``module:function`` the actors import."""
+    return "tests.embedders:minilm_lookup", dict(zip(sample.ids[:N], sample.docs_old[:N]))
 
 
 @pytest.fixture(params=["file", "pgvector"])
@@ -103,12 +110,13 @@ def _native(stamps) -> set:
     return {i for i, (origin, _) in stamps.items() if origin == "native"}
 
 
-def test_ray_reembed_stops_then_completes(ray_cluster, store, sample, real_model, tmp_path):
+def test_ray_reembed_stops_then_completes(ray_cluster, store, sample, request, tmp_path):
     """A run stopped by ``limit`` (file store) or ``until`` (pgvector, into a new vector field) re-embeds exactly
     that many records; the next run, in another priority order, re-embeds the rest. (One stop condition per store:
-    each run starts its actors, about 15 s on 2 cores.)"""
-    model, expected = real_model
+    each run starts its actors; the real model on the file store, loaded by every actor of both runs, about 15 s
+    each on 2 cores.)"""
     url_of, in_place = store
+    model, expected = _looked_up(sample) if in_place else request.getfixturevalue("real_model")
     url, state = _start(sample, model, url_of, in_place, tmp_path)
     before = _snapshot(url)
     seen = []
@@ -133,11 +141,11 @@ def _natives(state) -> set:
         return {i for ids, _ in up.target.scan_stamps(origins=["native"]) for i in ids}
 
 
-def test_interrupted_driver_then_the_cli_ends_complete(ray_cluster, sample, real_model, tmp_path):
+def test_interrupted_driver_then_the_cli_ends_complete(ray_cluster, sample, tmp_path):
     """The driver dies after its first landed batches with more in flight (some of them written, each with its
     stamp, by the workers): the stamped records are right, and ``upgrade reembed --engine ray`` run again re-does
     only the others."""
-    model, expected = real_model
+    model, expected = _looked_up(sample)
     url, state = _start(sample, model, lambda name: f"file://{tmp_path / name}", False, tmp_path)
     before = _snapshot(url)
     done = []
