@@ -34,6 +34,21 @@ def pytest_configure(config):
     threadpool_limits(int(os.environ["OPENBLAS_NUM_THREADS"]))
 
 
+def pytest_unconfigure(config):
+    """The controller of a pytest-xdist run stops a server its workers shared and a crashed worker left running
+    (tests/connectors/conftest.py: the last worker out stops it otherwise)."""
+    factory = getattr(config, "_tmp_path_factory", None)
+    if hasattr(config, "workerinput") or factory is None or factory._basetemp is None:
+        return
+    import importlib
+    import json
+
+    for state in factory.getbasetemp().glob("*.shared.json"):
+        info = json.loads(state.read_text())
+        importlib.import_module(f"tests.connectors.engines.{state.name.split('.')[0]}").attach(info).stop()
+        state.unlink()
+
+
 SHARED_WORDNET = Path(__file__).resolve().parents[2] / "shared" / "data" / "wordnet"
 
 

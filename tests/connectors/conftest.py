@@ -1,7 +1,10 @@
 """Fixtures that run the same connector contract against every real engine in ``engines/``."""
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import importlib
+import json
 import os
 import uuid
 from pathlib import Path
@@ -43,10 +46,49 @@ def started_engine(name: str, tmp_path_factory):
         if os.environ.get("VECBRIDGE_REQUIRE_ENGINES"):
             pytest.fail(f"engine {module.NAME} is required but unavailable: {reason}")
         pytest.skip(f"engine {module.NAME} unavailable: {reason}")
+    if hasattr(module, "attach") and os.environ.get("PYTEST_XDIST_WORKER"):
+        yield from _shared_engine(module, tmp_path_factory)
+        return
     eng = module.start(tmp_path_factory.mktemp(module.NAME))
     eng.name = module.NAME
     yield eng
     eng.stop()
+
+
+@contextlib.contextmanager
+def _users(state: Path):
+    """The shared server's record (``{"users": n, ...}`` or None), changed under a lock by one worker at a time."""
+    with open(state.with_suffix(".lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        record = {"info": json.loads(state.read_text()) if state.exists() else None}
+        yield record
+        if record["info"] is None:
+            state.unlink(missing_ok=True)
+        else:
+            state.write_text(json.dumps(record["info"]))
+
+
+def _shared_engine(module, tmp_path_factory):
+    """One server for every pytest-xdist worker of a run (a Milvus standalone idles at a fifth of a core, one per
+    worker on two cores): the first worker to need it starts it, each user counts itself in and out, and the last
+    one out stops it. The record lives beside the workers' temporary folders, which belong to this run."""
+    state = tmp_path_factory.getbasetemp().parent / f"{module.NAME}.shared.json"
+    with _users(state) as record:
+        eng = module.attach(record["info"]) if record["info"] is not None else None
+        if eng is None or not eng.alive():
+            eng = module.start(tmp_path_factory.mktemp(module.NAME))
+            record["info"] = {**eng.share(), "users": 0}
+        record["info"]["users"] += 1
+    eng.name = module.NAME
+    try:
+        yield eng
+    finally:
+        with _users(state) as record:
+            if record["info"] is not None:
+                record["info"]["users"] -= 1
+                if record["info"]["users"] <= 0:
+                    eng.stop()
+                    record["info"] = None
 
 
 #: engines whose server the whole session shares with tests/conftest.py (one start each, not two)
