@@ -14,17 +14,20 @@ Reports (``vecbridge.jobs.report.compatibility_report``, default sample 5,000, 2
   judges the map the user will fit);
 * ``links``: the same links as a pairs file (``report --pairs file:LINKS`` after ``link --pairs geh:SEEDS``): the
   links' own map, what ``report --pairs geh`` judged before the refinement;
-* ``unsupervised`` (``--unsupervised``): ``report --pairs unsupervised``: pseudo-pairs, so the report gives Recall@10
-  of the new-model queries over the mapped old vectors of its pool (no retention: no native vector exists).
+* ``unsupervised`` (``--unsupervised``): ``report --pairs unsupervised --sample 2500``: pseudo-pairs, so the report
+  gives Recall@10 of the new-model queries of its sampled records over them under the map a fit saves, carried to
+  the collection's 5,000 records (no retention: no native vector exists). Half the collection, so that the
+  prediction reaches beyond the sample, as it must on a collection of millions.
 
 Measured (labels used only here): the map the user saves (``fit --pairs geh:SEEDS``: the links refined over both
-sides, ``vecbridge.pairing.learned.refine_linked``, then Procrustes; Procrustes on the links for ``links``; ``fit --pairs unsupervised``, read from bench/results/text_gone.json, same setting and seed)
-migrates all of A: top-1 of each item's true new vector among A's 5,000; Recall@10 of A's 5,000 new-model queries
-over the migrated collection (served) and over A's true new vectors (a full re-embed); retention = their ratio.
-Errors: predicted minus measured (goal: within 0.03).
+sides, ``vecbridge.pairing.learned.refine_linked``, then Procrustes; Procrustes on the links for ``links``;
+``fit --pairs unsupervised --max-pairs 2500`` for ``unsupervised``, kept with ``--force`` where its validation
+refuses it, ``accepted`` saying which) migrates all of A: top-1 of each item's true new vector among A's 5,000;
+Recall@10 of A's 5,000 new-model queries over the migrated collection (served) and over A's true new vectors (a full
+re-embed); retention = their ratio. Errors: predicted minus measured (goal: within 0.03).
 
-Run: ``OPENBLAS_NUM_THREADS=1 python bench/text_gone_report.py [--corpora wordnet] [--unsupervised]`` (one
-process per corpus may run side by side; rows merge into bench/results/text_gone_report.json).
+Run: ``OPENBLAS_NUM_THREADS=1 python bench/text_gone_report.py [--corpora wordnet] [--unsupervised] [--no-geh]``
+(one process per corpus may run side by side; rows merge into bench/results/text_gone_report.json).
 """
 from __future__ import annotations
 
@@ -50,14 +53,16 @@ from text_gone import ALPHA, N_SEEDS, PAIRS, SAMPLE, SPLIT_SEED, ids_of, load, m
 
 from vecbridge import metrics  # noqa: E402
 from vecbridge.errors import CheckFailed, InputError  # noqa: E402
+from vecbridge.jobs.fit import fit_alignment  # noqa: E402
 from vecbridge.jobs.link import link  # noqa: E402
 from vecbridge.jobs.report import compatibility_report  # noqa: E402
 from vecbridge.pairing.learned import refine_linked  # noqa: E402
 from vecbridge.runtime.open import open_collection  # noqa: E402
 
 OUT = ROOT / "bench" / "results" / "text_gone_report.json"
-TEXT_GONE = ROOT / "bench" / "results" / "text_gone.json"
 GOAL = 0.03
+#: records per side the unsupervised report and fit read: half the collection, so the report predicts beyond its sample
+U_SAMPLE = 2500
 
 
 def merge(rows: list[dict]) -> None:
@@ -90,13 +95,14 @@ def predicted(report) -> dict:
     ho, r, c = d["held_out"], d.get("retrieval") or {}, d["correspondences"]
     ru = d.get("retrieval_unsupervised") or {}
     return {"top1": ho.get("top1_predicted"), "top1_margin": ho.get("top1_margin"), "retention": r.get("predicted"),
-            "recall10_pool": ru.get("recall_mapped"), "pool": ru.get("pool") or r.get("pool"),
+            "recall10": ru.get("predicted"), "recall10_sample": ru.get("recall_mapped"),
+            "pool": ru.get("pool") or r.get("pool"),
             "pairs": c["n"], "refinement": c.get("refinement"), "verdict": d["verdict"]["verdict"]}
 
 
 def errors(pred: dict, got: dict) -> dict:
     out = {}
-    for what, mine in (("top1", "top1"), ("retention", "retention"), ("recall10_pool", "recall10")):
+    for what, mine in (("top1", "top1"), ("retention", "retention"), ("recall10", "recall10")):
         if pred.get(what) is not None and got.get(mine) is not None:
             out[f"{what}_error"] = round(pred[what] - got[mine], 4)
     return out
@@ -167,16 +173,18 @@ def run_pair(corpus: str, a: str, b: str, seed: int, work: Path, unsupervised: b
     if geh:
         geh_reports(corpus, a, b, seed, base, folder, src_url, geh_url, omega, (oldA, newA, qnA), asked)
     if unsupervised:
+        # report and fit on samples of half the collection: the report must carry its sample's recall to all of A
         new_b = store(folder / "new_B", new[B], ids_of(B))
         t0 = time.perf_counter()
-        pred = predicted(compatibility_report(src_url, new_b, pairs="unsupervised", **asked))
-        fits = [r for r in json.loads(TEXT_GONE.read_text())["rows"]
-                if (r["corpus"], r["pair"], r["seed"], r["mode"]) == (corpus, base["pair"], seed, "unsupervised")]
-        got = ({"recall10": fits[0]["recall10"], "accepted": fits[0]["accepted"]} if fits else {})
-        merge([{**base, "report": "unsupervised", "predicted": pred, "measured": got, **errors(pred, got),
-                "report_s": round(time.perf_counter() - t0, 1), "load": load()}])
-        print(f"{corpus} {a}->{b} unsupervised: Recall@10 over the pool {pred['recall10_pool']} vs served "
-              f"{got.get('recall10')} ({pred['verdict']})", flush=True)
+        pred = predicted(compatibility_report(src_url, new_b, pairs="unsupervised", **{**asked, "sample": U_SAMPLE}))
+        t_report = time.perf_counter() - t0
+        alignment = fit_alignment(src_url, new_b, pairs="unsupervised", seed=seed, max_pairs=U_SAMPLE, force=True)
+        got = {"recall10": round(metrics.recall_at_k(qnA, alignment.transform(oldA), k=10), 4),
+               "accepted": bool(alignment.metadata["validation"]["passed"])}
+        merge([{**base, "report": "unsupervised", "sample": U_SAMPLE, "predicted": pred, "measured": got,
+                **errors(pred, got), "report_s": round(t_report, 1), "load": load()}])
+        print(f"{corpus} {a}->{b} unsupervised: Recall@10 predicted {pred['recall10']} (over the sample "
+              f"{pred['recall10_sample']}) vs served {got['recall10']} ({pred['verdict']})", flush=True)
 
 
 def main():

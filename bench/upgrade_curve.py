@@ -458,6 +458,7 @@ GOAL_SOURCES = {
     "text_gone": "OPENBLAS_NUM_THREADS=1 python bench/text_gone.py (--overlap 2308 for the collection's own documents)",
     "plan_calibration": "OPENBLAS_NUM_THREADS=1 python bench/plan_calibration.py",
     "report_calibration": "OPENBLAS_NUM_THREADS=1 python bench/report_calibration.py",
+    "text_gone_report": "OPENBLAS_NUM_THREADS=1 python bench/text_gone_report.py --unsupervised",
 }
 
 
@@ -478,6 +479,9 @@ def goals(result: dict) -> dict:
         report = {r["pair"]: r for r in res["report_calibration"]["rows"]
                   if r["corpus"] == corpus and r["sample"] == max(res["report_calibration"]["protocol"]["samples"])}
         gone = [r for r in res["text_gone"]["rows"] if r["corpus"] == corpus]
+        gone_report_all = [r for r in res["text_gone_report"]["rows"] if r["corpus"] == corpus]
+        gone_report = [r for r in gone_report_all
+                       if r["report"] in ("geh", "unsupervised") and r.get("measured", {}).get("accepted", True)]
         out[corpus] = {}
         for pair, r in pairs.items():
             best = max(r["staying"]["half_b"], r["full_reembed"]["half_b"])
@@ -502,7 +506,13 @@ def goals(result: dict) -> dict:
                 "geh": text_gone("geh", "refined_gap_to_supervised"),
                 "plan_error": max(abs(x["error"]) for x in plan[pair]["rows"]) if pair in plan else None,
                 "report_error": (max(abs(report[pair]["top1"]["error_new"]), abs(report[pair]["retention"]["error_new"]))
-                                 if pair in report else None)}
+                                 if pair in report else None),
+                # the report where the text is gone: GEH's refined map (top-1, retention), unsupervised (Recall@10)
+                # ("refused": the report and the fit refused every map of the pair, so there is nothing to predict)
+                "text_gone_report_error": max((abs(r[e]) for r in gone_report if r["pair"] == pair
+                                               for e in ("top1_error", "retention_error", "recall10_error") if e in r),
+                                              default="refused" if any(r["pair"] == pair for r in gone_report_all)
+                                              else None)}
     return {"sources": GOAL_SOURCES, "report_sample": max(res["report_calibration"]["protocol"]["samples"]),
             "corpora": out}
 

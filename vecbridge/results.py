@@ -332,13 +332,16 @@ class ReportRetrieval(JobResult):
 
 @dataclass
 class UnsupervisedRetrieval(JobResult):
-    """With pseudo-pairs (no native pool to compare with): Recall@k of new-model queries over the mapped old
-    vectors of the ``pool`` sampled items."""
+    """With pseudo-pairs (no native pool to compare with): Recall@k of new-model queries over the ``pool`` sampled
+    old vectors under the map a fit saves (``recall_mapped``), and predicted over the collection's ``full_size``
+    records (``predicted``)."""
 
     k: int
     n_queries: int
     pool: int
     recall_mapped: float
+    predicted: float | None = None
+    full_size: int | None = None
 
 
 @dataclass

@@ -134,8 +134,8 @@ FAST_UNSUPERVISED = dict(n_runs=5, qap_restarts=10, n_neighbors=10, refine1_iter
 
 def test_report_falls_back_to_unsupervised_and_never_says_go(tmp_path, sample):
     """Nothing shared: NEW is OLD's real vectors under a hidden isometry into 768-d with other ids. The report says
-    it used pseudo-pairs, measures Recall@10 of new-space queries over the mapped vectors (here it must match the
-    old model's own Recall@10, the map being recoverable) and stays at CAUTION."""
+    it used pseudo-pairs, measures Recall@10 of new-space queries over the mapped vectors (here it must come near
+    the old model's own Recall@10, the map being recoverable; a fast fit) and stays at CAUTION."""
     rng = np.random.default_rng(3)
     Q = np.linalg.qr(rng.standard_normal((768, 768)))[0][:384]
     perm = rng.permutation(1500)   # written out of order; the same collections as test_link_cli's unsupervised link
@@ -149,9 +149,11 @@ def test_report_falls_back_to_unsupervised_and_never_says_go(tmp_path, sample):
                                  unsupervised_params=FAST_UNSUPERVISED)
     c = r["correspondences"]
     assert c["mode"] == "unsupervised" and c["pseudo"] and c["mutual_fraction"] > 0.6
-    t = r["three_way"]
-    assert t["full_re_embed"] is None and abs(t["mapped_upgrade"] - t["stay_on_old_model"]) < 0.03
-    assert r["retrieval_unsupervised"]["recall_mapped"] == t["mapped_upgrade"]
+    t, ru = r["three_way"], r["retrieval_unsupervised"]
+    assert t["full_re_embed"] is None and abs(t["mapped_upgrade"] - t["stay_on_old_model"]) < 0.06
+    # every query of the sample (not only the held-out pairs') over the whole sample, under the map a fit saves
+    assert ru["recall_mapped"] == t["mapped_upgrade"] and ru["pool"] == t["pool"] == 1500 and ru["n_queries"] == 500
+    assert ru["full_size"] == 1500 and ru["predicted"] == pytest.approx(ru["recall_mapped"], abs=1e-9)
     assert r["verdict"]["verdict"] in ("CAUTION", "NO-GO") and "GO" != r["verdict"]["verdict"]
     if r["verdict"]["verdict"] == "CAUTION":
         assert "pseudo-pairs" in r["verdict"]["reason"]

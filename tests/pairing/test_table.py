@@ -17,9 +17,10 @@ from vecbridge.jobs.fit import fit_alignment
 from vecbridge.jobs.link import link
 from vecbridge.jobs.report import compatibility_report, find_correspondences
 from vecbridge.linking.pairspec import KINDS, PairSpec
+from vecbridge.pairing.learned import UNPAIRED_SAMPLE
 from vecbridge.pairing.pairs import in_holdout
 from vecbridge.pairing.sampling import sample_pairs
-from vecbridge.pairing.table import PAIRINGS, STORED, pairing
+from vecbridge.pairing.table import PAIRINGS, REPORT_SAMPLE, STORED, pairing
 from vecbridge.runtime.engine import LOCAL, LocalEngine
 
 N, D_OLD, D_NEW, UNPAIRED = 600, 8, 12, 100
@@ -144,3 +145,14 @@ def test_what_does_not_split_is_refused_in_one_line_before_any_work(stores):
         with pytest.raises(InputError, match=words) as err:
             run()
         assert "\n" not in str(err.value)
+
+
+def test_a_report_samples_as_many_unpaired_records_as_a_fit_reads():
+    """Where a map is fitted on samples of both unpaired sides, the report's default sample is the fit's (it judges
+    the map the user will fit); stored and re-embedded pairs keep the report's own; a size asked for wins."""
+    sizes = {kind: pairing(PairSpec(kind, value)).sample_size(None)
+             for kind, value in (("ids", None), ("field", "k"), ("reembed", None), ("geh", "s.csv"),
+                                 ("unsupervised", None))}
+    assert sizes == {"ids": REPORT_SAMPLE, "field": REPORT_SAMPLE, "reembed": REPORT_SAMPLE,
+                     "geh": UNPAIRED_SAMPLE, "unsupervised": UNPAIRED_SAMPLE}
+    assert pairing(PairSpec("unsupervised")).sample_size(700) == 700

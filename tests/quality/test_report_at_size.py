@@ -20,6 +20,7 @@ from vecbridge.quality.compatibility import (
     retention_at_size,
     split_pairs,
     top1_at_size,
+    unsupervised_retrieval,
 )
 
 
@@ -208,3 +209,16 @@ def test_whole_collection_sampled_predicts_what_it_measures(stores, sample):
     assert ho["top1_predicted"] == pytest.approx(ho["top1_curve"]["top1"][-1], abs=1e-12)
     assert ret["predicted"] == pytest.approx(_truth(stores, sample, 5000, rep)[1], abs=1e-12)
     assert ret["measured"] == ret["retention"][-1] != ret["predicted"]
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_unsupervised_retrieval_carries_the_samples_recall_to_the_collection(seed):
+    """Pseudo-pairs: new-model queries over a uniform sample of the mapped collection, carried to its size, predict
+    the recall over all of it; the sample's own recall (a quarter of the distractors) is far above it."""
+    X, Y, rng = _gaussian(seed, N=4000, noise=1.3)
+    rows = rng.choice(4000, 1000, replace=False)
+    got = unsupervised_retrieval(X[rows], Y[rows], np.arange(1000), k=10, full_size=4000)
+    over_all = metrics.recall_at_k(X[rows], Y, rows, k=10)
+    assert (got.pool, got.n_queries, got.full_size) == (1000, 1000, 4000)
+    assert got.predicted == pytest.approx(over_all, abs=0.03)
+    assert got.recall_mapped - over_all > 0.08

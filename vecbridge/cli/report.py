@@ -3,7 +3,8 @@ from __future__ import annotations
 
 import click
 
-from ..jobs.report import FAILING
+from ..jobs.link import UNPAIRED_SAMPLE
+from ..jobs.report import FAILING, REPORT_SAMPLE
 from ..render.console import steps as step_lines
 from .group import command, emit, json_mode, redacted
 from .options import POSITIVE_INT, engine_options, method_option, model_options, pairs_option
@@ -24,8 +25,9 @@ from .options import POSITIVE_INT, engine_options, method_option, model_options,
                    "OLD_URL (whatever --pairs links by): recall retention.")
 @click.option("--old-queries", "old_queries_url", default=None,
               help="The same queries in the old model: three-way comparison (stay / mapped / re-embed).")
-@click.option("--sample", type=POSITIVE_INT, default=5000, show_default=True,
-              help="Records sampled from the collections.")
+@click.option("--sample", type=POSITIVE_INT, default=None,
+              help=f"Records sampled from the collections [default: {REPORT_SAMPLE:,} pairs; {UNPAIRED_SAMPLE:,} "
+                   f"records per side for geh and unsupervised, as fit reads them].")
 @click.option("--seed", type=int, default=0, show_default=True, help="Seeds the sample and the held-out split.")
 @click.option("--center/--no-center", default=False, show_default=True,
               help="Centre both sides before fitting the map.")

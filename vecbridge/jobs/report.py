@@ -38,6 +38,7 @@ from ..connectors.base import Collection, CollectionInfo
 from ..errors import InputError
 from ..linking.pairspec import PairSpec
 from ..pairing.table import MIN_PAIRS, PAIRINGS, Request, pairing
+from ..pairing.table import REPORT_SAMPLE as REPORT_SAMPLE  # the CLI's --sample default
 from ..quality.compatibility import (
     Correspondences,
     PairSplit,
@@ -47,17 +48,11 @@ from ..quality.compatibility import (
     retention_at_size,
     retention_curve,
     split_pairs,
+    unsupervised_retrieval,
 )
 from ..quality.verdict import FAILING as FAILING  # the CLI's --fail-on levels
 from ..quality.verdict import THRESHOLDS, advice, verdict
-from ..results import (
-    NeighbourhoodOverlap,
-    Report,
-    ReportRetrieval,
-    ThreeWay,
-    Thresholds,
-    UnsupervisedRetrieval,
-)
+from ..results import NeighbourhoodOverlap, Report, ReportRetrieval, ThreeWay, Thresholds
 from ..runtime.engine import LOCAL, engine_of
 from ..runtime.models import ModelOptions
 from ..runtime.open import open_collection
@@ -72,23 +67,23 @@ def _correspond(spec: PairSpec, old: Collection, new: Collection | None, request
     finds too few of them (then the report looks further). Only the unsupervised pairing takes the estimator's
     parameters. The map of grown links is judged as a fit refines it (``refine``), on held-out links."""
     row = pairing(spec)
-    request = request if row.pseudo else replace(request, params={})
+    request = replace(request, n=row.sample_size(request.n), params=request.params if row.pseudo else {})
     found = row.sample(old, new, spec, request, engine)
     if len(found) < row.report_min:
         return None
     return Correspondences(row.report_mode, found.reason, found.source.vectors, found.target.vectors,
                            list(found.source.ids), pseudo=found.pseudo, diagnostics=found.diagnostics,
                            new_ids=list(found.target.ids) if found.records else None,
-                           refine=row.refiner(old, new, found, request))
+                           refine=row.refiner(old, new, found, request), sampled=found.sampled)
 
 
-def _request(sample: int, seed: int, model, text_field, params, models: ModelOptions | None = None) -> Request:
+def _request(sample: int | None, seed: int, model, text_field, params, models: ModelOptions | None = None) -> Request:
     """A report judges grown pairs itself (a failed validation is NO-GO, not an error): they are always kept."""
     return Request(n=sample, seed=seed, model=model, text_field=text_field, params=params or {}, force=True,
                    min_pairs=MIN_PAIRS, models=models or ModelOptions())
 
 
-def find_correspondences(old: Collection, new: Collection | None, *, sample: int = 5000, seed: int = 0,
+def find_correspondences(old: Collection, new: Collection | None, *, sample: int | None = None, seed: int = 0,
                          pairs: "str | PairSpec | None" = None, key: str | None = None, model: str | None = None,
                          text_field: str | None = None, seeds: str | None = None, unsupervised: bool = True,
                          unsupervised_params: dict | None = None, engine=None,
@@ -99,7 +94,7 @@ def find_correspondences(old: Collection, new: Collection | None, *, sample: int
     On an engine spread over processes (``engine``, see :mod:`vecbridge.runtime.engine`) the stored pairs (payload
     key, ids) are a uniform sample of ``sample`` of all such pairs, drawn over every key range of ``old``
     (:mod:`vecbridge.pairing.sampling`); the other pairings work on a sample on this machine (a re-embedding
-    model where ``models`` says)."""
+    model where ``models`` says). ``sample`` None: the pairing's own (:meth:`Pairing.sample_size`)."""
     engine = engine_of(engine)
     request = _request(sample, seed, model, text_field, unsupervised_params, models)
     if pairs is not None:
@@ -108,8 +103,8 @@ def find_correspondences(old: Collection, new: Collection | None, *, sample: int
             raise InputError(f"the pairing {str(spec)!r} needs the new collection")
         found = _correspond(spec, old, new, request, engine)
         if found is None:
-            among = f"the {old.info().count:,} records" if engine.remote else f"{sample:,} sampled records"
-            raise InputError(f"no correspondences by {spec.label} among {among}")
+            among = f"the {old.info().count:,}" if engine.remote else f"{pairing(spec).sample_size(sample):,} sampled"
+            raise InputError(f"no correspondences by {spec.label} among {among} records")
         return found
     stored = ([PairSpec("field", key)] if key else []) + [PairSpec("ids")]
     for spec in stored if new is not None else []:
@@ -125,7 +120,7 @@ def find_correspondences(old: Collection, new: Collection | None, *, sample: int
     return corr
 
 
-def fallback_correspondences(old: Collection, new: Collection | None, *, sample: int, seed: int,
+def fallback_correspondences(old: Collection, new: Collection | None, *, sample: int | None, seed: int,
                              model: str | None = None, text_field: str | None = None, seeds: str | None = None,
                              unsupervised: bool = True, unsupervised_params: dict | None = None,
                              models: ModelOptions | None = None) -> Correspondences:
@@ -147,7 +142,7 @@ def fallback_correspondences(old: Collection, new: Collection | None, *, sample:
                      "(field:NAME, reembed with a model and a text field, or geh:FILE of seed pairs)")
 
 
-def compatibility_report(old, new=None, *, sample: int = 5000, seed: int = 0, holdout: float = 0.2,
+def compatibility_report(old, new=None, *, sample: int | None = None, seed: int = 0, holdout: float = 0.2,
                          pairs: "str | PairSpec | None" = None, method: str = "orthogonal",
                          key: str | None = None, model: str | None = None, text_field: str | None = None,
                          seeds: str | None = None, queries_new=None, queries_old=None, k: int = 10,
@@ -181,7 +176,7 @@ def compatibility_report(old, new=None, *, sample: int = 5000, seed: int = 0, ho
               "old_info": old_info.as_dict(), "new_info": new_c.info().as_dict() if new_c else None,
               **held_out_sections(sp, corr, chosen, center=center, seed=seed, full_size=old_info.count),
               "thresholds": Thresholds(**THRESHOLDS)}
-    qb, rel = _held_out_queries(queries_new, corr, sp.held)
+    qb, rel = _queries_of(queries_new, [corr.ids[i] for i in sp.held], corr)
     on_step("learning curve")
     report["learning_curve"] = learning_curve(sp, qb, rel, k=k, center=center)
     measure = _retrieval_sections(report, sp, corr, qb, rel, queries_old, k=k, full_size=old_info.count,
@@ -220,17 +215,16 @@ def _open_old_new(old, new) -> tuple[Collection, Collection | None, CollectionIn
     return old_c, new_c, old_info
 
 
-def _held_out_queries(queries_new, corr: Correspondences, held: np.ndarray):
-    """The new-model queries whose relevant document is held out (only those count), and the pool row of each
-    one's document: ``(queries, rows)``, or ``(None, None)`` without queries."""
+def _queries_of(queries_new, ids: list, corr: Correspondences | None):
+    """The new-model queries whose relevant document is one of ``ids``, and each one's row of ``ids`` (``(None, None)``
+    without queries); fewer than 10 are an error where ``corr`` names the correspondences ``ids`` are held out of."""
     if queries_new is None:
         return None, None
-    held_ids = [corr.ids[i] for i in held]
     qn_c = open_collection(queries_new)
-    qb = qn_c.get(held_ids)
-    if len(qb) < 10:
-        raise InputError(_too_few_queries(qn_c, qb, corr, held_ids))
-    pos = {i: j for j, i in enumerate(held_ids)}
+    qb = qn_c.get(list(ids))
+    if corr is not None and len(qb) < 10:
+        raise InputError(_too_few_queries(qn_c, qb, corr, ids))
+    pos = {i: j for j, i in enumerate(ids)}
     return qb, np.array([pos[i] for i in qb.ids])
 
 
@@ -244,15 +238,16 @@ def _retrieval_sections(report: dict, sp: PairSplit, corr: Correspondences, qb, 
         ov = metrics.topk_overlap(Y[sp.held], sp.mapped_held, Y[sp.held], k=k + 1)
         report["neighbourhood_overlap"] = NeighbourhoodOverlap(k=k, overlap=ov, pool=len(sp.held))
         return None
-    pool_x = X[pool_order]
-    mapped_pool = sp.judged.transform(pool_x)
+    pool_x, fitted = (X[pool_order], sp.judged) if corr.sampled is None else (corr.sampled[0].vectors, corr.sampled[1])
+    if corr.sampled is not None:   # pseudo-pairs: the whole sample, every query of it, under the map a fit saves
+        qb, rel = _queries_of(queries_new, corr.sampled[0].ids, None)
+    mapped_pool = fitted.transform(pool_x)
     both, Q_old = _old_queries(queries_old, qb)     # fetched once: three-way comparison and options
     if corr.pseudo:
         # pseudo-pairs: the partners are estimates, so no "native" pool exists; measure what needs no true pairs
         on_step("retrieval with new-model queries (mapped old vectors only)")
-        report["retrieval_unsupervised"] = UnsupervisedRetrieval(
-            k=k, n_queries=len(qb), pool=len(pool_order), recall_mapped=metrics.recall_at_k(qb.vectors, mapped_pool,
-                                                                                          rel, k))
+        report["retrieval_unsupervised"] = unsupervised_retrieval(qb.vectors, mapped_pool, rel, k=k,
+                                                                  full_size=full_size)
     else:
         on_step("retrieval with new-model queries")
         at_size = retention_at_size(sp, qb.vectors, rel, *_training_queries(queries_new, corr, sp), k=k,
@@ -266,7 +261,7 @@ def _retrieval_sections(report: dict, sp: PairSplit, corr: Correspondences, qb, 
             stay_on_old_model=metrics.recall_at_k(Q_old, pool_x, rel_b, k),
             mapped_upgrade=metrics.recall_at_k(qb.vectors[both], mapped_pool, rel_b, k),
             full_re_embed=None if corr.pseudo else metrics.recall_at_k(qb.vectors[both], Y[pool_order], rel_b, k),
-            n_queries=len(both), pool=len(pool_order), k=k)
+            n_queries=len(both), pool=len(pool_x), k=k)
     if options and not corr.pseudo and report["retrieval"].measured is not None:
         all_old = Q_old if Q_old is not None and len(both) == len(qb) else None
         return X[sp.train], Y[sp.train], pool_x, Y[pool_order], qb, rel, all_old

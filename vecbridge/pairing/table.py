@@ -27,6 +27,8 @@ from .units import PairJob, Plan, field_index, listed_units, record_units
 
 #: records per read (and per lookup in the other collection) when a job names no batch size
 BATCH_SIZE = 2000
+#: pairs a compatibility report samples when not told (stored or re-embedded pairs: :meth:`Pairing.sample_size`)
+REPORT_SAMPLE = 5000
 
 
 @dataclass
@@ -52,7 +54,8 @@ class Anchors:
     """A sample of pairs: row i of ``source`` (old-model vectors) pairs with row i of ``target`` (new-model vectors).
     ``records``: the target rows are records of the target collection (else named ``reembed:ID``, ``ref:J``: the
     vectors must travel with the links). ``meta`` is what a links file records, ``reason`` and ``diagnostics`` what
-    a report says of them; ``examined``: the source records gone through."""
+    a report says of them; ``examined``: the source records gone through. ``sampled``: pseudo-pairs only, the whole
+    source sample and the map a fit saves from it (a report serves its queries over all of it, not the pairs)."""
 
     source: VectorBatch
     target: VectorBatch
@@ -63,6 +66,7 @@ class Anchors:
     diagnostics: dict | None = None
     pseudo: bool = False
     examined: int = 0
+    sampled: tuple | None = None
 
     def __len__(self) -> int:
         return len(self.source)
@@ -112,6 +116,12 @@ class Pairing:
         if KINDS[self.kind][0] and not spec.value:
             return False
         return all(target is not None if n == "target" else getattr(request, n) for n in self.needs)
+
+    def sample_size(self, asked: int | None) -> int:
+        """What a report samples: ``asked``, else :data:`REPORT_SAMPLE` pairs, or where a map is fitted on samples of
+        both unpaired sides (unsupervised, grown links) as many records per side as ``fit`` reads
+        (:data:`~vecbridge.pairing.learned.UNPAIRED_SAMPLE`): the report judges the map the user will fit."""
+        return asked or (UNPAIRED_SAMPLE if self.pseudo or self.refined else REPORT_SAMPLE)
 
     def refiner(self, source: Collection, target, found: Anchors, request: Request) -> Callable | None:
         """Where the row's links are cut for precision (:attr:`refined`), ``refine(rows)``: the pairs a map of the
@@ -284,6 +294,7 @@ def _unsupervised_sample(source, target, spec, request: Request, engine=None) ->
             "mean_csls": float(np.mean(scores)) if len(scores) else 0.0, "validation": validation}
     return Anchors(a.take(pairs[:, 0]), b.take(pairs[:, 1]), pseudo=True, diagnostics=diag,
                    confidence=np.clip((scores + 1) / 2, 0, 1).astype(np.float32),   # CSLS in [-1, 1] -> [0, 1]
+                   sampled=(a, est.procrustes_),
                    meta={"pseudo_pairs": True, "validation": validation},
                    reason=f"no shared ids, texts or seeds; mini-vec2vec aligned {len(a):,} and {len(b):,} unpaired "
                           f"vectors and {len(pairs):,} mutual nearest neighbours ({frac:.0%}) serve as pseudo-pairs")

@@ -24,6 +24,7 @@ from ..results import (
     ReembedCurve,
     RerankPoint,
     Top1Curve,
+    UnsupervisedRetrieval,
 )
 from ..validation import check_paired
 from .at_size import recall_from_ranks, sampling_margin
@@ -48,6 +49,7 @@ class Correspondences:
     diagnostics: dict | None = None
     new_ids: list | None = None   # ids of the Y rows in the new collection (None: re-embedded, no record)
     refine: Callable | None = None   # rows -> the pairs a map of those pairs is fitted on (grown links: refined)
+    sampled: tuple | None = None     # pseudo-pairs: (the source sample, the map a fit saves from it)
 
 
 def retention_curve(Qn, mapped, native, rel, k, rng, full_size, like_ranks=None, at_size=None) -> dict:
@@ -191,6 +193,18 @@ def pool_top1_curve(mapped_held, Y_pool, top1_held: float, rng) -> dict:
             vals.append(float(np.mean(ranks == 1)))
         points.append((size, float(np.mean(vals))))
     return {"pool_sizes": [int(p[0]) for p in points], "top1": [p[1] for p in points]}
+
+
+def unsupervised_retrieval(Qn, mapped, rel, *, k: int, full_size: int) -> UnsupervisedRetrieval:
+    """Recall@k of new-model queries over a uniform sample of the collection under the map a fit saves (``rel``:
+    each query's relevant row of ``mapped``), and carried to the collection's ``full_size`` records
+    (:func:`recall_from_ranks`). The map was fitted on no pair of a query's document, so every rank counts as is:
+    no held-out split, and the pool is the whole sample, not only the records that found a mutual partner (fewer
+    distractors still)."""
+    ranks = metrics.partner_ranks(Qn, mapped, rel)
+    return UnsupervisedRetrieval(k=k, n_queries=len(rel), pool=len(mapped), recall_mapped=float(np.mean(ranks <= k)),
+                                 predicted=recall_from_ranks(ranks, len(mapped), full_size, k),
+                                 full_size=int(full_size))
 
 
 def top1_at_size(sp: "PairSplit", full_size: int) -> float:

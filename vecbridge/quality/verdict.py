@@ -107,7 +107,10 @@ def _untrusted_pairs(report, f: _Facts) -> Verdict | None:
     if not c.get("pseudo"):
         return None
     ru = report.get("retrieval_unsupervised")
-    got = f"; new-model queries over the mapped vectors reach Recall@{ru['k']} {ru['recall_mapped']:.3f}" if ru else ""
+    got = "" if not ru else (f"; new-model queries over the mapped vectors reach Recall@{ru['k']} "
+                             f"{ru['recall_mapped']:.3f} over {ru['pool']:,} sampled records" + (
+                                 f", {ru['predicted']:.3f} predicted over all {ru['full_size']:,}"
+                                 if ru.get("predicted") is not None else ""))
     return Verdict("CAUTION", (
         f"the correspondences are unsupervised pseudo-pairs ({c['mutual_fraction']:.0%} of the sample found a "
         f"mutual partner){got}; retention against a re-embed cannot be measured without true pairs: give "

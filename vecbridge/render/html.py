@@ -79,8 +79,9 @@ def render_html(report: "Report | dict") -> str:
     if rep.retrieval_unsupervised is not None:
         r = rep.retrieval_unsupervised
         parts.append(f"<h2>Retrieval (unsupervised correspondences)</h2><p>Recall@{r.k} of {r.n_queries:,} "
-                     f"new-model queries over {r.pool:,} mapped old vectors: {r.recall_mapped:.3f}. Retention "
-                     f"against a re-embed needs true pairs.</p>")
+                     f"new-model queries over {r.pool:,} mapped old vectors: {r.recall_mapped:.3f}"
+                     + (f"; predicted over all {r.full_size:,}: {r.predicted:.3f}" if r.predicted is not None else "")
+                     + ". Retention against a re-embed needs true pairs.</p>")
     if rep.three_way is not None:
         t = rep.three_way
         parts.append("<h2>Three-way comparison</h2><table><tr><th>setting</th><th>Recall@k</th></tr>")

@@ -52,7 +52,11 @@ def report(rep, html_path=None) -> None:
             table.add_row(f"recall retention@{r.k} (predicted for {r.full_size:,} docs)", f"{r.predicted:.3f}")
     if rep.retrieval_unsupervised is not None:
         r = rep.retrieval_unsupervised
-        table.add_row(f"Recall@{r.k} of new-model queries over mapped old vectors", f"{r.recall_mapped:.3f}")
+        table.add_row(f"Recall@{r.k} of new-model queries over mapped old vectors (measured on {r.pool:,} docs)",
+                      f"{r.recall_mapped:.3f}")
+        if r.predicted is not None:
+            table.add_row(f"Recall@{r.k} over mapped old vectors (predicted for {r.full_size:,} docs)",
+                          f"{r.predicted:.3f}")
     if rep.three_way is not None:
         t = rep.three_way
         full = "n/a" if t.full_re_embed is None else f"{t.full_re_embed:.3f}"
