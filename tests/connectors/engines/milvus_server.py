@@ -183,47 +183,57 @@ def _stop_all() -> None:
         server.stop()
 
 
-def _stop_pids(launcher: int, standalone: int | None) -> None:
-    """Stop a server started by another process (a shared one): SIGINT to its launcher, then its child is made sure
-    gone, as :meth:`MilvusServer.stop` does for its own."""
-    for pid, sig, wait in ((launcher, signal.SIGINT, 20.0), (launcher, signal.SIGKILL, 5.0),
-                           (standalone, signal.SIGKILL, 10.0)):
-        if pid and _alive(pid):
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, sig)
-            deadline = time.monotonic() + wait
-            while _alive(pid) and time.monotonic() < deadline:
-                time.sleep(0.1)
+class SharedServer:
+    """A server another test process started and shared (:meth:`Engine.share`): its port and folder, and a stop
+    that works from any process (SIGINT to its launcher, then its child is made sure gone, as
+    :meth:`MilvusServer.stop` does for its own)."""
+
+    def __init__(self, shared: dict):
+        self.shared = shared
+        self.port, self.workdir = shared["port"], Path(shared["workdir"])
+
+    def url(self, collection: str) -> str:
+        return f"milvus://127.0.0.1:{self.port}/{collection}"
+
+    def alive(self) -> bool:
+        return _alive(self.shared["launcher"])
+
+    def stop(self) -> None:
+        launcher, standalone = self.shared["launcher"], self.shared["standalone"]
+        for pid, sig, wait in ((launcher, signal.SIGINT, 20.0), (launcher, signal.SIGKILL, 5.0),
+                               (standalone, signal.SIGKILL, 10.0)):
+            if pid and _alive(pid):
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, sig)
+                deadline = time.monotonic() + wait
+                while _alive(pid) and time.monotonic() < deadline:
+                    time.sleep(0.1)
 
 
 class Engine:
-    """A server for tests: its own (``server``), or one another test process started (``shared``: its state)."""
+    """A server for tests: its own, or one another test process started (:class:`SharedServer`)."""
 
     features: set[str] = set()
 
-    def __init__(self, server: MilvusServer | None = None, shared: dict | None = None):
-        self.server, self.shared = server, shared
+    def __init__(self, server: "MilvusServer | SharedServer"):
+        self.server = server
 
     def url(self, collection: str) -> str:
-        if self.server is not None:
-            return self.server.url(collection)
-        return f"milvus://127.0.0.1:{self.shared['port']}/{collection}"
+        return self.server.url(collection)
 
     def share(self) -> dict:
         """What another process needs to use and stop this server; from now on it outlives this process."""
         _running.discard(self.server)
-        self.shared = {"port": self.server.port, "launcher": self.server.launcher.pid,
-                       "standalone": self.server.standalone_pid}
-        return self.shared
+        shared = {"port": self.server.port, "workdir": str(self.server.workdir),
+                  "launcher": self.server.launcher.pid, "standalone": self.server.standalone_pid}
+        self.server, self.server.owned = SharedServer(shared), self.server   # owned: its process handle, kept
+        return shared
 
     def alive(self) -> bool:
-        return _alive(self.shared["launcher"]) if self.shared else self.server.launcher is not None
+        return self.server.alive() if isinstance(self.server, SharedServer) else self.server.launcher is not None
 
     def stop(self):
-        if self.shared is not None:
-            _stop_pids(self.shared["launcher"], self.shared["standalone"])
-        else:
-            self.server.stop()
+        self.server.stop()
 
 
 def start(workdir: Path) -> Engine:
@@ -232,4 +242,4 @@ def start(workdir: Path) -> Engine:
 
 def attach(shared: dict) -> Engine:
     """The server another test process started and shared (:meth:`Engine.share`)."""
-    return Engine(shared=shared)
+    return Engine(SharedServer(shared))
