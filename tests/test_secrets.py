@@ -117,6 +117,17 @@ def test_environment_secrets():
     assert set(environment_secrets(env)) == {"hunter2", "root:Milvus", "Milvus"}   # the working directory is none
 
 
+def test_settings_about_secrets_are_not_secrets():
+    """Ray sets RAY_AUTH_MODE=token in its driver where a token file exists: taken for a secret, every "token" in a
+    message (the service's "send the header Authorization: Bearer <token>") was masked."""
+    env = {"RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN_PATH": "/home/app/.ray/auth_token", "SVC_AUTH_TYPE": "bearer",
+           "RAY_AUTH_TOKEN": "rt-4f9a0c77", "MILVUS_TOKEN": "root:Milvus"}
+    found = environment_secrets(env)
+    assert set(found) == {"rt-4f9a0c77", "root:Milvus", "Milvus"}
+    assert redact_text("missing or wrong token: Bearer <token>; rt-4f9a0c77", found) == \
+        "missing or wrong token: Bearer <token>; ***"
+
+
 def test_scrub_nested_structures():
     doc = {"source": {"url": "postgresql://app:pw@db/prod?table=t", "count": 3},
            "params": {"password": "x", "api_key": 123, "token": None, "passed": True, "n_tokens": 4,

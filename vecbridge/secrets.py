@@ -158,6 +158,10 @@ def secrets_in(*given: str) -> list[str]:
 
 #: variables whose names look secret but are the shell's own (``PWD``: the working directory)
 _NOT_SECRET_VARIABLES = {"PWD", "OLDPWD"}
+#: secret-named variables that hold a setting about a secret, not one: ``RAY_AUTH_MODE=token`` (which Ray sets
+#: itself where a token file exists; taken for a secret, every "token" in a message was masked),
+#: ``RAY_AUTH_TOKEN_PATH``, ``..._AUTH_TYPE``
+_SETTING_VARIABLE = re.compile(r"_(?:MODE|TYPE|KIND|PATH|FILE|DIR|PROVIDER|METHOD|HEADER|ENABLED)$", re.I)
 
 #: values of secret-named variables that are settings, not secrets
 _NOT_SECRET = {"", "0", "1", "true", "false", "yes", "no", "on", "off", "none"}
@@ -169,7 +173,7 @@ def environment_secrets(environ=None) -> list[str]:
     environ = os.environ if environ is None else environ
     found = []
     for key, value in environ.items():
-        if key.upper() in _NOT_SECRET_VARIABLES:
+        if key.upper() in _NOT_SECRET_VARIABLES or _SETTING_VARIABLE.search(key):
             continue
         if is_secret_key(key) and value.strip().lower() not in _NOT_SECRET:
             found += [value, value.partition(":")[2]]
