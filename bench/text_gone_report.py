@@ -8,7 +8,8 @@ side is the new-model vectors of 2,308 items of A (documents the user can embed 
 queries (a query log with the document each query found, embedded by both models): the queries of A's items, ids =
 the ids of their documents.
 
-Reports (``vecbridge.jobs.report.compatibility_report``, default sample 5,000, 20% held out, no options section):
+Reports (``vecbridge.jobs.report.compatibility_report``, its default sample: all 5,000 records here, 20% held out, no
+options section):
 
 * ``geh``: ``report --pairs geh:SEEDS``: GEH's links refined as ``fit --pairs geh:SEEDS`` refines them (the report
   judges the map the user will fit);
