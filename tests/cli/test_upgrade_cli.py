@@ -256,6 +256,14 @@ def test_plan_on_a_small_collection_encodes_a_fraction_of_it(tmp_path, sample):
     assert r.exit_code == 0 and "a quarter of the 1,500 records" in " ".join(r.output.split()), r.output
 
 
+def test_plan_where_the_texts_are_gone_points_to_the_report(tmp_path, sample):
+    """Nothing to re-embed: one line, exit 3, naming what predicts a migration without texts."""
+    old = write_collection(f"file://{tmp_path}/old", sample.ids[:200], sample.docs_old[:200])
+    r = run("upgrade", "plan", old.url, "--to-model", MODEL)
+    assert r.exit_code == 3 and len(r.output.strip().splitlines()) == 1, r.output
+    assert "has text in payload field 'text'" in r.output and "--pairs unsupervised or geh:SEEDS" in r.output
+
+
 def test_finalize_drops_the_old_vectors_only_when_asked(tmp_path, sample):
     old, state = _started(tmp_path, sample)
     assert run("upgrade", "reembed", "--state", state).exit_code == 0

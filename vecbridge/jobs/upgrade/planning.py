@@ -165,7 +165,10 @@ def plan(source, *, model: str, text_field: str, sample: int = 64, seed: int = 0
     texts = [p.get(text_field) for p in records.payloads]
     texts = [t for t in texts if isinstance(t, str) and t]
     if not texts:
-        raise InputError(f"no sampled record of {src.display_url} has text in payload field {text_field!r}")
+        raise InputError(f"no sampled record of {src.display_url} has text in payload field {text_field!r}: name it "
+                         f"with --text-field (if the texts are gone, nothing is re-embedded and the mapped vectors are "
+                         f"final: `vecbridge report` with --pairs unsupervised or geh:SEEDS and --queries predicts "
+                         f"what they serve)")
     embed(texts[:2])                          # model warm-up, not timed
     t0 = time.perf_counter()
     embed(texts)
