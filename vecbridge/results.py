@@ -224,7 +224,8 @@ class CorrespondenceSummary(JobResult):
     neighbours the unsupervised map found and how confidently. ``validation``: for unsupervised and GEH
     correspondences, the label-free validation of their map (``vecbridge.align.validation.MapValidation`` as a dict,
     plus which rows it used); a failed one makes the verdict NO-GO. ``refinement``: GEH's links refined as a fit
-    refines them (links, mutual nearest pairs, whether kept and else why); the report then judges the refined map."""
+    refines them (links, mutual nearest pairs, whether kept and else why); the report then judges the refined map.
+    ``sampled``: GEH's, the old records it sampled (its ``n`` links are the ones it could tie with confidence)."""
 
     mode: str
     reason: str
@@ -237,6 +238,7 @@ class CorrespondenceSummary(JobResult):
     mean_csls: float | None = omit_if_none()
     validation: dict | None = omit_if_none()
     refinement: dict | None = omit_if_none()
+    sampled: int | None = omit_if_none()
 
 
 @dataclass

@@ -114,6 +114,7 @@ def test_report_grows_seed_pairs_with_geh(tmp_path, sample):
     assert c["refinement"]["kept"] and c["refinement"]["links"] == c["train"]
     assert c["train"] <= c["refinement"]["pairs"] <= 1000 - c["held_out"]
     assert any("links GEH grew" in a for a in r["advice"])   # its top-1 is the confident records'
+    assert c["n"] < c["sampled"] == 1500 and any(f"of the {c['sampled']:,} sampled" in a for a in r["advice"])
 
 
 def test_report_judges_a_file_of_pairs(tmp_path, sample):

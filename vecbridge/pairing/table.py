@@ -275,7 +275,8 @@ def _geh_sample(source, target, spec, request: Request, engine=None) -> Anchors:
     how = (f"estimated precision {precision:.2f}" if precision is not None
            else f"mean confidence {float(np.mean(geh.confidence_)):.2f}")
     return Anchors(a.take(links[:, 0]), b.take(links[:, 1]), confidence=np.asarray(geh.confidence_, np.float32),
-                   meta={"n_seeds": n_seeds, "validation": checked}, diagnostics={"validation": validation},
+                   meta={"n_seeds": n_seeds, "validation": checked},
+                   diagnostics={"validation": validation, "sampled": len(a)},
                    reason=f"no shared ids; GEH grew {len(links):,} links from {n_seeds} seed pairs ({how})")
 
 

@@ -174,9 +174,12 @@ def advice(report: "Report | dict") -> list[str]:
     if len(c[key]) >= 2 and len(last) == 2 and last[1] - last[0] > 0.01:
         out.append(f"more anchors would help: {key} rose from {last[0]:.3f} to {last[1]:.3f} between "
                    f"{c['n_anchors'][-2]:,} and {c['n_anchors'][-1]:,} anchors")
-    if report["correspondences"]["mode"] == "geh":
-        out.append("top-1 is measured on links GEH grew, the records it could link with confidence: the whole "
-                   "collection's top-1 can be lower (by 0.003-0.043 on the corpora measured, where the predicted "
+    corr = report["correspondences"]
+    if corr["mode"] == "geh":
+        n = corr.get("sampled")
+        share = f" ({corr['n'] / n:.0%} of the {n:,} sampled)" if n else ""
+        out.append(f"top-1 is measured on links GEH grew, the records it could link with confidence{share}: the "
+                   "whole collection's top-1 can be lower (by 0.003-0.043 on the corpora measured, where the predicted "
                    "retention held within 0.014)")
     if report["fit"]["bound_vacuous"]:
         out.append("the worst-case Procrustes bound (When Embedding Models Meet: Procrustes Bounds and "
