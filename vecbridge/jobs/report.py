@@ -74,7 +74,7 @@ def _correspond(spec: PairSpec, old: Collection, new: Collection | None, request
     return Correspondences(row.report_mode, found.reason, found.source.vectors, found.target.vectors,
                            list(found.source.ids), pseudo=found.pseudo, diagnostics=found.diagnostics,
                            new_ids=list(found.target.ids) if found.records else None,
-                           refine=row.refiner(old, new, found, request), sampled=found.sampled)
+                           refine=row.refiner(old, new, found, request), sample_map=found.sample_map)
 
 
 def _request(sample: int | None, seed: int, model, text_field, params, models: ModelOptions | None = None) -> Request:
@@ -238,9 +238,11 @@ def _retrieval_sections(report: dict, sp: PairSplit, corr: Correspondences, qb, 
         ov = metrics.topk_overlap(Y[sp.held], sp.mapped_held, Y[sp.held], k=k + 1)
         report["neighbourhood_overlap"] = NeighbourhoodOverlap(k=k, overlap=ov, pool=len(sp.held))
         return None
-    pool_x, fitted = (X[pool_order], sp.judged) if corr.sampled is None else (corr.sampled[0].vectors, corr.sampled[1])
-    if corr.sampled is not None:   # pseudo-pairs: the whole sample, every query of it, under the map a fit saves
-        qb, rel = _queries_of(queries_new, corr.sampled[0].ids, None)
+    if corr.sample_map is None:
+        pool_x, fitted = X[pool_order], sp.judged
+    else:   # pseudo-pairs: the whole sample, every query of it, under the map a fit saves
+        sample, fitted = corr.sample_map
+        pool_x, (qb, rel) = sample.vectors, _queries_of(queries_new, sample.ids, None)
     mapped_pool = fitted.transform(pool_x)
     both, Q_old = _old_queries(queries_old, qb)     # fetched once: three-way comparison and options
     if corr.pseudo:

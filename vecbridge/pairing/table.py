@@ -54,7 +54,7 @@ class Anchors:
     """A sample of pairs: row i of ``source`` (old-model vectors) pairs with row i of ``target`` (new-model vectors).
     ``records``: the target rows are records of the target collection (else named ``reembed:ID``, ``ref:J``: the
     vectors must travel with the links). ``meta`` is what a links file records, ``reason`` and ``diagnostics`` what
-    a report says of them; ``examined``: the source records gone through. ``sampled``: pseudo-pairs only, the whole
+    a report says of them; ``examined``: the source records gone through. ``sample_map``: pseudo-pairs only, the whole
     source sample and the map a fit saves from it (a report serves its queries over all of it, not the pairs)."""
 
     source: VectorBatch
@@ -66,7 +66,7 @@ class Anchors:
     diagnostics: dict | None = None
     pseudo: bool = False
     examined: int = 0
-    sampled: tuple | None = None
+    sample_map: tuple | None = None
 
     def __len__(self) -> int:
         return len(self.source)
@@ -295,7 +295,7 @@ def _unsupervised_sample(source, target, spec, request: Request, engine=None) ->
             "mean_csls": float(np.mean(scores)) if len(scores) else 0.0, "validation": validation}
     return Anchors(a.take(pairs[:, 0]), b.take(pairs[:, 1]), pseudo=True, diagnostics=diag,
                    confidence=np.clip((scores + 1) / 2, 0, 1).astype(np.float32),   # CSLS in [-1, 1] -> [0, 1]
-                   sampled=(a, est.procrustes_),
+                   sample_map=(a, est.procrustes_),
                    meta={"pseudo_pairs": True, "validation": validation},
                    reason=f"no shared ids, texts or seeds; mini-vec2vec aligned {len(a):,} and {len(b):,} unpaired "
                           f"vectors and {len(pairs):,} mutual nearest neighbours ({frac:.0%}) serve as pseudo-pairs")

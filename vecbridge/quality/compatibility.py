@@ -49,7 +49,7 @@ class Correspondences:
     diagnostics: dict | None = None
     new_ids: list | None = None   # ids of the Y rows in the new collection (None: re-embedded, no record)
     refine: Callable | None = None   # rows -> the pairs a map of those pairs is fitted on (grown links: refined)
-    sampled: tuple | None = None     # pseudo-pairs: (the source sample, the map a fit saves from it)
+    sample_map: tuple | None = None  # pseudo-pairs: (the source sample, the map a fit saves from it)
 
 
 def retention_curve(Qn, mapped, native, rel, k, rng, full_size, like_ranks=None, at_size=None) -> dict:
