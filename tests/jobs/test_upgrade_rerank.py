@@ -176,3 +176,38 @@ def test_tune_rerank_tries_the_hub_penalty_and_the_cascade_keeps_its_choice(star
         off, _ = up.search_vectors(sample.queries_new[:100], 10, old_queries=sample.queries_old[:100], rerank=0)
     assert np.mean([r in row for r, row in zip(rel, ids)]) == pytest.approx(c["recall"])
     assert tuned == ids != off
+
+
+def test_tune_auto_chooses_how_many_candidates_and_searches_use_it(started, sample, monkeypatch):
+    from vecbridge.serving import cascade
+    from vecbridge.serving.weights import choose_rerank
+
+    monkeypatch.setattr(cascade, "RERANK_LADDER", (10, 20, 40))
+    rel = sample.ids[1000:1100]
+    q_new, q_old = sample.queries_new[:100], sample.queries_old[:100]
+    with Upgrade.open(started) as up:
+        c = up.tune_cascade(q_new, q_old, rel, rerank="auto")
+        by_k = {int(n): r for n, r in c["recall_by_rerank"].items()}
+        assert 10 in by_k and c["rerank"] == choose_rerank(by_k) and c["recall"] == by_k[c["rerank"]]
+        assert up.status()["cascade_rerank"] == c["rerank"]
+        ids, _ = up.search_vectors(q_new, 10, old_queries=q_old)   # the tuned cascade, its count included
+    assert np.mean([r in row for r, row in zip(rel, ids)]) == pytest.approx(c["recall"])
+
+
+def test_upgrade_tune_rerank_auto_on_the_command_line(started, sample, tmp_path, monkeypatch):
+    from vecbridge.serving import cascade
+
+    monkeypatch.setattr(cascade, "RERANK_LADDER", (10, 20, 40))
+    qn = write_collection(f"file://{tmp_path}/qn", sample.ids[1000:1100], sample.queries_new[:100])
+    qo = write_collection(f"file://{tmp_path}/qo", sample.ids[1000:1100], sample.queries_old[:100])
+    args = ["upgrade", "tune", "--state", str(started), "--queries", qn.url, "--old-queries", qo.url, "--rerank"]
+    r = CliRunner().invoke(main, args + ["auto", "--json"])
+    assert r.exit_code == 0, r.output
+    c = json.loads(r.output)["cascade"]
+    assert c["rerank"] in (10, 20, 40) and set(c["recall_by_rerank"]) >= {"10"}
+    status = CliRunner().invoke(main, ["upgrade", "status", "--state", str(started)])
+    assert f"cascade (top {c['rerank']}, every search" in status.output, status.output
+    shown = CliRunner().invoke(main, args + ["auto"])
+    assert shown.exit_code == 0 and "candidates tried (Recall@10): top 10 " in shown.output, shown.output
+    bad = CliRunner().invoke(main, args + ["many"])
+    assert bad.exit_code == 2 and "'many' is not a number of candidates" in bad.output, bad.output

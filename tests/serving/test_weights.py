@@ -21,3 +21,12 @@ def test_ties_go_to_the_lightest_penalty_then_the_smallest_old_model_weight():
     recall[(5.0, 0.0)] = recall[(np.inf, 0.0)] = 0.6
     assert best_setting(recall) == (5.0, 0.0), "no penalty first; the old model alone loses a tie at that penalty"
     assert by_beta(recall)["inf"] == 0.6 and by_beta(recall)[1.0] == 0.6 and by_beta(recall)[0.5] == 0.5
+
+
+def test_the_cascade_takes_the_smallest_pool_within_the_tie_of_the_best():
+    from vecbridge.serving.weights import RERANK_TIE, choose_rerank
+
+    assert choose_rerank({100: 0.60, 200: 0.60 + RERANK_TIE / 2, 400: 0.59}) == 100
+    assert choose_rerank({100: 0.60, 200: 0.61, 400: 0.61 + RERANK_TIE / 2}) == 200
+    assert choose_rerank({100: 0.60, 200: 0.61, 400: 0.62}) == 400
+    assert choose_rerank({100: 0.62, 200: 0.61}) == 100, "a larger pool can rank worse: never taken then"

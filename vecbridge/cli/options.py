@@ -52,6 +52,22 @@ def pairs_option(*kinds: str, default: str | None = "ids", aliases: tuple[str, .
                         metavar="PAIRING", help=kind.help)
 
 
+class Rerank(click.ParamType):
+    """A number of candidates (0 or more), or ``auto``: a tuning measures how many are worth re-scoring."""
+
+    name = "rerank"
+
+    def get_metavar(self, param, ctx=None) -> str:
+        return "K|auto"
+
+    def convert(self, value, param, ctx):
+        if value == "auto" or isinstance(value, int) and value >= 0:
+            return value
+        if str(value).isdigit():
+            return int(value)
+        self.fail(f"{value!r} is not a number of candidates (0 or more) or 'auto'", param, ctx)
+
+
 class KeyValue(click.ParamType):
     """``KEY=VALUE`` to ``(key, value)``; the value read as JSON (numbers, true/false/null), else kept as text."""
 

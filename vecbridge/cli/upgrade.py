@@ -10,9 +10,11 @@ from ..render import upgrade as show
 from ..render.console import progress
 from ..render.console import steps as step_lines
 from ..runtime.record_stamps import PRIORITIES
+from ..serving.weights import RERANK_LADDER, RERANK_TIE
 from .group import emit, fail, group, json_mode, model_line
 from .options import (
     POSITIVE_INT,
+    Rerank,
     engine_options,
     force_space_option,
     method_option,
@@ -202,9 +204,11 @@ def upgrade_search(state_path, texts, k, old_model, beta, hub_weight, rerank, mo
               help="New-model query vectors (id = the id of each query's relevant record).")
 @click.option("--old-queries", "old_queries_url", required=True, help="The same queries in the old model.")
 @click.option("-k", "k", type=POSITIVE_INT, default=10, show_default=True, help="Results per query.")
-@click.option("--rerank", type=click.IntRange(min=0), default=0, show_default=True, metavar="K",
-              help="Also choose the cascade's old-model weight (`search --rerank K`): the queries' top K candidates "
-                   "are embedded by the new model and written back as native vectors.")
+@click.option("--rerank", type=Rerank(), default=0, show_default=True,
+              help="Also tune the cascade (`search --rerank K`): the queries' top K candidates are embedded by the "
+                   "new model and written back as native vectors; `auto` also chooses K (of "
+                   f"{', '.join(map(str, RERANK_LADDER))}: the smallest whose Recall@k on these queries is within "
+                   f"{RERANK_TIE} of the best).")
 @model_options
 def upgrade_tune(state_path, queries_url, old_queries_url, k, rerank, models):
     """Choose the fusion and hub-penalty weights on queries with known answers, never below staying."""

@@ -1,6 +1,7 @@
 """An upgrade on the terminal: its stage and counts, each step's headline, the plan, the tuned weights."""
 from __future__ import annotations
 
+from ..serving.weights import RERANK_TIE
 from .alignment import caveat
 from .console import console
 from .models import print_throughput
@@ -179,6 +180,10 @@ def tuned(result: dict, k: int) -> None:
                         f"{c.get('recall_without_penalty', c['recall']):.3f}); {c['written_back']:,} candidates "
                         f"embedded and written back native; `upgrade search` and `serve --state` now run it on "
                         f"every search (--rerank 0: off)")
+        tried = c.get("recall_by_rerank") or {}
+        if len(tried) > 1:
+            console().print("  candidates tried (Recall@{}): {}; the smallest within {} of the best kept".format(
+                k, ", ".join(f"top {n} {r:.3f}" for n, r in tried.items()), RERANK_TIE))
         wider = ", ".join(f"the top {n}: {share:.1%}" for n, share in (c.get("larger_k_would_hold") or {}).items())
         console().print(f"  the top {c['rerank']} candidates held the relevant record for "
                         f"{c['candidates_hold_relevant']:.1%} of the queries: no weight ranks the others, a larger "

@@ -17,8 +17,10 @@ from typing import Callable, Sequence
 import numpy as np
 
 from ..connectors.base import Collection
+from ..errors import InputError
 from ..quality.scoring import fuse
 from ..vectors import l2_normalize
+from .weights import RERANK_LADDER, RERANK_TIE, choose_rerank, weight_grid
 
 
 def paired_candidates(target: Collection, source: Collection, q_new: np.ndarray, q_old: np.ndarray | None,
@@ -44,6 +46,27 @@ def paired_candidates(target: Collection, source: Collection, q_new: np.ndarray,
                     np.array([vo[i] @ q_old[qi] for i in both], dtype=np.float32) if q_old is not None else None,
                     np.array([held[i] or 0.0 for i in both], dtype=np.float32)))
     return out
+
+
+def tune_rerank(rerank: int | str, top: Callable[[int], list], relevant: Sequence, q_new: np.ndarray,
+                q_old: np.ndarray, k: int, vectors: Callable[[list], "CandidateVectors"]) -> tuple[int, dict, dict]:
+    """How many candidates the cascade re-scores, and each tried count's Recall@k per weight setting, on queries
+    with known answers. ``rerank``: a count, or ``"auto"``: each of :data:`RERANK_LADDER`, the smallest within
+    :data:`RERANK_TIE` of the best (:func:`choose_rerank`), a larger pool embedded only where its candidates hold
+    more relevant records than the smallest. ``top(n)``: each query's top ``n`` of the served ranking;
+    ``vectors(rows)``: the candidates' :class:`CandidateVectors` (embedding and writing back what is not native).
+    Returns ``(chosen, {n: {(beta, w): recall}}, {n: share of queries whose top n held the relevant record})``;
+    for a fixed count the shares include twice and four times as many (nothing embedded for them)."""
+    ladder = RERANK_LADDER if rerank == "auto" else (int(rerank),)
+    if min(ladder) < 1:
+        raise InputError("the cascade re-scores at least one candidate per query")
+    sizes = ladder if rerank == "auto" else (ladder[0], 2 * ladder[0], 4 * ladder[0])
+    rows = {n: top(n) for n in sizes}
+    held = {n: held_share(relevant, rows[n], (n,))[n] for n in sizes}
+    tried = [n for n in ladder if n == ladder[0] or held[n] - held[ladder[0]] > RERANK_TIE]
+    got = vectors([r for n in tried for r in rows[n]])
+    recalls = {n: got.recalls(q_new, q_old, rows[n], relevant, weight_grid(got.has_hub), k) for n in tried}
+    return choose_rerank({n: max(r.values()) for n, r in recalls.items()}), recalls, held
 
 
 def held_share(relevant: Sequence, rows: Sequence, sizes: Sequence[int]) -> dict[int, float]:

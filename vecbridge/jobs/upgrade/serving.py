@@ -12,7 +12,7 @@ from ...connectors.base import VectorBatch
 from ...errors import InputError
 from ...quality.scoring import fuse
 from ...runtime.open import open_collection
-from ...serving.cascade import CandidateVectors, held_share, paired_candidates
+from ...serving.cascade import CandidateVectors, paired_candidates, tune_rerank
 from ...serving.weights import CASCADE_BETA, best_setting, by_beta, weight_grid
 from ...vectors import l2_normalize
 from .base import UpgradeBase
@@ -81,35 +81,36 @@ class Serving(UpgradeBase):
                 "new_model_only": recall[0.0, 0.0], "n_queries": len(relevant), "recall_by_beta": by_beta(recall),
                 "hub_weights_tried": sorted({w for _, w in recall})}
 
-    def tune_cascade(self, queries_new, queries_old, relevant: list, *, k: int = 10, rerank: int = 100,
+    def tune_cascade(self, queries_new, queries_old, relevant: list, *, k: int = 10, rerank: int | str = 100,
                      embed=None) -> dict:
         """Choose the old model's weight and the hub penalty's in the cascade (``search --rerank``) on queries with
         known answers: each query's top ``rerank`` candidates of the served ranking get their native vectors
         (embedded and written back where they have none yet, as a served cascade would), then every setting of the
         fusion's grid (the old model alone included; the penalty where the candidates have hub scores) ranks them.
-        Saved in the state; the cascade uses them from then on."""
-        if rerank < 1:
-            raise InputError("the cascade re-scores at least one candidate per query")
+        ``rerank="auto"``: the number of candidates too (:func:`~vecbridge.serving.cascade.tune_rerank`). Saved in
+        the state; the cascade uses them from then on."""
         q_new, q_old = _probes(queries_new, queries_old, relevant)
-        rows, _ = self._ranked(q_new, rerank, old_queries=q_old, beta=None, hub_weight=None,
-                               k_candidates=max(rerank, 100))
-        wider = [row for lo in range(0, len(q_new), 256)   # what a larger K would hold (nothing embedded)
-                 for row in self._ranked(q_new[lo:lo + 256], 4 * rerank, old_queries=q_old[lo:lo + 256], beta=None,
-                                         hub_weight=None, k_candidates=max(4 * rerank, 100))[0]]
-        held = {**held_share(relevant, wider, (2 * rerank, 4 * rerank)), **held_share(relevant, rows, (rerank,))}
-        got = self._candidate_vectors(rows, embed or self.model, with_old=True)   # all native from here on
-        recall = got.recalls(q_new, q_old, rows, relevant, weight_grid(got.has_hub), k)
+        embedded = lambda rows: self._candidate_vectors(rows, embed or self.model, with_old=True)  # noqa: E731
+        chosen, recalls, held = tune_rerank(rerank, lambda n: self._top(q_new, q_old, n), relevant, q_new, q_old, k,
+                                            embedded)
+        recall = recalls[chosen]
         best, w = best_setting(recall)
         self.meta = self.state.update(cascade_beta="inf" if np.isinf(best) else best, cascade_hub_weight=w,
-                                      cascade_k=rerank)
+                                      cascade_k=chosen)
         self.state.event("tuned-cascade", f"cascade beta {best}, hub weight {w} on {len(relevant):,} queries, "
-                                          f"top {rerank}")
-        return {"cascade_beta": "old model alone" if np.isinf(best) else best, "hub_weight": w, "rerank": rerank,
+                                          f"top {chosen}")
+        return {"cascade_beta": "old model alone" if np.isinf(best) else best, "hub_weight": w, "rerank": chosen,
                 "recall": recall[best, w], "recall_by_beta": by_beta(recall),
                 "recall_without_penalty": max(r for (_, ww), r in recall.items() if ww == 0),
-                "candidates_hold_relevant": held[rerank], "larger_k_would_hold": {str(n): held[n] for n in
-                                                                                   (2 * rerank, 4 * rerank)},
-                "written_back": self.written_back}
+                "recall_by_rerank": {str(n): max(r.values()) for n, r in recalls.items()},
+                "candidates_hold_relevant": held[chosen], "written_back": self.written_back,
+                "larger_k_would_hold": {str(n): share for n, share in held.items() if n > chosen}}
+
+    def _top(self, q_new: np.ndarray, q_old: np.ndarray, n: int) -> list[list]:
+        """Each query's top ``n`` of the served ranking, 256 queries per request."""
+        return [row for lo in range(0, len(q_new), 256)
+                for row in self._ranked(q_new[lo:lo + 256], n, old_queries=q_old[lo:lo + 256], beta=None,
+                                        hub_weight=None, k_candidates=max(n, 100))[0]]
 
     def _cascade_beta(self) -> float:
         """The cascade's old-model weight :meth:`tune_cascade` chose, else :data:`CASCADE_BETA`."""
