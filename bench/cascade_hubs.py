@@ -58,7 +58,7 @@ sys.path.insert(0, str(ROOT))
 from vecbridge.align import OrthogonalProcrustes  # noqa: E402
 from vecbridge.jobs.upgrade import HUB_K  # noqa: E402
 from vecbridge.quality.scoring import fuse, hub_penalty  # noqa: E402
-from vecbridge.serving.weights import best_setting, weight_grid  # noqa: E402
+from vecbridge.serving.weights import RERANK_LADDER, RERANK_TIE, best_setting, choose_rerank, weight_grid  # noqa: E402
 from vecbridge.vectors import l2_normalize  # noqa: E402
 
 PAIRS = SENTENCE_PAIRS
@@ -83,7 +83,24 @@ def cross_fitted(score, settings, halves) -> tuple[float, list]:
     return float(np.concatenate(got).mean()), picked
 
 
-def run_pair(corpus: str, old: str, new: str, k_c: int, stages: list[int]) -> dict:
+def auto_k(cascade, masks: dict, settings, halves) -> tuple[float, list]:
+    """:func:`cross_fitted` where the candidate count is chosen too, as ``upgrade tune --rerank auto`` chooses it on
+    the tuning half (``tune_rerank``: a larger pool only where it holds more relevant records, then the smallest
+    count within ``RERANK_TIE`` of the best); the picks are ``[count, beta, weight]``."""
+    got, picked = [], []
+    for tune, test in (halves, halves[::-1]):
+        held = {kk: float(np.mean(mask[tune, tune] == 0)) for kk, mask in masks.items()}
+        first = min(masks)
+        tried = [kk for kk in sorted(masks) if kk == first or held[kk] - held[first] > RERANK_TIE]
+        best = {kk: best_setting({s: hits(cascade(tune, *s, kk), tune).mean() for s in settings}) for kk in tried}
+        chosen = choose_rerank({kk: hits(cascade(tune, *best[kk], kk), tune).mean() for kk in tried})
+        b, w = best[chosen]
+        picked.append([chosen, "inf" if np.isinf(b) else b, w])
+        got.append(hits(cascade(test, b, w, chosen), test))
+    return float(np.concatenate(got).mean()), picked
+
+
+def run_pair(corpus: str, old: str, new: str, k_c, stages: list[int]) -> dict:
     t0 = time.perf_counter()
     X, Y = embeddings(DATA / corpus, old, "docs"), embeddings(DATA / corpus, new, "docs")
     Qo, Qn = l2_normalize(embeddings(DATA / corpus, old, "queries")), l2_normalize(embeddings(DATA / corpus, new,
@@ -127,18 +144,22 @@ def run_pair(corpus: str, old: str, new: str, k_c: int, stages: list[int]) -> di
             r_srv, srv_picked = cross_fitted(served, SETTINGS, halves)
             r_srv0, _ = cross_fitted(served, [s for s in SETTINGS if s[1] == 0], halves)
             # the cascade's candidates: the served ranking's top K with the setting picked on the other half
-            mask = np.full((m, m), -np.inf, dtype=np.float32)
-            held = []
-            for test, (b, w) in zip(halves[::-1], srv_picked):
-                top = np.argpartition(-served(test, np.inf if b == "inf" else b, w), k_c - 1, axis=1)[:, :k_c]
-                mask[test[:, None], top] = 0.0
-                held.extend(j in row for j, row in zip(test, top))
+            masks, held = {}, []
+            for kk in (RERANK_LADDER if k_c == "auto" else (k_c,)):
+                masks[kk] = np.full((m, m), -np.inf, dtype=np.float32)
+                for test, (b, w) in zip(halves[::-1], srv_picked):
+                    top = np.argpartition(-served(test, np.inf if b == "inf" else b, w), kk - 1, axis=1)[:, :kk]
+                    masks[kk][test[:, None], top] = 0.0
+            first = min(masks)
+            held = [masks[first][j, j] == 0 for j in rows_all]
 
-            def cascade(rows, beta, w):
-                return fuse(S_nat[rows], S_old[rows], beta, hub_nat, w, mean=True) + mask[rows]
+            def cascade(rows, beta, w, kk=first):
+                return fuse(S_nat[rows], S_old[rows], beta, hub_nat, w, mean=True) + masks[kk][rows]
 
             r_c0, _ = cross_fitted(cascade, [s for s in SETTINGS if s[1] == 0], halves)
             r_c, c_picked = cross_fitted(cascade, SETTINGS, halves)
+            if k_c == "auto":   # upgrade tune --rerank auto: the count chosen on the other half too
+                r_c, c_picked = auto_k(cascade, masks, SETTINGS, halves)
             res["stages"].append({"reembedded_percent": pct, "native_fraction": float(native.mean()),
                                   "served_no_penalty": r_srv0, "served": r_srv, "served_settings": srv_picked,
                                   "candidates_hold_relevant": float(np.mean(held)), "cascade_no_penalty": r_c0,
@@ -150,7 +171,8 @@ def run_pair(corpus: str, old: str, new: str, k_c: int, stages: list[int]) -> di
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--k", type=int, default=100, help="candidates the cascade re-scores")
+    ap.add_argument("--k", type=lambda v: v if v == "auto" else int(v), default=100,
+                    help="candidates the cascade re-scores, or auto: chosen as `upgrade tune --rerank auto` does")
     ap.add_argument("--stages", type=int, nargs="+", default=[0, 5, 25, 50, 100],
                     help="percent of the records outside the fit sample re-embedded")
     ap.add_argument("--out", type=Path, default=Path(__file__).resolve().parent / "results" / "cascade_hubs.json")

@@ -710,13 +710,16 @@ def upgrade_curve(d: dict) -> dict:
                 r = d["corpora"][c][pair]
                 best = max(r["staying"]["half_b"], r["full_reembed"]["half_b"])
                 st = r["cascade_stages"]
+                auto = [x.get("cascade_auto", x["cascade"]) for x in st]
                 rows.append([c, arrow(pair), f"{r['staying']['half_b']:.3f}", f"{r['full_reembed']['half_b']:.3f}"]
-                            + [f"{x['tuned'] - best:+.4f} / {x['cascade'] - best:+.4f}" for x in st]
-                            + [f"{sum(x['tuned'] >= best for x in st)} / {sum(x['cascade'] >= best for x in st)} / "
-                               f"{sum(x['cascade'] >= best + 0.01 for x in st)} of {len(st)}"])
+                            + [f"{x['tuned'] - best:+.4f} / {x['cascade'] - best:+.4f}"
+                               + (f" / {x['cascade_auto'] - best:+.4f} ({x['cascade_auto_k']})"
+                                  if "cascade_auto" in x else "") for x in st]
+                            + [f"{sum(x['tuned'] >= best for x in st)} / {sum(a >= best for a in auto)} / "
+                               f"{sum(a >= best + 0.01 for a in auto)} of {len(st)}"])
         fractions = [f"{x['fraction']:.0%}" for x in d["corpora"][corpora[0]][pairs[0]]["cascade_stages"]]
         out["cascade_stages"] = table(["corpus", "pair", "staying", "full re-embed"] + fractions
-                                      + ["stages: tuned fusion >= both / cascade >= both / cascade >= both + 0.01"],
+                                      + ["stages: tuned fusion >= both / cascade (auto) >= both / >= both + 0.01"],
                                       rows)
 
     if "goals" in d:
@@ -1058,7 +1061,7 @@ RENDERERS = {"serve": serve, "align_real": align_real, "geh": geh, "geh_calibrat
              "report_calibration": report_calibration, "connectors": connectors,
              "upgrade_curve": upgrade_curve, "map_validation": map_validation, "ray_scale": ray_scale,
              "record_stamps": record_stamps, "upgrade_stamps": upgrade_stamps, "cascade": cascade, "cascade_hubs": cascade_hubs,
-             "cascade_hubs_k200": lambda d: {"new_queries": cascade_hubs(d)["new_queries"]}, "cascade_cost": cascade_cost, "file_search": file_search, "gpu_embed": gpu_embed, "gpu_embed_cuda": gpu_embed,
+             "cascade_hubs_k200": lambda d: {"new_queries": cascade_hubs(d)["new_queries"]}, "cascade_hubs_auto": lambda d: {"new_queries": cascade_hubs(d)["new_queries"]}, "cascade_cost": cascade_cost, "file_search": file_search, "gpu_embed": gpu_embed, "gpu_embed_cuda": gpu_embed,
              "reembed_overhead": reembed_overhead,
              "continuous_refit": continuous_refit, "zipf_priorities": zipf_priorities,
              "plan_calibration": plan_calibration, "text_gone_report": text_gone_report}

@@ -48,7 +48,10 @@ faster); re-embedding and old-model query encoding rates are the data sets' READ
 The cascade at every stage (``cascade_stages`` in the JSON; ``random`` order, half B): the served ranking, fused with
 the beta tuned on half A, has its top ``K_CAND`` re-scored with both models' own vectors of the candidates,
 ``cos(q_new, y) + c cos(q_old, x)``, c tuned on half A from the grid ``upgrade tune --rerank`` uses (the old model
-alone included): ``upgrade search --rerank 100`` on a collection at that stage, before its write-back.
+alone included): ``upgrade search --rerank 100`` on a collection at that stage, before its write-back. And as
+``upgrade tune --rerank auto`` sets it up (``cascade_auto``): the candidate count chosen on half A too, from
+``RERANK_LADDER`` (a larger count tried where it holds more of half A's relevant docs; the smallest within
+``RERANK_TIE`` of the best kept); the goals judge this one.
 
 Every goal (``goals`` in the JSON, one table per corpus): this run's worst stage of the tuned fusion and of the
 cascade, beside the worst cases that the benchmarks of :data:`GOAL_SOURCES` recorded (the cascade and fusion with a
@@ -87,6 +90,7 @@ from vecbridge.numeric.neighbors import knn  # noqa: E402
 from vecbridge.numeric.ranking import best_first, ranks_of  # noqa: E402
 from vecbridge.quality.options import anchor_residuals, reliability_scores  # noqa: E402
 from vecbridge.runtime.record_stamps import shuffle_rank  # noqa: E402
+from vecbridge.serving.weights import RERANK_LADDER, RERANK_TIE, choose_rerank  # noqa: E402
 from vecbridge.vectors import l2_normalize  # noqa: E402
 
 PAIRS = SENTENCE_PAIRS
@@ -272,24 +276,41 @@ def run_pair(corpus: str, old: str, new: str, halves) -> dict:
     return res
 
 
-def cascade_hits(p: Pair, native: np.ndarray, beta: float) -> dict:
+def cascade_hits(p: Pair, native: np.ndarray, beta: float, k_cand: int = K_CAND) -> tuple[dict, np.ndarray]:
     """Per cascade weight of ``CASCADE_BETAS``: whether each query's relevant doc is in the top K after the served
-    ranking's top ``K_CAND`` (fused at ``beta``) are re-scored with both models' own vectors,
-    ``cos(q_new, y) + c cos(q_old, x)`` (``c = inf``: the old model alone), as ``upgrade search --rerank`` does."""
+    ranking's top ``k_cand`` (fused at ``beta``) are re-scored with both models' own vectors,
+    ``cos(q_new, y) + c cos(q_old, x)`` (``c = inf``: the old model alone), as ``upgrade search --rerank`` does;
+    and whether those candidates held it."""
     out = {c: np.empty(p.n, dtype=bool) for c in CASCADE_BETAS}
+    held = np.empty(p.n, dtype=bool)
     for lo in range(0, p.n, BLOCK):
         sl = slice(lo, min(lo + BLOCK, p.n))
         rel = np.arange(sl.start, sl.stop)
         served = np.where(native[None, :], p.S_nat[sl], p.S_map[sl]) + np.float32(beta) * p.S_old[sl]
-        cand = np.argpartition(-served, K_CAND - 1, axis=1)[:, :K_CAND]
+        cand = np.argpartition(-served, k_cand - 1, axis=1)[:, :k_cand]
         sn, so = np.take_along_axis(p.S_nat[sl], cand, 1), np.take_along_axis(p.S_old[sl], cand, 1)
         is_rel = cand == rel[:, None]
         found = is_rel.any(axis=1)
+        held[sl] = found
         for c in CASCADE_BETAS:
             s = so if np.isinf(c) else sn + np.float32(c) * so
             true = np.where(found, (s * is_rel).sum(axis=1), -np.inf)
             out[c][sl] = found & ((s >= true[:, None]).sum(axis=1) <= K)
-    return {c: h & p.valid for c, h in out.items()}
+    return {c: h & p.valid for c, h in out.items()}, held & p.valid
+
+
+def auto_cascade(p: Pair, native: np.ndarray, beta: float, known: dict) -> tuple[int, float, np.ndarray]:
+    """The cascade as ``upgrade tune --rerank auto`` sets it up on half A: each count of ``RERANK_LADDER`` tried
+    where its candidates hold more of half A's relevant docs than the smallest's, the smallest within
+    ``RERANK_TIE`` of the best Recall@10 kept, with its weight (``known``: counts computed already). Returns
+    ``(count, weight, hits)``."""
+    runs = {n: known[n] if n in known else cascade_hits(p, native, beta, n) for n in RERANK_LADDER}
+    first = RERANK_LADDER[0]
+    tried = [n for n in RERANK_LADDER
+             if n == first or recall(runs[n][1], p.A) - recall(runs[first][1], p.A) > RERANK_TIE]
+    weight = {n: max(CASCADE_BETAS, key=lambda b: (recall(runs[n][0][b], p.A), -b)) for n in tried}
+    n = choose_rerank({n: recall(runs[n][0][weight[n]], p.A) for n in tried})
+    return n, weight[n], runs[n][0][weight[n]]
 
 
 def cascade_stages(p: Pair, ranked: dict | None = None) -> list[dict]:
@@ -301,10 +322,13 @@ def cascade_stages(p: Pair, ranked: dict | None = None) -> list[dict]:
         native = p.mask("random", f)
         hits = ranked[f] if ranked else p.ranks(native)
         beta = best_beta(hits, p.A)
-        ch = cascade_hits(p, native, beta)
+        ch, held = cascade_hits(p, native, beta)
         c = max(CASCADE_BETAS, key=lambda b: (recall(ch[b], p.A), -b))
+        k_auto, c_auto, auto = auto_cascade(p, native, beta, {K_CAND: (ch, held)})
         out.append({"fraction": f, "tuned": recall(hits[beta], p.B), "tuned_beta": beta,
-                    "cascade": recall(ch[c], p.B), "cascade_beta": "inf" if np.isinf(c) else c})
+                    "cascade": recall(ch[c], p.B), "cascade_beta": "inf" if np.isinf(c) else c,
+                    "cascade_auto": recall(auto, p.B), "cascade_auto_k": k_auto,
+                    "cascade_auto_beta": "inf" if np.isinf(c_auto) else c_auto})
     return out
 
 
@@ -454,6 +478,7 @@ def costs(sp: dict) -> list[dict]:
 #: the benchmarks whose results :func:`goals` gathers, and the commands that produce them
 GOAL_SOURCES = {
     "cascade_hubs": "python bench/cascade_hubs.py",
+    "cascade_hubs_auto": "python bench/cascade_hubs.py --k auto --out bench/results/cascade_hubs_auto.json",
     "continuous_refit": "python bench/continuous_refit.py",
     "text_gone": "OPENBLAS_NUM_THREADS=1 python bench/text_gone.py (--overlap 2308 for the collection's own documents)",
     "plan_calibration": "OPENBLAS_NUM_THREADS=1 python bench/plan_calibration.py",
@@ -474,6 +499,7 @@ def goals(result: dict) -> dict:
     out = {}
     for corpus, pairs in result["corpora"].items():
         hubs = {r["pair"]: r["new_queries"] for r in res["cascade_hubs"]["corpora"].get(corpus, [])}
+        hubs_auto = {r["pair"]: r["new_queries"] for r in res["cascade_hubs_auto"]["corpora"].get(corpus, [])}
         refit = {f"{r['old']}->{r['new']}": r for r in res["continuous_refit"]["results"] if r["corpus"] == corpus}
         plan = {r["pair"]: r for r in res["plan_calibration"]["results"] if r["corpus"] == corpus}
         report = {r["pair"]: r for r in res["report_calibration"]["rows"]
@@ -486,7 +512,7 @@ def goals(result: dict) -> dict:
         for pair, r in pairs.items():
             best = max(r["staying"]["half_b"], r["full_reembed"]["half_b"])
             st = r.get("cascade_stages", [])
-            h = hubs.get(pair)
+            h, ha = hubs.get(pair), hubs_auto.get(pair)
             hbest = max(h["staying"], h["full_reembed"]) if h else None
 
             def text_gone(mode, key="gap_to_supervised"):
@@ -498,9 +524,9 @@ def goals(result: dict) -> dict:
             out[corpus][pair] = {
                 "staying": r["staying"]["half_b"], "full_reembed": r["full_reembed"]["half_b"],
                 "fusion_worst": _worst([x["tuned"] - best for x in st]),
-                "cascade_worst": _worst([x["cascade"] - best for x in st]),
+                "cascade_worst": _worst([x.get("cascade_auto", x["cascade"]) - best for x in st]),
                 "log_fusion_worst": _worst([x["served"] - hbest for x in h["stages"]]) if h else None,
-                "log_cascade_worst": _worst([x["cascade"] - hbest for x in h["stages"]]) if h else None,
+                "log_cascade_worst": _worst([x["cascade"] - hbest for x in (ha or h)["stages"]]) if h else None,
                 "refit_gain_25": at25[0]["mapped_only_gain"] if at25 else None,
                 "unsupervised": text_gone("unsupervised"), "unsupervised_own": text_gone("overlap 2308"),
                 "geh": text_gone("geh", "refined_gap_to_supervised"),
