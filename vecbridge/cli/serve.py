@@ -39,7 +39,7 @@ from .options import POSITIVE_INT, WrapSpec, force_space_option, model_options
 @click.option("--rerank", type=click.IntRange(min=0), default=None, metavar="K",
               help="With --state: re-score each search's top K candidates with the new model and write back what it "
                    "embeds as native vectors (the cascade: what users retrieve is re-embedded first) [default: the K "
-                   "`upgrade tune --rerank K` tuned; none before; 0: off].")
+                   "`upgrade tune --rerank K|auto` tuned; none before; 0: off].")
 @force_space_option
 @model_options
 def serve(state_path, wrapped, model, old_model, upstream, upstream_key_env, token_env, host, port, workers, threads,

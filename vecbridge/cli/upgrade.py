@@ -180,7 +180,7 @@ def upgrade_status(state_path, queries_url, old_queries_url):
 @click.option("--rerank", type=click.IntRange(min=0), default=None, metavar="K",
               help="Cascade: score the top K candidates again with the new model's vectors of their texts; those "
                    "embedded for it are written back as native vectors (re-embedding what users retrieve first) "
-                   "[default: the K `upgrade tune --rerank K` tuned; none before; 0: off].")
+                   "[default: the K `upgrade tune --rerank K|auto` tuned; none before; 0: off].")
 @model_options
 def upgrade_search(state_path, texts, k, old_model, beta, hub_weight, rerank, models):
     """Search the upgrade's vectors with query TEXTS encoded by the new model, at any stage."""
