@@ -211,3 +211,34 @@ def test_upgrade_tune_rerank_auto_on_the_command_line(started, sample, tmp_path,
     assert shown.exit_code == 0 and "candidates tried (Recall@10): top 10 " in shown.output, shown.output
     bad = CliRunner().invoke(main, args + ["many"])
     assert bad.exit_code == 2 and "'many' is not a number of candidates" in bad.output, bad.output
+
+
+def test_a_tuning_stopped_midway_keeps_what_it_wrote_back(started, sample, monkeypatch):
+    from vecbridge.serving import cascade
+
+    monkeypatch.setattr(cascade, "TUNE_CHUNK", 25)   # 100 queries: four chunks, each written back before the next
+    rel, q_new, q_old = sample.ids[1000:1100], sample.queries_new[:100], sample.queries_old[:100]
+    calls = []
+
+    def failing(texts):
+        calls.append(list(texts))
+        if len(calls) == 2:
+            raise RuntimeError("the model server went away")
+        return mpnet_lookup(texts)
+
+    with Upgrade.open(started) as up:
+        before = up.recount()["native"]
+        with pytest.raises(RuntimeError, match="went away"):
+            up.tune_cascade(q_new, q_old, rel, rerank=K, embed=failing)
+        kept = up.recount()["native"]
+    assert kept - before == len(calls[0]) > 0, "the first chunk's candidates stayed native"
+    seen = []
+
+    def recording(texts):
+        seen.extend(texts)
+        return mpnet_lookup(texts)
+
+    with Upgrade.open(started) as up:
+        c = up.tune_cascade(q_new, q_old, rel, rerank=K, embed=recording)
+    assert seen and not set(seen) & set(calls[0]), "what the stopped tuning wrote back is not embedded again"
+    assert c["written_back"] == len(seen)

@@ -45,7 +45,8 @@ def test_auto_takes_a_larger_pool_where_it_ranks_more_relevant_records(monkeypat
     chosen, recalls, held = tune(at, "auto", monkeypatch, embedded)
     assert held == {10: 0.6, 20: 0.7, 40: 0.7}
     assert set(recalls) == {10, 20, 40} and chosen == 20, "40 adds nothing over 20: the smaller wins"
-    assert len(embedded) == 1 and len(embedded[0]) == 1000 * 40, "the union of the pools tried, embedded once"
+    assert len(set().union(*embedded)) == 1000 * 40, "the union of the pools tried"
+    assert len(embedded) == -(-1000 // cascade.TUNE_CHUNK), "a chunk of queries at a time"
 
 
 def test_auto_embeds_no_larger_pool_that_holds_no_more_relevant_records(monkeypatch):
@@ -54,13 +55,24 @@ def test_auto_embeds_no_larger_pool_that_holds_no_more_relevant_records(monkeypa
     chosen, recalls, held = tune(at, "auto", monkeypatch, embedded)
     assert chosen == 10 and set(recalls) == {10}
     assert held[40] - held[10] <= RERANK_TIE
-    assert embedded == [sorted(1000 * i + j for i in range(1000) for j in range(10))], "only the top 10 embedded"
+    assert set().union(*embedded) == {1000 * i + j for i in range(1000) for j in range(10)}, "only the top 10"
 
 
 def test_a_fixed_count_is_kept_and_larger_ones_only_counted(monkeypatch):
     embedded = []
     chosen, recalls, held = tune([0] * 50 + [15] * 50, 10, monkeypatch, embedded)
     assert chosen == 10 and set(recalls) == {10} and held == {10: 0.5, 20: 1.0, 40: 1.0}
-    assert len(embedded[0]) == 100 * 10
+    assert sum(map(len, embedded)) == 100 * 10
     with pytest.raises(InputError, match="at least one candidate"):
         tune([0], 0, monkeypatch, [])
+
+
+def test_each_chunk_of_queries_is_embedded_on_its_own_and_recall_adds_up_over_them(monkeypatch):
+    monkeypatch.setattr(cascade, "TUNE_CHUNK", 7)
+    embedded = []
+    at = [0, 15, 50] * 10   # 30 queries: a third found in the top 10, a third more in the top 20
+    chosen, recalls, held = tune(at, "auto", monkeypatch, embedded)
+    assert len(embedded) == 5 and [len(e) for e in embedded] == [7 * 40] * 4 + [2 * 40]
+    assert {1000 * i + j for i in range(7) for j in range(40)} == set(embedded[0]), "queries 0-6 first"
+    assert recalls[10][0.0, 0.0] == pytest.approx(1 / 3) and recalls[20][0.0, 0.0] == pytest.approx(2 / 3)
+    assert chosen == 20

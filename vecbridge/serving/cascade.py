@@ -48,6 +48,11 @@ def paired_candidates(target: Collection, source: Collection, q_new: np.ndarray,
     return out
 
 
+#: tuning queries whose candidates are embedded and written back at a time: a tuning stopped midway keeps what it
+#: wrote, and the next one embeds only the rest
+TUNE_CHUNK = 256
+
+
 def tune_rerank(rerank: int | str, top: Callable[[int], list], relevant: Sequence, q_new: np.ndarray,
                 q_old: np.ndarray, k: int, vectors: Callable[[list], "CandidateVectors"]) -> tuple[int, dict, dict]:
     """How many candidates the cascade re-scores, and each tried count's Recall@k per weight setting, on queries
@@ -55,6 +60,7 @@ def tune_rerank(rerank: int | str, top: Callable[[int], list], relevant: Sequenc
     :data:`RERANK_TIE` of the best (:func:`choose_rerank`), a larger pool embedded only where its candidates hold
     more relevant records than the smallest. ``top(n)``: each query's top ``n`` of the served ranking;
     ``vectors(rows)``: the candidates' :class:`CandidateVectors` (embedding and writing back what is not native).
+    The candidates are embedded :data:`TUNE_CHUNK` queries at a time, each chunk written back before the next.
     Returns ``(chosen, {n: {(beta, w): recall}}, {n: share of queries whose top n held the relevant record})``;
     for a fixed count the shares include twice and four times as many (nothing embedded for them)."""
     ladder = RERANK_LADDER if rerank == "auto" else (int(rerank),)
@@ -64,8 +70,15 @@ def tune_rerank(rerank: int | str, top: Callable[[int], list], relevant: Sequenc
     rows = {n: top(n) for n in sizes}
     held = {n: held_share(relevant, rows[n], (n,))[n] for n in sizes}
     tried = [n for n in ladder if n == ladder[0] or held[n] - held[ladder[0]] > RERANK_TIE]
-    got = vectors([r for n in tried for r in rows[n]])
-    recalls = {n: got.recalls(q_new, q_old, rows[n], relevant, weight_grid(got.has_hub), k) for n in tried}
+    hits, has_hub = {n: dict.fromkeys(weight_grid(True), 0.0) for n in tried}, False
+    for lo in range(0, len(relevant), TUNE_CHUNK):   # each chunk's candidates written back before the next
+        part = slice(lo, lo + TUNE_CHUNK)
+        got = vectors([r for n in tried for r in rows[n][part]])
+        has_hub = has_hub or got.has_hub
+        for n in tried:
+            for s, r in got.recalls(q_new[part], q_old[part], rows[n][part], relevant[part], hits[n], k).items():
+                hits[n][s] += r * len(relevant[part])
+    recalls = {n: {s: hits[n][s] / len(relevant) for s in weight_grid(has_hub)} for n in tried}
     return choose_rerank({n: max(r.values()) for n, r in recalls.items()}), recalls, held
 
 
