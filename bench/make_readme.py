@@ -1052,6 +1052,22 @@ def plan_calibration(d: dict) -> dict:
                             *cascade_cols], worst)}
 
 
+def plan_calibration_auto(d: dict) -> dict:
+    """The cascade with the count ``upgrade tune --rerank auto`` would keep: per corpus and pair, each stage's
+    prediction at the collection's size / what the whole collection serves at the count the plan chose (in
+    brackets); and the largest error per corpus."""
+    cascades = unique(row["stage"] for r in d["results"] for row in r["rows"] if row["stage"].endswith("cascade"))
+    rows = []
+    for r in d["results"]:
+        by = {row["stage"]: row for row in r["rows"]}
+        rows.append([r["corpus"], arrow(r["pair"])] + [f"{by[s]['at_size']:.3f} / {by[s]['measured']:.3f} "
+                                                       f"({by[s]['rerank']})" for s in cascades])
+    worst = [[c, f"{e['cascade_error']:.3f}", f"{e['cascade_mean_abs_error']:.3f}"]
+             for c, e in d["max_abs_error"].items()]
+    return {"cascade": table(["corpus", "pair", *cascades], rows),
+            "worst": table(["corpus", "the cascade: largest error", "mean error"], worst)}
+
+
 RENDERERS = {"serve": serve, "align_real": align_real, "geh": geh, "geh_calibration": geh_calibration, "geh_timing": geh_timing,
              "unsupervised_robust": unsupervised_robust, "pgvector_search": pgvector_search, "minivec2vec": minivec2vec,
              "linking_retention": linking_retention, "text_gone": text_gone, "reproduced_starts": reproduced_starts,
@@ -1064,7 +1080,8 @@ RENDERERS = {"serve": serve, "align_real": align_real, "geh": geh, "geh_calibrat
              "cascade_hubs_k200": lambda d: {"new_queries": cascade_hubs(d)["new_queries"]}, "cascade_hubs_auto": lambda d: {"new_queries": cascade_hubs(d)["new_queries"]}, "cascade_cost": cascade_cost, "file_search": file_search, "gpu_embed": gpu_embed, "gpu_embed_cuda": gpu_embed,
              "reembed_overhead": reembed_overhead,
              "continuous_refit": continuous_refit, "zipf_priorities": zipf_priorities,
-             "plan_calibration": plan_calibration, "text_gone_report": text_gone_report}
+             "plan_calibration": plan_calibration, "text_gone_report": text_gone_report,
+             "plan_calibration_auto": plan_calibration_auto}
 
 
 # ------------------------------------------------------------------------------------------------------ main

@@ -19,6 +19,9 @@ new- and old-model query vectors are two query collections, as the plan takes th
 
 The goal: at-size within 0.03 of measured at every stage, on both corpora. Run: ``OPENBLAS_NUM_THREADS=1 python
 bench/plan_calibration.py`` (a few minutes on the 2-core machine); writes bench/results/plan_calibration.json.
+``--rerank auto``: the cascade with the count of candidates ``upgrade tune --rerank auto`` would keep, as ``upgrade
+plan --rerank auto`` predicts it, measured at the count the plan chose per stage; writes
+bench/results/plan_calibration_auto.json.
 """
 from __future__ import annotations
 
@@ -51,7 +54,9 @@ from vecbridge.vectors import l2_normalize  # noqa: E402
 
 PAIRS = SENTENCE_PAIRS
 N_QUERIES, K, SEED, GOAL, REPEATS = 500, 10, 0, 0.03, 5
-OUT = ROOT / "bench" / "results" / "plan_calibration.json"
+#: ``--rerank auto``: the cascade with the count ``upgrade tune --rerank auto`` keeps, predicted and measured per stage
+AUTO = "--rerank" in sys.argv[1:] and sys.argv[sys.argv.index("--rerank") + 1] == "auto"
+OUT = ROOT / "bench" / "results" / ("plan_calibration_auto.json" if AUTO else "plan_calibration.json")
 
 _NEW: np.ndarray | None = None   # the new model's doc vectors of the pair being measured
 
@@ -107,7 +112,7 @@ def measured(X, Y, Qn, Qo, rows, plan: dict, seed: int) -> dict:
             relevant_ranks(Qn, served, rows, Q_old=Qo, old_docs=X, beta=b), K)
         stages.append({"native_fraction": st["native_fraction"], "recall": alone, "recall_fused": fused,
                        "recall_cascade": cascade_measured(Qn, Qo, served, X, Y, rows, b, st["cascade_beta"],
-                                                          plan["rerank"])})
+                                                          st.get("cascade_rerank", plan["rerank"]))})
     return {"staying": staying, "stages": stages}
 
 
@@ -126,7 +131,8 @@ def one_pair(corpus: str, old: str, new: str, tmp: Path) -> dict:
     t0 = time.perf_counter()
     plans = {flag: predict_stages(src, lookup, text_field="text", queries=qn.url, old_queries=qo.url,
                                   pool=PLAN_POOL, fit_sample=PLAN_FIT_SAMPLE, seed=SEED, k=K,
-                                  fractions=PLAN_FRACTIONS, others_only=flag) for flag in (True, False)}
+                                  fractions=PLAN_FRACTIONS, others_only=flag, rerank="auto" if AUTO else 100)
+             for flag in (True, False)}
     plan_s = time.perf_counter() - t0
     p, p_all = plans[True], plans[False]
     runs = [measured(X, Y, QN[rows], QO[rows], rows, p, SEED + 7 + r) for r in range(REPEATS)]
@@ -145,6 +151,7 @@ def one_pair(corpus: str, old: str, new: str, tmp: Path) -> dict:
                          "at_size": st["recall_fused_at_size"], "at_size_all": sa["recall_fused_at_size"],
                          "measured": ms["recall_fused"]})
         rows_out.append({"stage": f"{f:.0%} cascade", "beta": st["cascade_beta"], "pool": float("nan"),
+                         "rerank": st["cascade_rerank"], "rerank_all": sa["cascade_rerank"],
                          "at_size": st["recall_cascade_at_size"], "at_size_all": sa["recall_cascade_at_size"],
                          "measured": ms["recall_cascade"]})
     for r, (lo, hi) in zip(rows_out, spread):
@@ -189,6 +196,7 @@ def main() -> None:
     print(f"goal (<= {GOAL}) met on both corpora: {ok}")
     out = {"goal": GOAL, "goal_met": ok, "max_abs_error": summary, "results": results,
            "protocol": {"queries": N_QUERIES, "k": K, "seed": SEED, "pool_others": PLAN_POOL,
+                        "rerank": "auto" if AUTO else 100,
                         "fit_sample": PLAN_FIT_SAMPLE, "fractions": list(PLAN_FRACTIONS)},
            "machine": {"python": platform.python_version(), "numpy": np.__version__, "cpus": os.cpu_count(),
                        "openblas_threads": os.environ.get("OPENBLAS_NUM_THREADS")},

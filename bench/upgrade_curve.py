@@ -482,6 +482,7 @@ GOAL_SOURCES = {
     "continuous_refit": "python bench/continuous_refit.py",
     "text_gone": "OPENBLAS_NUM_THREADS=1 python bench/text_gone.py (--overlap 2308 for the collection's own documents)",
     "plan_calibration": "OPENBLAS_NUM_THREADS=1 python bench/plan_calibration.py",
+    "plan_calibration_auto": "OPENBLAS_NUM_THREADS=1 python bench/plan_calibration.py --rerank auto",
     "report_calibration": "OPENBLAS_NUM_THREADS=1 python bench/report_calibration.py",
     "text_gone_report": "OPENBLAS_NUM_THREADS=1 python bench/text_gone_report.py --unsupervised",
 }
@@ -502,6 +503,7 @@ def goals(result: dict) -> dict:
         hubs_auto = {r["pair"]: r["new_queries"] for r in res["cascade_hubs_auto"]["corpora"].get(corpus, [])}
         refit = {f"{r['old']}->{r['new']}": r for r in res["continuous_refit"]["results"] if r["corpus"] == corpus}
         plan = {r["pair"]: r for r in res["plan_calibration"]["results"] if r["corpus"] == corpus}
+        plan_auto = {r["pair"]: r for r in res["plan_calibration_auto"]["results"] if r["corpus"] == corpus}
         report = {r["pair"]: r for r in res["report_calibration"]["rows"]
                   if r["corpus"] == corpus and r["sample"] == max(res["report_calibration"]["protocol"]["samples"])}
         gone = [r for r in res["text_gone"]["rows"] if r["corpus"] == corpus]
@@ -530,7 +532,8 @@ def goals(result: dict) -> dict:
                 "refit_gain_25": at25[0]["mapped_only_gain"] if at25 else None,
                 "unsupervised": text_gone("unsupervised"), "unsupervised_own": text_gone("overlap 2308"),
                 "geh": text_gone("geh", "refined_gap_to_supervised"),
-                "plan_error": max(abs(x["error"]) for x in plan[pair]["rows"]) if pair in plan else None,
+                "plan_error": max(abs(x["error"]) for x in plan[pair]["rows"] + plan_auto.get(pair, {"rows": []})["rows"])
+                if pair in plan else None,
                 "report_error": (max(abs(report[pair]["top1"]["error_new"]), abs(report[pair]["retention"]["error_new"]))
                                  if pair in report else None),
                 # the report where the text is gone: GEH's refined map (top-1, retention), unsupervised (Recall@10)

@@ -56,7 +56,10 @@ def test_where_the_gradient_search_stops_early_the_prior_is_still_fitted():
     assert recall_at_size(above, 2000, 10_000, prior=JEFFREYS) < truth - 0.03
 
 
-def test_plan_json_carries_the_figures_at_the_collections_size(tmp_path, sample):
+def test_plan_json_carries_the_figures_at_the_collections_size(tmp_path, sample, monkeypatch):
+    from vecbridge.jobs.upgrade import planning
+    from vecbridge.serving.weights import RERANK_TIE
+
     old = write_collection(f"file://{tmp_path}/old", sample.ids, sample.docs_old,
                            [{"text": it["doc"]} for it in sample.items])
     q_ids = [sample.ids[r] for r in sample.query_rows[:200]]
@@ -85,6 +88,18 @@ def test_plan_json_carries_the_figures_at_the_collections_size(tmp_path, sample)
     w = json.loads(wider.stdout)["predicted"]
     assert w["rerank"] == 300 and all(a["recall_cascade_at_size"] >= b["recall_cascade_at_size"] - 1e-9
                                       for a, b in zip(w["stages"], p["stages"])), "more candidates, never fewer hits"
+    args = ["upgrade", "plan", old.url, "--to-model", "tests.embedders:mpnet_lookup", "--queries", qn.url,
+            "--old-queries", qo.url, "--pool", "400", "--fit-sample", "500", "--json", "--rerank"]
+    few = json.loads(CliRunner().invoke(main, args + ["10"]).stdout)["predicted"]
+    monkeypatch.setattr(planning, "RERANK_LADDER", (10, 100))   # auto: the count `upgrade tune --rerank auto` keeps
+    a = json.loads(CliRunner().invoke(main, args + ["auto"]).stdout)["predicted"]
+    for st, at10, at100 in zip(a["stages"], few["stages"], p["stages"]):
+        larger = at100["recall_cascade_at_size"] > at10["recall_cascade_at_size"] + RERANK_TIE
+        assert st["cascade_rerank"] == (100 if larger else 10)
+        assert st["recall_cascade_at_size"] == (at100 if larger else at10)["recall_cascade_at_size"]
+    assert a["rerank"] == "auto" and 100 in {st["cascade_rerank"] for st in a["stages"]}
+    shown = CliRunner().invoke(main, args[:-2] + ["--rerank", "auto"])
+    assert shown.exit_code == 0 and "(top" in shown.output, shown.output   # each stage's count beside its cascade
 
 
 def test_the_cascade_hits_where_both_its_stages_do():

@@ -57,15 +57,18 @@ class Rerank(click.ParamType):
 
     name = "rerank"
 
+    def __init__(self, minimum: int = 0):
+        self.minimum = minimum
+
     def get_metavar(self, param, ctx=None) -> str:
         return "K|auto"
 
     def convert(self, value, param, ctx):
-        if value == "auto" or isinstance(value, int) and value >= 0:
+        if value == "auto" or isinstance(value, int) and value >= self.minimum:
             return value
-        if str(value).isdigit():
+        if str(value).isdigit() and int(value) >= self.minimum:
             return int(value)
-        self.fail(f"{value!r} is not a number of candidates (0 or more) or 'auto'", param, ctx)
+        self.fail(f"{value!r} is not a number of candidates ({self.minimum} or more) or 'auto'", param, ctx)
 
 
 class KeyValue(click.ParamType):

@@ -44,8 +44,9 @@ def upgrade():
 @click.option("--fit-sample", type=POSITIVE_INT, default=None,
               help="Records re-embedded to fit the map, as `upgrade start` will [default: 2,000, at most a quarter "
                    "of the collection].")
-@click.option("--rerank", type=click.IntRange(min=1), default=100, show_default=True, metavar="K",
-              help="The cascade predicted beside each stage: `search --rerank K`.")
+@click.option("--rerank", type=Rerank(minimum=1), default=100, show_default=True,
+              help="The cascade predicted beside each stage: `search --rerank K`; `auto`: with the K `upgrade tune "
+                   "--rerank auto` would choose at that stage.")
 @method_option("The alignment method `upgrade start` will fit.")
 @model_options
 def upgrade_plan(source_url, model, text_field, sample, queries_url, old_queries_url, pool, fit_sample, rerank,

@@ -103,7 +103,9 @@ def plan(p: dict, con=None) -> None:
             name = "start (mapped)" if f == 0 else "full re-embed" if f == 1 else f"{f:.0%} re-embedded"
             table.add_row(name, f"{f:.0%}", both(st.get("recall_at_size"), st["recall"]),
                           both(st.get("recall_fused_at_size"), st["recall_fused"]), str(st["beta"]),
-                          *((f"{st['recall_cascade_at_size']:.3f}",) if cascade else ()))
+                          *((f"{st['recall_cascade_at_size']:.3f}" + (f" (top {st['cascade_rerank']})"
+                                                                        if pr.get("rerank") == "auto" else ""),)
+                            if cascade else ()))
         con.print(table)
         at = pr["new_model_alone_from"]
         full = pr["stages"][-1]

@@ -14,7 +14,7 @@ from ...pairing.reembed import _texts
 from ...quality.pool import cascade_at_size, levels, pool_counts
 from ...runtime.models import ModelOptions
 from ...runtime.open import open_collection
-from ...serving.weights import FUSION_BETAS
+from ...serving.weights import FUSION_BETAS, RERANK_LADDER, choose_rerank
 from .serving import query_pairs
 
 #: native fractions at which :func:`plan` predicts what the upgrade serves
@@ -82,24 +82,22 @@ def _stages(M, Y, docs, Qn, Qo, rel, staying, fractions, k: int, seed: int, coun
         stages.append({"native_fraction": f, "recall": alone[0], "recall_fused": max(fused[best][0], staying[0]),
                        "beta": best if fuses else "old model alone", "recall_at_size": alone[1],
                        "recall_fused_at_size": use[1], "recall_cascade_at_size": casc[0],
-                       "cascade_beta": "inf" if np.isinf(casc[1]) else casc[1]})
+                       "cascade_beta": "inf" if np.isinf(casc[1]) else casc[1], "cascade_rerank": casc[2]})
     return stages
 
 
 def predict_stages(src: Collection, embed, *, text_field: str, queries, old_queries, pool: int = 2000,
-                   fit_sample: int = 2000, method: str = "orthogonal", seed: int = 0, k: int = 10, rerank: int = 100,
+                   fit_sample: int = 2000, method: str = "orthogonal", seed: int = 0, k: int = 10, rerank=100,
                    fractions=PLAN_FRACTIONS, others_only: bool = True, on_step: Callable[[str], None] = lambda s: None,
-                   on_start: Callable[[int], None] = lambda n: None,
-                   on_progress: Callable[[int], None] = lambda n: None) -> dict:
+                   on_start: Callable[[int], None] = lambda n: None, on_progress=lambda n: None) -> dict:
     """Recall@k the upgrade serves at each stage, simulated on a pool of the collection: the queries' relevant
     records plus ``pool`` others, all re-embedded, and a map fitted on ``fit_sample`` further re-embedded records
     (as ``start`` does). Each stage serves the pool with a ``fraction`` of it native (random order), new-model
-    queries alone and fused with old-model ones (the fusion weight chosen on these queries, as ``upgrade tune``
-    does), against staying on the old model. Recall within a pool is higher than within the whole collection:
-    each figure is also predicted at the collection's size (``*_at_size``, :mod:`vecbridge.quality.at_size`, the
-    pool's sampled others as distractors, or every other pool record without ``others_only``), and so is the
-    cascade's (``search --rerank``: the served ranking's top ``rerank`` re-scored with both models' own vectors,
-    the weight best at that size)."""
+    queries alone and fused with old-model ones (the weight chosen on these queries, as ``upgrade tune`` does),
+    against staying. Each is also predicted at the collection's size (``*_at_size``, :mod:`~vecbridge.quality.at_size`,
+    the pool's others as distractors, or every other pool record without ``others_only``), and so is the cascade
+    (``search --rerank``: the top ``rerank`` re-scored with both models' own vectors, the weight best at that size;
+    ``"auto"``: the count of :data:`RERANK_LADDER` ``upgrade tune --rerank auto`` would keep, ``cascade_rerank``)."""
     chosen = method_of(method)
     new_q, old_q = query_pairs(queries, old_queries)
     relevant, rel_texts = _with_text(src.get(list(dict.fromkeys(new_q.ids))), text_field)
@@ -133,8 +131,11 @@ def predict_stages(src: Collection, embed, *, text_field: str, queries, old_quer
     rescored = {0.0: counts(Qn, Y), np.inf: counts(Qo, docs.vectors), **{
         b: counts(Qn, Y, Q_old=Qo, old_docs=docs.vectors, beta=b) for b in FUSION_BETAS if 0 < b < np.inf}}
 
-    def cascade(served):   # the served ranking's counts, or staying's (None: the old model alone's)
-        return cascade_at_size(rescored[np.inf] if served is None else served, rescored, size, rerank=rerank, k=k)
+    def cascade(served):   # (Recall@k, weight, count) on the served ranking (None: staying's); auto: tune's count
+        by_n = {n: cascade_at_size(rescored[np.inf] if served is None else served, rescored, size, rerank=n, k=k)
+                for n in (RERANK_LADDER if rerank == "auto" else (rerank,))}
+        n = choose_rerank({n: got[0] for n, got in by_n.items()})
+        return (*by_n[n], n)
 
     staying = level(rescored[np.inf])
     stages = _stages(M, Y, docs, Qn, Qo, rel, staying, fractions, k, seed, counts, level, cascade)
@@ -146,7 +147,7 @@ def predict_stages(src: Collection, embed, *, text_field: str, queries, old_quer
 
 
 def plan(source, *, model: str, text_field: str, sample: int = 64, seed: int = 0, queries=None, old_queries=None,
-         pool: int | None = None, fit_sample: int | None = None, rerank: int = 100, method: str = "orthogonal",
+         pool: int | None = None, fit_sample: int | None = None, rerank=100, method: str = "orthogonal",
          on_step: Callable[[str], None] = lambda s: None, on_start: Callable[[int], None] = lambda n: None,
          on_progress: Callable[[int], None] = lambda n: None, models: ModelOptions | None = None) -> dict:
     """What an upgrade of ``source`` to ``model`` costs on this machine, measured on ``sample`` stored texts, and,
@@ -181,8 +182,7 @@ def plan(source, *, model: str, text_field: str, sample: int = 64, seed: int = 0
             on_step(note)
         predicted = predict_stages(src, embed, text_field=text_field, queries=queries, old_queries=old_queries,
                                    pool=pool, fit_sample=fit_sample, method=method, seed=seed, rerank=rerank,
-                                   on_step=on_step,
-                                   on_start=on_start, on_progress=on_progress)
+                                   on_step=on_step, on_start=on_start, on_progress=on_progress)
         per_text = predicted["encode_seconds"] / predicted["texts_encoded"]   # the larger measurement
     return {"source": src.display_url, "count": info.count, "dim": info.dim, "model": model,
             "texts_sampled": len(records), "with_text": with_text, "seconds_per_text": per_text,
