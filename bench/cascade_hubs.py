@@ -31,9 +31,10 @@ in a trial run). So the items are split in two fixed halves:
   its log query's answer, while half of its distractors (B2's items) pay none: the penalty's worst case. Real
   traffic mixes both cases.
 
-Run: ``python bench/cascade_hubs.py [--k 100] [--pairs minilm3:mpnet,...]`` (one BLAS thread unless
-OPENBLAS_NUM_THREADS is set; 1-2 minutes a pair and corpus; every ordered pair of the three sentence encoders by
-default); each pair's result replaces that pair's in bench/results/cascade_hubs.json (``--out``), the others kept.
+Run: ``python bench/cascade_hubs.py [--k 100|auto] [--pairs minilm3:mpnet,...]`` (``auto``: the cascade's count
+of candidates chosen on each half too, as ``upgrade tune --rerank auto`` chooses it; the no-penalty columns keep
+the smallest count; one BLAS thread unless OPENBLAS_NUM_THREADS is set; 1-2 minutes a pair and corpus, 4-5 with
+``auto``; every ordered pair of the three sentence encoders by default); each pair's result replaces that pair's in bench/results/cascade_hubs.json (``--out``), the others kept.
 """
 from __future__ import annotations
 
@@ -144,7 +145,7 @@ def run_pair(corpus: str, old: str, new: str, k_c, stages: list[int]) -> dict:
             r_srv, srv_picked = cross_fitted(served, SETTINGS, halves)
             r_srv0, _ = cross_fitted(served, [s for s in SETTINGS if s[1] == 0], halves)
             # the cascade's candidates: the served ranking's top K with the setting picked on the other half
-            masks, held = {}, []
+            masks = {}
             for kk in (RERANK_LADDER if k_c == "auto" else (k_c,)):
                 masks[kk] = np.full((m, m), -np.inf, dtype=np.float32)
                 for test, (b, w) in zip(halves[::-1], srv_picked):
