@@ -1077,7 +1077,7 @@ RENDERERS = {"serve": serve, "align_real": align_real, "geh": geh, "geh_calibrat
              "report_calibration": report_calibration, "connectors": connectors,
              "upgrade_curve": upgrade_curve, "map_validation": map_validation, "ray_scale": ray_scale,
              "record_stamps": record_stamps, "upgrade_stamps": upgrade_stamps, "cascade": cascade, "cascade_hubs": cascade_hubs,
-             "cascade_hubs_k200": lambda d: {"new_queries": cascade_hubs(d)["new_queries"]}, "cascade_hubs_auto": lambda d: {"new_queries": cascade_hubs(d)["new_queries"]}, "cascade_cost": cascade_cost, "file_search": file_search, "gpu_embed": gpu_embed, "gpu_embed_cuda": gpu_embed,
+             "cascade_hubs_k200": lambda d: {"new_queries": cascade_hubs(d)["new_queries"]}, "cascade_hubs_auto": lambda d: {"new_queries": cascade_hubs(d)["new_queries"]}, "cascade_cost": cascade_cost, "cascade_cost_q30_k100": cascade_cost, "cascade_cost_q30_k400": cascade_cost, "file_search": file_search, "gpu_embed": gpu_embed, "gpu_embed_cuda": gpu_embed,
              "reembed_overhead": reembed_overhead,
              "continuous_refit": continuous_refit, "zipf_priorities": zipf_priorities,
              "plan_calibration": plan_calibration, "text_gone_report": text_gone_report,
