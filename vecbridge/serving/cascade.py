@@ -66,17 +66,19 @@ def tune_rerank(rerank: int | str, top: Callable[[int], list], relevant: Sequenc
     ladder = RERANK_LADDER if rerank == "auto" else (int(rerank),)
     if min(ladder) < 1:
         raise InputError("the cascade re-scores at least one candidate per query")
-    sizes = ladder if rerank == "auto" else (ladder[0], 2 * ladder[0], 4 * ladder[0])
-    rows = {n: top(n) for n in sizes}
-    held = {n: held_share(relevant, rows[n], (n,))[n] for n in sizes}
+    rows = {n: top(n) for n in ladder}
+    held = {n: held_share(relevant, rows[n], (n,))[n] for n in ladder}
+    if rerank != "auto":   # what a larger count would hold, from one wider ranking (nothing embedded for it)
+        held.update(held_share(relevant, top(4 * ladder[0]), (2 * ladder[0], 4 * ladder[0])))
     tried = [n for n in ladder if n == ladder[0] or held[n] - held[ladder[0]] > RERANK_TIE]
-    hits, has_hub = {n: dict.fromkeys(weight_grid(True), 0.0) for n in tried}, False
+    grid = weight_grid(True)   # every setting; those with a penalty are dropped below if no candidate had a hub score
+    hits, has_hub = {n: dict.fromkeys(grid, 0.0) for n in tried}, False
     for lo in range(0, len(relevant), TUNE_CHUNK):   # each chunk's candidates written back before the next
         part = slice(lo, lo + TUNE_CHUNK)
         got = vectors([r for n in tried for r in rows[n][part]])
         has_hub = has_hub or got.has_hub
         for n in tried:
-            for s, r in got.recalls(q_new[part], q_old[part], rows[n][part], relevant[part], hits[n], k).items():
+            for s, r in got.recalls(q_new[part], q_old[part], rows[n][part], relevant[part], grid, k).items():
                 hits[n][s] += r * len(relevant[part])
     recalls = {n: {s: hits[n][s] / len(relevant) for s in weight_grid(has_hub)} for n in tried}
     return choose_rerank({n: max(r.values()) for n, r in recalls.items()}), recalls, held

@@ -5,6 +5,7 @@ measured against staying on the old model."""
 from __future__ import annotations
 
 import time
+from functools import partial
 
 import numpy as np
 
@@ -90,15 +91,13 @@ class Serving(UpgradeBase):
         ``rerank="auto"``: the number of candidates too (:func:`~vecbridge.serving.cascade.tune_rerank`). Saved in
         the state; the cascade uses them from then on."""
         q_new, q_old = _probes(queries_new, queries_old, relevant)
-        embedded = lambda rows: self._candidate_vectors(rows, embed or self.model, with_old=True)  # noqa: E731
         chosen, recalls, held = tune_rerank(rerank, lambda n: self._top(q_new, q_old, n), relevant, q_new, q_old, k,
-                                            embedded)
+                                            partial(self._candidate_vectors, embed=embed or self.model, with_old=True))
         recall = recalls[chosen]
         best, w = best_setting(recall)
         self.meta = self.state.update(cascade_beta="inf" if np.isinf(best) else best, cascade_hub_weight=w,
                                       cascade_k=chosen)
-        self.state.event("tuned-cascade", f"cascade beta {best}, hub weight {w} on {len(relevant):,} queries, "
-                                          f"top {chosen}")
+        self.state.event("tuned-cascade", f"beta {best}, hub weight {w}, top {chosen}; {len(relevant):,} queries")
         return {"cascade_beta": "old model alone" if np.isinf(best) else best, "hub_weight": w, "rerank": chosen,
                 "recall": recall[best, w], "recall_by_beta": by_beta(recall),
                 "recall_without_penalty": max(r for (_, ww), r in recall.items() if ww == 0),
