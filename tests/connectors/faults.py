@@ -29,17 +29,18 @@ def assert_scan_resumes_after_kill(coll: Collection, *, kill: Callable[[], None]
         seen.extend(batch.ids)
         cursor = batch.cursor
     kill()
-    started = time.monotonic()
-    with pytest.raises(StoreError) as err:
-        next(scan)
-    assert time.monotonic() - started < deadline_s
-    message = str(err.value)
-    assert "\n" not in message
-    if secret:
-        assert secret not in message
-    assert len(seen) == kill_after * batch_size
-
-    restart()
+    try:
+        started = time.monotonic()
+        with pytest.raises(StoreError) as err:
+            next(scan)
+        assert time.monotonic() - started < deadline_s
+        message = str(err.value)
+        assert "\n" not in message
+        if secret:
+            assert secret not in message
+        assert len(seen) == kill_after * batch_size
+    finally:   # a failure here must not leave the server down for the tests after it
+        restart()
     rest = [i for batch in reopen().scan(batch_size=batch_size, after=cursor) for i in batch.ids]
     assert not set(rest) & set(seen), "records repeated after resuming"
     assert sorted(seen + rest) == sorted(expected_ids), "records skipped or repeated"
