@@ -17,6 +17,9 @@ Protocol (a simulation in numpy with the package's pieces, no store), for each c
 * **both models, every item**: both models' own vectors of every item, fused with a beta picked on half A, over the
   whole collection (a cascade whose candidates held everything); and the same with the beta best on half B itself,
   an oracle: what scoring by the two models' cosines can reach on these queries at all;
+* **other fusions** of both models' own vectors of every item: each model's scores standardised or scaled to [0, 1]
+  by the statistics of the query's best 100, or reciprocal rank fusion (k = 60), beta picked on half A as above:
+  whether a way of fusing the two models other than their cosines' weighted mean raises that bound;
 * **write-back** (with the fused cascade): a query log of ``--log`` queries drawn from half A with Zipf popularity (exponent ``--zipf``, over a
   fixed random order of the queries: real logs repeat popular queries) served one after another with the cascade;
   every candidate embedded is written back native, so later rankings use its native vector. Reported after 100,
@@ -58,6 +61,9 @@ from vecbridge.vectors import l2_normalize  # noqa: E402
 PAIRS = UPGRADE_PAIRS
 N_FIT, K = 2000, 10
 CHECKPOINTS = (100, 1000)
+#: score fusions compared with the cosine sum for the bound; the pool their statistics come from; RRF's constant
+FUSIONS = ("z-score", "min-max", "reciprocal rank")
+FUSION_POOL, RRF_K = 100, 60
 #: the new model's encoding time per document, seconds (data sets' READMEs: all 10,000 docs on 2 cores)
 DOC_ENCODE_S = {"wordnet": {"minilm3": 42.2, "minilm6": 84.9, "mpnet": 417.4},
                 "foldoc": {"minilm3": 233.0, "minilm6": 330.0, "mpnet": 1532.0}}
@@ -72,6 +78,21 @@ def top_k(S: np.ndarray, k: int) -> np.ndarray:
     part = np.argpartition(-S, k - 1, axis=1)[:, :k]
     order = np.argsort(-np.take_along_axis(S, part, axis=1), axis=1, kind="stable")
     return np.take_along_axis(part, order, axis=1)
+
+
+def normalised(S: np.ndarray, how: str) -> np.ndarray:
+    """Each query's scores made comparable across models before fusing: standardised (``z-score``) or scaled to
+    [0, 1] (``min-max``) by the statistics of its best ``FUSION_POOL``, or ``1 / (RRF_K + rank)`` (reciprocal rank
+    fusion, "Reciprocal Rank Fusion outperforms Condorcet and individual Rank Learning Methods", Cormack et al.,
+    SIGIR 2009)."""
+    if how == "reciprocal rank":
+        ranks = np.argsort(np.argsort(-S, axis=1, kind="stable"), axis=1, kind="stable")
+        return (1.0 / (RRF_K + 1 + ranks)).astype(np.float32)
+    top = np.partition(S, -FUSION_POOL, axis=1)[:, -FUSION_POOL:]
+    if how == "z-score":
+        return ((S - top.mean(1, keepdims=True)) / top.std(1, keepdims=True)).astype(np.float32)
+    lo, hi = top.min(1, keepdims=True), top.max(1, keepdims=True)
+    return ((S - lo) / (hi - lo)).astype(np.float32)
 
 
 def run_pair(corpus: str, old: str, new: str, ks: list[int], n_log: int, zipf: float) -> dict:
@@ -119,6 +140,16 @@ def run_pair(corpus: str, old: str, new: str, ks: list[int], n_log: int, zipf: f
     # the same with the beta best on half B itself (an oracle: no tuning can pick better on these queries)
     out["both_native_oracle"] = max(recall(top_k(fuse(S_nat[half_b], S_old[half_b], b, mean=True), K), half_b)
                                     for b in FUSION_BETAS)
+    # other ways of fusing the two models' scores, each with its beta picked on half A: does any raise that bound?
+    out["both_native_fusions"] = {}
+    for how in FUSIONS:
+        scores = {id(h): (normalised(S_nat[h], how), normalised(S_old[h], how)) for h in (half_a, half_b)}
+
+        def fused(rows, beta, scores=scores):
+            return recall(top_k(fuse(*scores[id(rows)], beta, mean=True), K), rows)
+        b_how = max(FUSION_BETAS, key=lambda b: fused(half_a, b))
+        out["both_native_fusions"][how] = {"beta": "inf" if np.isinf(b_how) else b_how,
+                                           "recall": fused(half_b, b_how)}
     out["cascade"] = {str(k_c): recall(cascade(half_b, k_c)[0], half_b) for k_c in ks}
     cbeta = max(FUSION_BETAS, key=lambda b: recall(cascade(half_a, ks[0], b)[0], half_a))   # picked on half A
     out["cascade_fused_beta"] = "inf" if np.isinf(cbeta) else cbeta

@@ -872,8 +872,8 @@ def pgvector_search(d: dict) -> dict:
 
 def cascade(d: dict) -> dict:
     """Day one: staying, full re-embed, tuned fusion and the cascades (difference to the better of staying and full
-    re-embed); then the write-back's growth along a Zipf query log."""
-    day, growth = [], []
+    re-embed); the bound of other score fusions; then the write-back's growth along a Zipf query log."""
+    day, growth, fusions = [], [], []
     for corpus, pairs in d["corpora"].items():
         for r in pairs:
             best = max(r["staying"], r["full_reembed"])
@@ -886,6 +886,10 @@ def cascade(d: dict) -> dict:
                         f"{r['cascade_fused_beta']}", vs(r["cascade_fused"]["200"]) if "200" in r["cascade_fused"]
                         else "", f"{vs(r['both_native'])}; oracle {r['both_native_oracle'] - best:+.4f}"
                         if "both_native_oracle" in r else ""])
+            if "both_native_fusions" in r:
+                fusions.append([corpus, r["pair"], f"{best:.4f}",
+                                f"{r['both_native'] - best:+.4f} (beta {r['both_native_beta']})"] + [
+                    f"{f['recall'] - best:+.4f} (beta {f['beta']})" for f in r["both_native_fusions"].values()])
             g = r["write_back"]["growth"]
             growth.append([corpus, r["pair"]] + [
                 f"{x['retrieved_native_share']:.2f} / {x['embedded_per_query']:.1f} / {x['seconds_per_query']:.2f} s"
@@ -896,7 +900,10 @@ def cascade(d: dict) -> dict:
                               "cascade K=50, fused (beta 1)", "cascade K=100, fused, beta tuned on half A",
                               "cascade K=200, fused, beta tuned on half A",
                               "both models' own vectors of every item, fused (oracle beta)"], day),
-            "growth": table(["corpus", "pair"] + marks + ["collection native at the end"], growth)}
+            "growth": table(["corpus", "pair"] + marks + ["collection native at the end"], growth),
+            "fusions": table(["corpus", "pair", "better of staying and full re-embed", "cosines' weighted mean"]
+                             + [f"{how} fusion" for how in d["corpora"]["wordnet"][0]["both_native_fusions"]],
+                             fusions) if fusions else ""}
 
 
 def cascade_hubs(d: dict) -> dict:
