@@ -302,6 +302,16 @@ def text_gone(d: dict) -> dict:
                   "matching objective, 5,000-row fit: its rows (fitted / true)",
                   "2,500-row fit: its rows (fitted / true)", "2,500-row fit: the other 2,500 (fitted / true)",
                   "top-20 principal directions lined up (fitted / true)"], gap)
+    directions = []
+    for g in sorted(d.get("by_direction", []), key=lambda g: (g["corpus"] != "wordnet", g["corpus"], g["pair"])):
+        directions.append([g["corpus"], arrow(g["pair"]), f"{g['supervised']:.3f}", f"{g['true']:.3f}",
+                           f"{g['fitted']:.3f}"] + [f"{g['true_on_top'][k]:.3f} / {g['fitted_on_top'][k]:.3f}"
+                                                    for k in g["true_on_top"]])
+    ks = list(d["by_direction"][0]["true_on_top"]) if d.get("by_direction") else []
+    by_direction = table(["corpus", "old -> new", "supervised (2,000 pairs)", "true map (all 5,000 pairs)",
+                          "unsupervised (5,000 rows a side)"]
+                         + [f"top {k} directions from the true map, the rest fitted / the reverse" for k in ks],
+                         directions)
     small = []
     for r in sorted((r for r in d["rows"] if r["mode"].startswith("unsupervised, ")),
                     key=lambda r: (-r["rows"], r["corpus"] != "wordnet", r["corpus"], r["pair"], r["seed"])):
@@ -340,6 +350,7 @@ def text_gone(d: dict) -> dict:
     seeds = table(["corpus", "old -> new", "seed", "supervised (2,000 pairs)", "GEH, 15 seeds",
                    *(f"GEH, {n} seeds (gap; links grown, share right; refined)" for n in counts)], more)
     return {"recall": recall, "why": why, "probe": probe, "consensus": every, "gap": gaps, "small": small,
+            "by_direction": by_direction,
             "overlap": overlap, "seeds": seeds}
 
 
