@@ -307,6 +307,12 @@ def text_gone(d: dict) -> dict:
         directions.append([g["corpus"], arrow(g["pair"]), f"{g['supervised']:.3f}", f"{g['true']:.3f}",
                            f"{g['fitted']:.3f}"] + [f"{g['true_on_top'][k]:.3f} / {g['fitted_on_top'][k]:.3f}"
                                                     for k in g["true_on_top"]])
+    basins = table(["corpus", "old -> new", "the tool's fit", "fitted map: objective (top-1)", "... polished",
+                    "true map: objective (top-1)", "... polished"],
+                   [[g["corpus"], arrow(g["pair"]), "accepted" if g["passed"] else "refused"]
+                    + [f"{g[k]['objective']:.4f} ({g[k]['top1']:.3f})"
+                       for k in ("fitted", "fitted_polished", "true", "true_polished")]
+                    for g in sorted(d.get("basin", []), key=lambda g: (g["passed"], g["pair"]))])
     ks = list(d["by_direction"][0]["true_on_top"]) if d.get("by_direction") else []
     by_direction = table(["corpus", "old -> new", "supervised (2,000 pairs)", "true map (all 5,000 pairs)",
                           "unsupervised (5,000 rows a side)"]
@@ -350,7 +356,7 @@ def text_gone(d: dict) -> dict:
     seeds = table(["corpus", "old -> new", "seed", "supervised (2,000 pairs)", "GEH, 15 seeds",
                    *(f"GEH, {n} seeds (gap; links grown, share right; refined)" for n in counts)], more)
     return {"recall": recall, "why": why, "probe": probe, "consensus": every, "gap": gaps, "small": small,
-            "by_direction": by_direction,
+            "by_direction": by_direction, "basin": basins,
             "overlap": overlap, "seeds": seeds}
 
 

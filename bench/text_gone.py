@@ -40,6 +40,7 @@ minilm6:minilm3`` runs every start of the schedule and records how often two sta
 objective with the true map's on rows it read and rows it did not (why the unsupervised map serves below the
 supervised one); ``--by-direction`` fits it on all 5,000 rows a side and serves hybrids that take the true map on
 the old space's largest principal directions and the fitted map on the rest, or the reverse (where it loses);
+``--basin`` asks of a refused pair whether the matching objective prefers the true map's polished basin to the fit's;
 ``--rows 2500`` runs the tool's unsupervised fit on collections of the first 2,500 rows of each half
 (small collections: what the validation accepts there); ``--overlap N`` runs it against a new side holding N of the
 collection's own documents among its 5,000 (ids not shared: the user can embed some of the collection's documents
@@ -126,7 +127,7 @@ def merge(rows: list[dict] | None = None, probes: list[dict] | None = None, **to
         fcntl.flock(lock, fcntl.LOCK_EX)
         data = json.loads(OUT.read_text()) if OUT.exists() else {}
         extra = top.pop("consensus", [])
-        for probe in ("gap_probe", "by_direction"):
+        for probe in ("gap_probe", "by_direction", "basin"):
             known = {(g["corpus"], g["pair"]): g for g in data.get(probe, []) + top.pop(probe, [])}
             data[probe] = sorted(known.values(), key=lambda g: (g["corpus"], g["pair"]))
         data.update(top)
@@ -465,6 +466,38 @@ def by_direction(corpus: str, a: str, b: str, seed: int = 0, ks=(25, 50, 100, 20
     return row
 
 
+def basin(corpus: str, a: str, b: str, seed: int = 0) -> dict:
+    """Search or objective (labels used only to diagnose)? For a pair the fit refuses: the default ``MiniVec2Vec``
+    fitted on all 5,000 + 5,000 rows (kept whatever its validation says) and the true map (centred Procrustes on all
+    5,000 true pairs of A), each as it is and after the tool's transport polish (10 rounds of Procrustes on the
+    entropic transport plan, inverse temperature 20, on every row), with the matching objective every unpaired fit
+    climbs (the best one-to-one matching's mean cosine, old A against new B) and top-1 on A's last 2,000 items. If the
+    true map's polished basin scores higher than the fit's, the objective knows the right map and the starts never
+    reached it."""
+    from vecbridge.numeric.transport import transport_procrustes
+
+    data = DATA / corpus
+    old, new = embeddings(data, a), embeddings(data, b)
+    perm = np.random.default_rng(SPLIT_SEED).permutation(len(old))
+    A, B = perm[: len(perm) // 2], perm[len(perm) // 2:]
+    XA, YA, YB = old[A], new[A], new[B]
+    t0 = time.perf_counter()
+    est = mv_module.MiniVec2Vec(random_state=seed).fit(XA, YB)
+    mu = (est.source_mean_, est.target_mean_)
+    rows_a, rows_b = (l2_normalize(Z - np.asarray(m, np.float32)) for Z, m in ((XA, mu[0]), (YB, mu[1])))
+    true = OrthogonalProcrustes(center=True).fit(XA, YA).rotation_
+    row = {"corpus": corpus, "pair": f"{a}->{b}", "seed": seed, "seconds": round(time.perf_counter() - t0, 1),
+           "passed": bool((est.validation_ or {}).get("passed", False)), "load": load(),
+           "starts": [{k: r.get(k) for k in ("init", "n_clusters", "gain", "passed")} for r in est.restarts_]}
+    for name, W in (("fitted", est.matrix_), ("true", true)):
+        polished = transport_procrustes(rows_a, rows_b, np.asarray(W, np.float32), n_iter=10, beta=20.0)
+        for kind, M in ((name, W), (f"{name}_polished", polished)):
+            row[kind] = {"objective": assignment_cosine(M, *mu, XA, YB),
+                         "top1": centred_top1(M, *mu, XA[TOP1], YA[TOP1])}
+    print(row, flush=True)
+    return row
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--corpora", default="wordnet,foldoc")
@@ -473,6 +506,8 @@ def main():
     ap.add_argument("--queries-probe", action="store_true", help="only the query-vector validation probe")
     ap.add_argument("--consensus", action="store_true", help="only the every-start consensus probe")
     ap.add_argument("--gap-probe", action="store_true", help="only the probe of the unsupervised map's gap")
+    ap.add_argument("--basin", action="store_true",
+                    help="only the probe of a refused pair: does the objective prefer the true map's basin?")
     ap.add_argument("--by-direction", action="store_true",
                     help="only the probe of where (which principal directions) the unsupervised map loses")
     ap.add_argument("--only", choices=("unsupervised", "geh"), help="only this column of the table")
@@ -491,6 +526,11 @@ def main():
                 c = consensus(corpus, a, b)
                 print(c, flush=True)
                 merge(consensus=[c])
+        return
+    if args.basin:
+        for corpus in args.corpora.split(","):
+            for a, b in pairs:
+                merge(basin=[basin(corpus, a, b)])
         return
     if args.by_direction:
         for corpus in args.corpora.split(","):
