@@ -473,7 +473,12 @@ def basin(corpus: str, a: str, b: str, seed: int = 0) -> dict:
     entropic transport plan, inverse temperature 20, on every row), with the matching objective every unpaired fit
     climbs (the best one-to-one matching's mean cosine, old A against new B) and top-1 on A's last 2,000 items. If the
     true map's polished basin scores higher than the fit's, the objective knows the right map and the starts never
-    reached it."""
+    reached it. Then how much of the true map a start needs for the polish to reach that basin, and whether the
+    centroid start's matching could find it (labels: the true permutation of the centroids)."""
+    from scipy.optimize import linear_sum_assignment
+
+    from vecbridge.numeric.kmeans import kmeans
+    from vecbridge.numeric.linalg import polar
     from vecbridge.numeric.transport import transport_procrustes
 
     data = DATA / corpus
@@ -494,6 +499,28 @@ def basin(corpus: str, a: str, b: str, seed: int = 0) -> dict:
         for kind, M in ((name, W), (f"{name}_polished", polished)):
             row[kind] = {"objective": assignment_cosine(M, *mu, XA, YB),
                          "top1": centred_top1(M, *mu, XA[TOP1], YA[TOP1])}
+    # how much of the true map a start needs: a blend t * true + (1 - t) * a random orthogonal map, made
+    # orthogonal, polished for 30 rounds
+    rng = np.random.default_rng(seed)
+    noise = np.asarray(polar(rng.standard_normal(true.shape)), np.float32)
+    row["blends"] = []
+    for t in (0.05, 0.1, 0.2):
+        W0 = np.asarray(polar(t * true + (1 - t) * noise), np.float32)
+        W = transport_procrustes(rows_a, rows_b, W0, n_iter=30, beta=20.0)
+        row["blends"].append({"t": t, "start_top1": centred_top1(W0, *mu, XA[TOP1], YA[TOP1]),
+                              "polished_top1": centred_top1(W, *mu, XA[TOP1], YA[TOP1])})
+    # the centroid start's matching: does the true permutation of 20 centroids (the true map's best one-to-one
+    # matching of them) score higher under the matching's own objective than the one the solver finds?
+    runs = []
+    for _ in range(8):
+        C_a, C_b = (kmeans(Z, 20, rng, max_iter=30)[0] for Z in (rows_a, rows_b))
+        S_a, S_b = (mv_module._centroid_similarity(C, "cosine") for C in (C_a, C_b))
+        found, score = mv_module.qap_2opt(S_a, S_b, n_restarts=30, rng=rng)
+        r, c = linear_sum_assignment(-(l2_normalize(C_a) @ true) @ l2_normalize(C_b).T)
+        right = c[np.argsort(r)]
+        runs.append({"found": float(score), "true": float(mv_module.qap_objective(S_a, S_b, right)),
+                     "agreement": float(np.mean(found == right))})
+    row["centroid_matchings"] = runs
     print(row, flush=True)
     return row
 
