@@ -106,7 +106,7 @@ def test_a_map_that_fails_validation_is_refused_before_anything_is_written(space
     # not the 2,000 texts a re-embedding start embeds (it would serve far below: the few-rows warning)
     assert "up to 10,000 vectors per side" in r.output, r.output
     assert r.exit_code == 1 and "failed validation" in lines[-1] and "nothing was written" in lines[-1], r.output
-    assert "give seed pairs" in lines[-1] and "--pairs reference:PATH" in lines[-1]    # check_map's advice
+    assert "give seed pairs" in lines[-1] and "--pairs reference:PATH" in lines[-1] and "--alignment" in lines[-1]
     assert not state.exists() and not connect(to).exists()
     assert not list(tmp_path.iterdir()), list(tmp_path.iterdir())    # no alignment, no part file either
 
