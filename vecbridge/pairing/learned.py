@@ -78,9 +78,9 @@ MIN_FRESH_ROWS = 500
 MIN_GROWN_LINKS = 50
 #: what to do about a map that fails validation (the end of the one-line error)
 ADVICE_UNSUPERVISED = ("the unsupervised alignment is likely wrong: give seed pairs (--pairs geh:FILE or file:PATH), "
-                       "re-embed a sample of texts with the new model (--pairs reembed --model NEW), or fit a map on "
-                       "texts of your own embedded with both models (vecbridge fit --pairs reference:PATH --old-model "
-                       "OLD --model NEW; upgrade start takes it as --alignment)")
+                       "re-embed a sample of texts with the new model (--pairs reembed --model NEW), or embed texts "
+                       "of your own with both models (vecbridge link --pairs reference:PATH --old-model OLD --model "
+                       "NEW, then fit --pairs file:LINKS; upgrade start takes the map as --alignment)")
 #: what a map fitted without any pair costs, said beside every one that passes (the gap measured on both developers'
 #: corpora, every sentence-encoder pair the validation accepted; GEH from 15 seeds left at most 0.012 of it, and so
 #: did new-model vectors of which 46% were the collection's own documents, unlinked; 10% of them closed about half)
