@@ -8,6 +8,8 @@ import pytest
 from click.testing import CliRunner
 
 from tests.conftest import write_collection
+from vecbridge import metrics
+from vecbridge.align import Alignment
 from vecbridge.cli import main
 from vecbridge.linking.links import Links
 
@@ -74,6 +76,25 @@ def test_link_reembed_carries_vectors_and_fit_needs_no_target(stores):
     assert links.has_vectors and len(links) == 700
     fit = _fit_and_check(stores, path)
     assert (fit["target_dim"], fit["anchors"]["method"]) == (768, "reembed")
+
+
+def test_texts_of_ones_own_embedded_by_both_models_give_a_map_where_nothing_is_shared(stores, sample):
+    """What a refused unsupervised map's advice says to do where the collection's texts are gone but the old model
+    runs: link in-domain texts of one's own by both models, fit on the links, nothing shared with the collection."""
+    texts = stores["root"] / "own_texts.txt"
+    texts.write_text("".join(it["doc"].replace("\n", " ") + "\n" for it in sample.items[:600]))
+    path = stores["root"] / "reference.npz"
+    r = run("link", stores["old"], "--pairs", f"reference:{texts}", "--old-model", "tests.embedders:minilm_lookup",
+            "--model", "tests.embedders:mpnet_lookup", "-o", path)
+    assert r.exit_code == 0, r.output
+    links = Links.load_npz(path)
+    assert links.has_vectors and len(links) == 600
+    fit = _fit_and_check(stores, path)
+    assert fit["target_dim"] == 768 and fit["fit"]["n_pairs"] == 600
+    # the map carries the collection's records (none of which it was fitted on) to their own new-model vectors
+    alignment = Alignment.load(stores["root"] / "reference.vb")
+    mapped = alignment.transform(sample.docs_old[600:1500])
+    assert metrics.pair_quality(mapped, sample.docs_new[600:1500]).top1 > 0.9   # 0.99 measured; chance 0.001
 
 
 def test_link_errors_are_one_line(stores):
