@@ -396,6 +396,15 @@ def top_block_energy(W, X, Y, mu_a, mu_b, k: int = 20) -> float:
     return float(np.sum((axes(X, mu_a).T @ np.asarray(W, np.float32) @ axes(Y, mu_b)) ** 2) / k)
 
 
+def halves(corpus: str, a: str, b: str) -> tuple:
+    """The probes' data: old and new vectors of half A's docs, new vectors of half B's, new-model queries of A."""
+    data = DATA / corpus
+    old, new = embeddings(data, a), embeddings(data, b)
+    perm = np.random.default_rng(SPLIT_SEED).permutation(len(old))
+    A, B = perm[: len(perm) // 2], perm[len(perm) // 2:]
+    return old[A], new[A], new[B], embeddings(data, b, "queries")[A]
+
+
 def gap_probe(corpus: str, a: str, b: str, seed: int = 0) -> dict:
     """Why the unsupervised map serves below the supervised one (labels used only to diagnose). The default
     ``MiniVec2Vec`` fitted on the first half (2,500 + 2,500 rows) and on all of the halves (5,000 + 5,000): served
@@ -403,18 +412,13 @@ def gap_probe(corpus: str, a: str, b: str, seed: int = 0) -> dict:
     one-to-one matching's mean cosine) for the fitted map and for the true map (centred Procrustes on all 5,000 true
     pairs of A), on the rows the half fit saw and on the other half; and how much each map lines up the two spaces'
     20 largest principal directions."""
-    data = DATA / corpus
-    old, new = embeddings(data, a), embeddings(data, b)
-    q_new = embeddings(data, b, "queries")
-    perm = np.random.default_rng(SPLIT_SEED).permutation(len(old))
-    A, B = perm[: len(perm) // 2], perm[len(perm) // 2:]
-    XA, YA, YB, QA = old[A], new[A], new[B], q_new[A]
-    h = len(A) // 2
+    XA, YA, YB, QA = halves(corpus, a, b)
+    h = len(XA) // 2
     sup = procrustes(XA[:N_SUPERVISED], YA[:N_SUPERVISED])
     true = OrthogonalProcrustes(center=True).fit(XA, YA).rotation_
     row = {"corpus": corpus, "pair": f"{a}->{b}", "seed": seed, "supervised": served(sup.transform, XA, QA),
            "true_all_pairs": served(OrthogonalProcrustes(center=True).fit(XA, YA).transform, XA, QA), "fits": []}
-    for n in (h, len(A)):
+    for n in (h, len(XA)):
         t0 = time.perf_counter()
         est = mv_module.MiniVec2Vec(random_state=seed).fit(XA[:n], YB[:n])
         fit = {"rows": n, "seconds": round(time.perf_counter() - t0, 1), "load": load(),
@@ -439,12 +443,7 @@ def by_direction(corpus: str, a: str, b: str, seed: int = 0, ks=(25, 50, 100, 20
     5,000 + 5,000 rows, and hybrids of it with the true map (centred Procrustes on all 5,000 true pairs of A) that
     take the true map on the old space's ``k`` largest principal directions and the fitted map on the rest, or the
     reverse; served Recall@10 of each (the fitted map's means and scale for all, so only the rotation differs)."""
-    data = DATA / corpus
-    old, new = embeddings(data, a), embeddings(data, b)
-    q_new = embeddings(data, b, "queries")
-    perm = np.random.default_rng(SPLIT_SEED).permutation(len(old))
-    A, B = perm[: len(perm) // 2], perm[len(perm) // 2:]
-    XA, YA, YB, QA = old[A], new[A], new[B], q_new[A]
+    XA, YA, YB, QA = halves(corpus, a, b)
     t0 = time.perf_counter()
     est = mv_module.MiniVec2Vec(random_state=seed).fit(XA, YB)
     fitted, mu_a, mu_b, scale = est.matrix_, est.source_mean_, est.target_mean_, est.scale_
@@ -481,11 +480,7 @@ def basin(corpus: str, a: str, b: str, seed: int = 0) -> dict:
     from vecbridge.numeric.linalg import polar
     from vecbridge.numeric.transport import transport_procrustes
 
-    data = DATA / corpus
-    old, new = embeddings(data, a), embeddings(data, b)
-    perm = np.random.default_rng(SPLIT_SEED).permutation(len(old))
-    A, B = perm[: len(perm) // 2], perm[len(perm) // 2:]
-    XA, YA, YB = old[A], new[A], new[B]
+    XA, YA, YB, _ = halves(corpus, a, b)
     t0 = time.perf_counter()
     est = mv_module.MiniVec2Vec(random_state=seed).fit(XA, YB)
     mu = (est.source_mean_, est.target_mean_)
@@ -554,21 +549,12 @@ def main():
                 print(c, flush=True)
                 merge(consensus=[c])
         return
-    if args.basin:
-        for corpus in args.corpora.split(","):
-            for a, b in pairs:
-                merge(basin=[basin(corpus, a, b)])
-        return
-    if args.by_direction:
-        for corpus in args.corpora.split(","):
-            for a, b in pairs:
-                merge(by_direction=[by_direction(corpus, a, b)])
-        return
-    if args.gap_probe:
-        for corpus in args.corpora.split(","):
-            for a, b in pairs:
-                merge(gap_probe=[gap_probe(corpus, a, b)])
-        return
+    for name, probe in (("basin", basin), ("by_direction", by_direction), ("gap_probe", gap_probe)):
+        if getattr(args, name):   # one probe per run, each pair's row merged as soon as it is measured
+            for corpus in args.corpora.split(","):
+                for a, b in pairs:
+                    merge(**{name: [probe(corpus, a, b)]})
+            return
     if args.queries_probe:
         probes = []
         for corpus in args.corpora.split(","):
