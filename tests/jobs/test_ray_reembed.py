@@ -159,6 +159,8 @@ def test_interrupted_driver_then_the_cli_ends_complete(ray_cluster, sample, tmp_
         up.reembed(engine=RayEngine(workers=2), batch_size=BATCH, on_progress=progress)
     first = _natives(state)
     assert FIT + sum(done) <= len(first) < N
+    time.sleep(2)   # a worker's item still running when the job raised would land now
+    assert _natives(state) == first, "nothing writes after the job has raised"
     _check(state, expected, model, interrupted=True)
     r = CliRunner().invoke(main, ["upgrade", "reembed", "--state", str(state), "--batch-size", str(BATCH),
                                   "--engine", "ray", "--workers", "2", "--json"])

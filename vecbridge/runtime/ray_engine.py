@@ -25,6 +25,8 @@ from .engine import Body, OnReport, is_generator
 MAX_RETRIES = 5
 #: units per worker: a few more than workers, so that a slow or re-run unit does not hold up the end
 UNITS_PER_WORKER = 4
+#: seconds a stopped job waits for the Ray tasks it cancelled (or the actors it killed) to end
+STOP_WAIT_S = 60.0
 #: where the connectors read credentials, and connection defaults, from: the driver's go to its actors
 ENVIRONMENT = ("PGPASSWORD", "PGUSER", "PGHOST", "PGPORT", "PGDATABASE", "QDRANT_API_KEY", "MILVUS_TOKEN",
                "CHROMA_TOKEN")
@@ -216,27 +218,38 @@ class RayEngine:
         finished = [False] * len(units)
         todo = list(range(len(units)))
         running: dict = {}   # generator -> [unit index, reports delivered]
-        while todo or running:
-            while todo and len(running) < self.workers:
-                i = todo.pop(0)
-                running[task.remote(body_ref, i, units[i], shared_ref)] = [i, 0]
-            ready, _ = ray.wait(list(running), num_returns=1, timeout=1.0)
-            for gen in ready:
-                seen = running[gen]
-                try:
-                    ref = next(gen)
-                except StopIteration:
-                    del running[gen]
-                    if not finished[seen[0]]:
-                        raise StoreError(f"a Ray task ended without its result (unit {seen[0]})") from None
-                    continue
-                i, n, value = _reply(ray, ref)
-                if n is None:
-                    results[i], finished[i] = value, True
-                elif n >= seen[1]:   # below: a re-run task replaying what its first attempt reported
-                    seen[1] = n + 1
-                    if on_report is not None:
-                        on_report(i, value)
+        try:
+            while todo or running:
+                while todo and len(running) < self.workers:
+                    i = todo.pop(0)
+                    running[task.remote(body_ref, i, units[i], shared_ref)] = [i, 0]
+                ready, _ = ray.wait(list(running), num_returns=1, timeout=1.0)
+                for gen in ready:
+                    seen = running[gen]
+                    try:
+                        ref = next(gen)
+                    except StopIteration:
+                        del running[gen]
+                        if not finished[seen[0]]:
+                            raise StoreError(f"a Ray task ended without its result (unit {seen[0]})") from None
+                        continue
+                    i, n, value = _reply(ray, ref)
+                    if n is None:
+                        results[i], finished[i] = value, True
+                    elif n >= seen[1]:   # below: a re-run task replaying what its first attempt reported
+                        seen[1] = n + 1
+                        if on_report is not None:
+                            on_report(i, value)
+        except BaseException:
+            # the driver stops (an error, a callback that raised, Ctrl-C): its tasks stop with it, and nothing they
+            # hold writes after this job has raised (a unit interrupted is re-done from its checkpoint next time)
+            for gen in running:
+                with contextlib.suppress(Exception):
+                    ray.cancel(gen, force=True)
+            if running:
+                with contextlib.suppress(Exception):
+                    ray.wait([gen.completed() for gen in running], num_returns=len(running), timeout=STOP_WAIT_S)
+            raise
         return results
 
     def pool(self, factory: Callable[[], Any], method: str, *, in_flight: int = 1) -> "RayPool":
@@ -317,6 +330,13 @@ class RayPool:
         return out
 
     def close(self) -> None:
+        """Kill every actor, then wait (at most :data:`STOP_WAIT_S`) until each item it held has ended: a kill is
+        asynchronous, and an item still running could otherwise write after the job that used the pool returned."""
+        held = [*self._starting, *self._flying]
         for actor in self._actors:
             with contextlib.suppress(Exception):
                 self._ray.kill(actor, no_restart=True)
+        if held:
+            with contextlib.suppress(Exception):
+                self._ray.wait(held, num_returns=len(held), timeout=STOP_WAIT_S)
+        self._starting, self._flying, self._load = {}, {}, {}
