@@ -143,13 +143,10 @@ def run_pair(corpus: str, old: str, new: str, ks: list[int], n_log: int, zipf: f
     # other ways of fusing the two models' scores, each with its beta picked on half A: does any raise that bound?
     out["both_native_fusions"] = {}
     for how in FUSIONS:
-        scores = {id(h): (normalised(S_nat[h], how), normalised(S_old[h], how)) for h in (half_a, half_b)}
-
-        def fused(rows, beta, scores=scores):
-            return recall(top_k(fuse(*scores[id(rows)], beta, mean=True), K), rows)
-        b_how = max(FUSION_BETAS, key=lambda b: fused(half_a, b))
+        on_a, on_b = ((normalised(S_nat[h], how), normalised(S_old[h], how)) for h in (half_a, half_b))
+        b_how = max(FUSION_BETAS, key=lambda b, on_a=on_a: recall(top_k(fuse(*on_a, b, mean=True), K), half_a))
         out["both_native_fusions"][how] = {"beta": "inf" if np.isinf(b_how) else b_how,
-                                           "recall": fused(half_b, b_how)}
+                                           "recall": recall(top_k(fuse(*on_b, b_how, mean=True), K), half_b)}
     out["cascade"] = {str(k_c): recall(cascade(half_b, k_c)[0], half_b) for k_c in ks}
     cbeta = max(FUSION_BETAS, key=lambda b: recall(cascade(half_a, ks[0], b)[0], half_a))   # picked on half A
     out["cascade_fused_beta"] = "inf" if np.isinf(cbeta) else cbeta

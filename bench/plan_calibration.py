@@ -30,6 +30,7 @@ import os
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
+import argparse  # noqa: E402
 import json  # noqa: E402
 import platform  # noqa: E402
 import sys  # noqa: E402
@@ -54,9 +55,7 @@ from vecbridge.vectors import l2_normalize  # noqa: E402
 
 PAIRS = SENTENCE_PAIRS
 N_QUERIES, K, SEED, GOAL, REPEATS = 500, 10, 0, 0.03, 5
-#: ``--rerank auto``: the cascade with the count ``upgrade tune --rerank auto`` keeps, predicted and measured per stage
-AUTO = "--rerank" in sys.argv[1:] and sys.argv[sys.argv.index("--rerank") + 1] == "auto"
-OUT = ROOT / "bench" / "results" / ("plan_calibration_auto.json" if AUTO else "plan_calibration.json")
+RESULTS = ROOT / "bench" / "results"
 
 _NEW: np.ndarray | None = None   # the new model's doc vectors of the pair being measured
 
@@ -116,7 +115,7 @@ def measured(X, Y, Qn, Qo, rows, plan: dict, seed: int) -> dict:
     return {"staying": staying, "stages": stages}
 
 
-def one_pair(corpus: str, old: str, new: str, tmp: Path) -> dict:
+def one_pair(corpus: str, old: str, new: str, tmp: Path, rerank=100) -> dict:
     global _NEW
     folder = DATA / corpus
     X, Y = embeddings(folder, old, "docs"), embeddings(folder, new, "docs")
@@ -131,7 +130,7 @@ def one_pair(corpus: str, old: str, new: str, tmp: Path) -> dict:
     t0 = time.perf_counter()
     plans = {flag: predict_stages(src, lookup, text_field="text", queries=qn.url, old_queries=qo.url,
                                   pool=PLAN_POOL, fit_sample=PLAN_FIT_SAMPLE, seed=SEED, k=K,
-                                  fractions=PLAN_FRACTIONS, others_only=flag, rerank="auto" if AUTO else 100)
+                                  fractions=PLAN_FRACTIONS, others_only=flag, rerank=rerank)
              for flag in (True, False)}
     plan_s = time.perf_counter() - t0
     p, p_all = plans[True], plans[False]
@@ -163,13 +162,29 @@ def one_pair(corpus: str, old: str, new: str, tmp: Path) -> dict:
             "fit_sample": p["fit_sample"], "queries": p["queries"], "plan_seconds": plan_s, "rows": rows_out}
 
 
+def rerank_arg(text: str):
+    """``--rerank``: a count of candidates, or ``auto`` (the count ``upgrade tune --rerank auto`` keeps)."""
+    if text == "auto":
+        return text
+    if text.isdigit() and int(text) > 0:
+        return int(text)
+    raise argparse.ArgumentTypeError(f"{text!r} is not a number of candidates or 'auto'")
+
+
 def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--rerank", type=rerank_arg, default=100,
+                    help="the cascade's count of candidates, or auto (default 100; auto writes "
+                         "plan_calibration_auto.json, another count plan_calibration_kK.json)")
+    rerank = ap.parse_args().rerank
+    out_path = RESULTS / {100: "plan_calibration.json", "auto": "plan_calibration_auto.json"}.get(
+        rerank, f"plan_calibration_k{rerank}.json")
     t0 = time.perf_counter()
     results = []
     with tempfile.TemporaryDirectory() as tmp:
         for corpus in CORPORA:
             for old, new in PAIRS:
-                res = one_pair(corpus, old, new, Path(tmp))
+                res = one_pair(corpus, old, new, Path(tmp), rerank)
                 results.append(res)
                 print(f"\n{corpus} {res['pair']} (N={res['collection_size']:,}, pool {res['pool']:,}, "
                       f"{res['queries']} queries)")
@@ -196,13 +211,13 @@ def main() -> None:
     print(f"goal (<= {GOAL}) met on both corpora: {ok}")
     out = {"goal": GOAL, "goal_met": ok, "max_abs_error": summary, "results": results,
            "protocol": {"queries": N_QUERIES, "k": K, "seed": SEED, "pool_others": PLAN_POOL,
-                        "rerank": "auto" if AUTO else 100,
+                        "rerank": rerank,
                         "fit_sample": PLAN_FIT_SAMPLE, "fractions": list(PLAN_FRACTIONS)},
            "machine": {"python": platform.python_version(), "numpy": np.__version__, "cpus": os.cpu_count(),
                        "openblas_threads": os.environ.get("OPENBLAS_NUM_THREADS")},
            "seconds": time.perf_counter() - t0}
-    OUT.write_text(json.dumps(out, indent=1) + "\n")
-    print(f"wrote {OUT.relative_to(ROOT)} in {out['seconds']:.0f} s")
+    out_path.write_text(json.dumps(out, indent=1) + "\n")
+    print(f"wrote {out_path.relative_to(ROOT)} in {out['seconds']:.0f} s")
 
 
 if __name__ == "__main__":
